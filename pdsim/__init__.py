@@ -1,0 +1,12 @@
+"""pdsim: discrete-event simulation of prefill/decode-disaggregated LLM serving.
+
+    >>> import pdsim
+    >>> res = pdsim.run("scenarios/healthy.yaml")
+    >>> res.summary["output_throughput_tok_s"], res.requests.head()
+"""
+
+from pdsim.scenario import Scenario, ScenarioError, load
+from pdsim.sim import Result, run
+
+__all__ = ["Result", "Scenario", "ScenarioError", "load", "run"]
+__version__ = "0.1.0"

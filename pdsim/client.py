@@ -1,0 +1,187 @@
+"""Clients: a ``bench_serving``-like benchmark and a gsm8k-style closed-loop eval.
+
+Both talk to the router only. Their randomness comes from the ``arrivals`` and ``lengths``
+streams, never from the fleet's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import simpy
+
+from pdsim.request import Request
+
+
+def random_lengths(rng: np.random.Generator, n: int, input_len: int, output_len: int,
+                   ratio: float) -> tuple[np.ndarray, np.ndarray]:
+    """bench_serving ``random`` dataset: uniform in [len*ratio, len] (at least 1)."""
+    ins = rng.integers(max(int(input_len * ratio), 1), input_len + 1, size=n)
+    outs = rng.integers(max(int(output_len * ratio), 1), output_len + 1, size=n)
+    return ins, outs
+
+
+def read_trace(path: str, limit: int | None, time_scale: float,
+               max_input_len: int | None) -> list[dict]:
+    """Mooncake FAST'25 trace rows: timestamp (ms), input_length, output_length, hash_ids."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"trace file not found: {p}")
+    rows = []
+    with p.open() as f:
+        for line in f:
+            if limit is not None and len(rows) >= limit:
+                break
+            if line.strip():
+                rows.append(json.loads(line))
+    t0 = rows[0]["timestamp"] if rows else 0
+    out = []
+    for r in rows:
+        inp = int(r["input_length"])
+        if max_input_len:
+            inp = min(inp, max_input_len)
+        out.append({"t": (r["timestamp"] - t0) / 1e3 * time_scale, "input": max(1, inp),
+                    "output": max(1, int(r["output_length"])),
+                    "blocks": tuple(r.get("hash_ids", ()))})
+    return out
+
+
+class Client:
+    def __init__(self, env: simpy.Environment, cfg, router, fleet, rngs) -> None:
+        self.env = env
+        self.cfg = cfg
+        self.name = cfg.name
+        self.router = router
+        self.fleet = fleet
+        self.rngs = rngs
+        self.done = env.event()
+        self.t0 = float("nan")
+        self.t_end = float("nan")
+        self.aborted = ""
+        env.process(self._main())
+
+    def _main(self):
+        yield from self.run()
+        self.t_end = self.env.now
+        self.done.succeed()
+
+    def send(self, kind: str, input_len: int, output_len: int, stream: bool,
+             blocks=None, question: int = -1, attempt: int = 0):
+        req = self.fleet.new_request(self.name, kind, input_len, output_len, stream, blocks,
+                                     question, attempt)
+        return self.router.generate(req)
+
+
+class BenchClient(Client):
+    """``python -m sglang.bench_serving --backend sglang`` (streaming)."""
+
+    def _prompts(self) -> list[dict]:
+        ds = self.cfg.dataset
+        if ds.kind == "trace":
+            rows = read_trace(ds.path, ds.limit or self.cfg.num_prompts, ds.time_scale,
+                              ds.max_input_len)
+            return rows[: self.cfg.num_prompts]
+        n = self.cfg.num_prompts
+        ins, outs = random_lengths(self.rngs["lengths"], n, ds.input_len, ds.output_len,
+                                   ds.range_ratio)
+        base = 1 << 40  # random prompts share no prefix blocks
+        blocks_per = math.ceil(ds.input_len / 512)
+        return [{"input": int(i), "output": int(o),
+                 "blocks": tuple(base + k * blocks_per + b for b in range(blocks_per))}
+                for k, (i, o) in enumerate(zip(ins, outs, strict=True))]
+
+    def _arrivals(self, prompts: list[dict]) -> np.ndarray:
+        rate = self.cfg.request_rate
+        n = len(prompts)
+        if rate == "trace":
+            return np.array([p.get("t", 0.0) for p in prompts])
+        if rate == "inf" or (isinstance(rate, float) and math.isinf(rate)):
+            return np.zeros(n)
+        gaps = self.rngs["arrivals"].exponential(1.0 / float(rate), size=n)
+        return np.cumsum(gaps) - gaps[0]
+
+    def run(self):
+        env, cfg = self.env, self.cfg
+        if cfg.start_s:
+            yield env.timeout(cfg.start_s)
+        prompts = self._prompts()
+        if cfg.warmup_requests and prompts:
+            p = prompts[0]
+            warm = [self.send("warmup", p["input"], min(p["output"], cfg.warmup_output_len),
+                              cfg.stream) for _ in range(cfg.warmup_requests)]
+            yield env.all_of(warm)
+        if cfg.flush.mode != "none":
+            timeout = cfg.flush.timeout_s if cfg.flush.mode == "timeout" else None
+            status, _answers = yield self.router.flush(timeout, self.name)
+            if cfg.flush.mode == "raise_for_status" and status >= 400:
+                self.aborted = f"flush_cache returned HTTP {status}; raise_for_status aborted"
+                self.fleet.log("client_aborted", self.name, detail=self.aborted)
+                return
+            yield env.timeout(1.0)  # bench_serving sleeps 1 s after the flush
+        self.t0 = env.now
+        arrivals = self._arrivals(prompts)
+        slots = simpy.Resource(env, capacity=cfg.max_concurrency or len(prompts) or 1)
+        procs = [env.process(self._one(p, float(t), slots))
+                 for p, t in zip(prompts, arrivals, strict=True)]
+        yield env.all_of(procs)
+
+    def _one(self, prompt: dict, at: float, slots: simpy.Resource):
+        if at > 0:
+            yield self.env.timeout(at)
+        with slots.request() as slot:
+            yield slot
+            yield self.send("bench", prompt["input"], prompt["output"], self.cfg.stream,
+                            prompt.get("blocks"))
+
+
+class EvalClient(Client):
+    """gsm8k-style eval: N questions over T threads, non-streaming, with retries."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.answers: list[dict] = []
+        super().__init__(*args, **kwargs)
+
+    def run(self):
+        env, cfg = self.env, self.cfg
+        if cfg.start_s:
+            yield env.timeout(cfg.start_s)
+        self.t0 = env.now
+        ds = cfg.dataset
+        ins, outs = random_lengths(self.rngs["lengths"], cfg.questions, ds.input_len,
+                                   min(ds.output_len, cfg.max_tokens), ds.range_ratio)
+        self._lens = list(zip(ins.tolist(), outs.tolist(), strict=True))
+        self._next = 0
+        yield env.all_of([env.process(self._thread()) for _ in range(cfg.threads)])
+
+    def _thread(self):
+        while self._next < self.cfg.questions:
+            q = self._next
+            self._next += 1
+            yield from self._ask(q)
+
+    def _ask(self, q: int):
+        env, cfg = self.env, self.cfg
+        inp, out = self._lens[q]
+        attempt = 0
+        for k in range(cfg.tries):
+            for j in range(cfg.sdk_retries + 1):
+                req = yield self.send("eval", inp, out, False, question=q, attempt=attempt)
+                attempt += 1
+                if req.http_status < 500:
+                    break
+                if j < cfg.sdk_retries:
+                    yield env.timeout(cfg.sdk_backoff_s * 2**j)
+            if req.status == "completed":
+                self.answers.append({"question": q, "answered": True, "attempts": attempt,
+                                     "t_done": env.now})
+                return
+            if k < cfg.tries - 1:
+                yield env.timeout(2.0**k)
+        self.answers.append({"question": q, "answered": False, "attempts": attempt,
+                             "t_done": env.now})
+
+
+CLIENTS = {"bench": BenchClient, "eval": EvalClient}

@@ -1,0 +1,265 @@
+"""Decode DP rank: pre-allocation -> transfer queue -> waiting queue -> running batch.
+
+Pre-allocation reserves KV pages for the prompt (waiting while the pool is full) and then
+bootstraps the room, so the prefill may run. The request waits in the transfer queue for its KV,
+then joins the continuous batch. One simulated event per batch step: tokens are counted lazily
+from the rank's step counter, and page growth and completions come off heaps keyed by step.
+Under memory pressure the rank retracts requests (fewest generated tokens first, as SGLang's
+``retract_decode``) and re-admits them later at the cost of recomputing their context.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+import simpy
+
+from pdsim.rank import Rank
+from pdsim.request import Poll, Request
+
+GROWTH_TOKENS = 64  # KV growth is booked in 64-token blocks: a simulation granularity
+
+
+class DecodeRank(Rank):
+    role = "decode"
+
+    def __init__(self, env: simpy.Environment, server: int, index: int, cfg, predictor,
+                 pool_pages: int, waiting_timeout_s: float, port: int, flush_semantics: str,
+                 log, stats) -> None:
+        super().__init__(env, server, index, pool_pages, cfg.page_size, flush_semantics, log,
+                         stats)
+        self.cfg = cfg
+        self.predictor = predictor
+        self.waiting_timeout = waiting_timeout_s
+        self.port = port
+        self.session = f"decode-{server}.r{index}:{port}"
+        self.alive = True
+        self.on_reregister = None  # set by the fleet: clears this session on prefill blacklists
+        self.prealloc: deque[Request] = deque()
+        self.transfer: dict[int, Request] = {}
+        self.waiting: deque[Request] = deque()
+        self.retracted: deque[Request] = deque()
+        self.running: dict[int, Request] = {}
+        self.step = 0
+        self.ctx_sum = 0
+        self._finish: list[tuple[int, int, int, Request]] = []
+        self._grow: list[tuple[int, int, int, Request]] = []
+        self._seq = 0
+        self.growth_pages = max(1, self.alloc.pages_for(GROWTH_TOKENS))
+        env.process(self._loop())
+
+    # --- arrivals, pre-allocation, transfer ----------------------------------------------
+
+    def submit(self, req: Request) -> None:
+        req.room.session = self.session
+        req.room.port = self.port
+        req.room.done.callbacks.append(lambda _e, r=req: self._on_done(r))
+        self.prealloc.append(req)
+        self.load_tokens += req.input_len + req.output_len
+        self._try_prealloc()
+
+    def _slots_used(self) -> int:
+        return len(self.transfer) + len(self.waiting) + len(self.running) + len(self.retracted)
+
+    def _try_prealloc(self) -> None:
+        while self.prealloc:
+            req = self.prealloc[0]
+            if req.room.resolved:
+                self.prealloc.popleft()
+                continue
+            if self._slots_used() >= self.cfg.max_running_requests:
+                return
+            tokens = req.input_len + self.cfg.retract_reserve_tokens
+            pages = self.alloc.alloc(self.alloc.pages_for(tokens))
+            if pages is None:
+                return
+            self.prealloc.popleft()
+            req.d_pages = pages
+            req.cap_tokens = pages.n * self.alloc.page_size
+            self.transfer[req.rid] = req
+            req.room.state = Poll.WaitingForInput
+            req.room.bootstrapped.succeed(True)
+            self.env.timeout(self.waiting_timeout).callbacks.append(
+                lambda _e, r=req: self._waiting_timeout(r))
+
+    def _waiting_timeout(self, req: Request) -> None:
+        if req.rid in self.transfer and not req.room.resolved:
+            self.stats.count_failure("waiting_timeout")
+            req.room.fail("waiting_timeout")
+            # the cached connection is invalidated; the decode re-registers with the prefill
+            if self.on_reregister is not None:
+                self.on_reregister(self.session, req)
+
+    def _on_done(self, req: Request) -> None:
+        if req.room.state == Poll.Success:
+            if self.transfer.pop(req.rid, None) is not None:
+                req.t_transfer_done = self.env.now
+                self.waiting.append(req)
+                self._kick()
+            return
+        # Failed: free KV and answer the client (500, or 200 with an abort chunk when streaming)
+        self.transfer.pop(req.rid, None)
+        if req.d_pages is not None and not req.d_pages.freed:
+            self.alloc.release(req.d_pages)
+        self.load_tokens -= req.input_len + req.output_len
+        self.stats.count_request_failure(req.room.reason)
+        self._respond(req, "failed", req.room.reason)
+        self._try_prealloc()
+        self._maybe_idle()
+
+    def _respond(self, req: Request, status: str, reason: str = "") -> None:
+        req.status = status
+        req.reason = reason
+        req.t_done = self.env.now
+        if status == "completed":
+            req.http_status = 200
+        else:
+            req.http_status = 200 if req.stream else 500
+        if not req.response.triggered:
+            req.response.succeed()
+
+    # --- the batch loop ------------------------------------------------------------------
+
+    def _push(self, heap, step: int, req: Request) -> None:
+        self._seq += 1
+        heapq.heappush(heap, (step, self._seq, req.version, req))
+
+    def _join(self, req: Request) -> None:
+        """Add to the running batch at the current step."""
+        self.running[req.rid] = req
+        req.join_step = self.step
+        req.gen_at_join = req.generated
+        ctx = req.input_len + req.generated
+        self.ctx_sum += ctx
+        self._push(self._finish, self.step + req.output_len - req.generated, req)
+        self._push(self._grow, self.step + max(0, req.cap_tokens - ctx), req)
+
+    def _admit(self) -> int:
+        """Admit retracted (first) and waiting requests; returns tokens to recompute."""
+        recompute = 0
+        limit = self.cfg.max_running_requests
+        while self.retracted and len(self.running) < limit:
+            req = self.retracted[0]
+            ctx = req.input_len + req.generated
+            pages = self.alloc.alloc(self.alloc.pages_for(ctx) + self.growth_pages)
+            if pages is None:
+                break
+            self.retracted.popleft()
+            req.d_pages = pages
+            req.cap_tokens = pages.n * self.alloc.page_size
+            recompute += ctx
+            self._join(req)
+        while self.waiting and len(self.running) < limit and not self.retracted:
+            req = self.waiting.popleft()
+            if req.room.resolved and req.room.state != Poll.Success:
+                continue
+            req.generated = 1  # the prefill's first token arrives with the KV
+            req.t_first_token = self.env.now
+            self.stats.tokens_out += 1
+            if req.d_pages.epoch != self.alloc.epoch:
+                req.stale_pages = True
+            self._join(req)
+        return recompute
+
+    def _sync(self, req: Request) -> None:
+        req.generated = req.gen_at_join + (self.step - req.join_step)
+
+    def _leave(self, req: Request) -> None:
+        self._sync(req)
+        del self.running[req.rid]
+        self.ctx_sum -= req.input_len + req.generated
+        req.version += 1
+
+    def _retract_for(self, needy: Request) -> bool:
+        """Free pages by retracting; True if ``needy`` still runs afterwards."""
+        while self.alloc.free < self.growth_pages:
+            victims = sorted(self.running.values(),
+                             key=lambda r: (r.gen_at_join + self.step - r.join_step,
+                                            -r.input_len))
+            victim = victims[0]
+            self._leave(victim)
+            self.alloc.release(victim.d_pages)
+            victim.d_pages = None
+            self.retracted.append(victim)
+            self.stats.retractions += 1
+            self.log("retract", self.name, self.index, victim.rid, victim.room.id,
+                     value=victim.generated)
+            if victim is needy:
+                return False
+        return True
+
+    def _loop(self):
+        env = self.env
+        while True:
+            recompute = self._admit()
+            for req in [r for r in self.running.values() if r.generated >= r.output_len]:
+                self._complete(req)  # one-token outputs finish on admission
+            if not self.running:
+                yield self._sleep()
+                continue
+            batch = len(self.running)
+            dt = self.predictor.decode(batch, self.ctx_sum)
+            if recompute:
+                dt += self.predictor.prefill(recompute, 0.0)
+            self.stats.decode_steps += 1
+            yield env.timeout(dt)
+            self.step += 1
+            self.ctx_sum += batch
+            self.stats.tokens_out += batch
+            self.stats.step_time_tokens.append((dt, batch))
+            self._grow_pages()
+            heap = self._finish
+            while heap and heap[0][0] <= self.step:
+                _s, _q, version, req = heapq.heappop(heap)
+                if version == req.version and req.rid in self.running:
+                    self._complete(req)
+
+    def _grow_pages(self) -> None:
+        heap = self._grow
+        while heap and heap[0][0] <= self.step:
+            _s, _q, version, req = heapq.heappop(heap)
+            if version != req.version or req.rid not in self.running:
+                continue
+            if self.alloc.free < self.growth_pages and not self._retract_for(req):
+                continue
+            self.alloc.grow(req.d_pages, self.growth_pages)
+            req.cap_tokens += self.growth_pages * self.alloc.page_size
+            self._sync(req)
+            ctx = req.input_len + req.generated
+            self._push(heap, self.step + max(1, req.cap_tokens - ctx), req)
+
+    def _complete(self, req: Request) -> None:
+        self._leave(req)
+        self.alloc.release(req.d_pages)
+        req.d_pages = None
+        self.load_tokens -= req.input_len + req.output_len
+        self._respond(req, "completed")
+        self._try_prealloc()
+        self._maybe_idle()
+
+    # --- flush -----------------------------------------------------------------------------
+
+    def is_fully_idle(self) -> bool:
+        return not (self.running or self.waiting or self.transfer or self.retracted
+                    or any(not r.room.resolved for r in self.prealloc))
+
+    def busy_summary(self) -> str:
+        return (f"prealloc={len(self.prealloc)} transfer={len(self.transfer)} "
+                f"waiting={len(self.waiting)} running={len(self.running)} "
+                f"retracted={len(self.retracted)}")
+
+    def flush_now(self, how: str) -> None:
+        doomed = 0
+        for req in self.transfer.values():
+            if not req.room.resolved and not req.room.doomed:
+                req.room.doomed = f"{self.name}/r{self.index}"
+                doomed += 1
+                self.log("flush_doomed", self.name, self.index, req.rid, req.room.id,
+                         req.room.session, detail="destination pages freed")
+        stale = len(self.running) + len(self.waiting)
+        self.log("flush_executed", self.name, self.index, value=doomed,
+                 detail=f"{how}; {self.busy_summary()}; {stale} running/waiting on freed pages")
+        self.alloc.reset()
+        self.stats.flushes_executed += 1
+        self._try_prealloc()

@@ -1,0 +1,151 @@
+"""Build the fleet a scenario describes: servers, ranks, transfer engines, router, clients."""
+
+from __future__ import annotations
+
+import simpy
+
+from pdsim import balance, blacklist, predictor, profiles
+from pdsim.client import CLIENTS
+from pdsim.decode import DecodeRank
+from pdsim.log import EventLog
+from pdsim.nic import NIC
+from pdsim.prefill import PrefillRank
+from pdsim.request import Request
+from pdsim.rng import Streams
+from pdsim.router import MiniLB
+from pdsim.scenario import Scenario
+from pdsim.server import Server
+from pdsim.stats import Stats
+from pdsim.transfer import TransferEngine
+
+
+def pool_pages(role_cfg, gpu: profiles.GPU, model: profiles.Model) -> int:
+    """KV pages per rank: given, or what ``mem_fraction_static`` of HBM leaves after weights."""
+    if role_cfg.kv_pool_tokens is not None:
+        tokens = role_cfg.kv_pool_tokens
+    else:
+        weights = model.params_total_b * 1e9 * model.weight_bytes / role_cfg.tp
+        free = gpu.hbm_gb * 1e9 * role_cfg.mem_fraction_static - weights
+        if free <= 0:
+            raise ValueError(f"{model.name} weights ({weights / 1e9:.0f} GB per GPU at tp "
+                             f"{role_cfg.tp}) do not fit in {gpu.name} memory")
+        tokens = int(free / model.kv_bytes_per_token)
+    return max(1, tokens // role_cfg.page_size)
+
+
+class Fleet:
+    def __init__(self, scenario: Scenario) -> None:
+        sc = self.scenario = scenario
+        env = self.env = simpy.Environment()
+        self.log = EventLog(env)
+        self.stats = Stats()
+        self.rngs = Streams(sc.seed, sc.seeds.model_dump())
+        self.requests: list[Request] = []
+        gpu = self.gpu = profiles.gpu(sc.fleet.gpu)
+        model = self.model = profiles.model(sc.fleet.model)
+        pc, dc, tc = sc.fleet.prefill, sc.fleet.decode, sc.transfer
+
+        # decode side first: prefill engines need the sessions' liveness
+        self.decode_ranks: list[DecodeRank] = []
+        self.decode_servers: list[Server] = []
+        d_pred = predictor.build(sc.predictor, gpu, model, dc.tp, dc.dp if dc.dp_attention else 1)
+        d_pages = pool_pages(dc, gpu, model)
+        for s in range(dc.servers):
+            ranks = []
+            for r in range(dc.dp):
+                port = tc.base_port + len(self.decode_ranks)
+                rank = DecodeRank(env, s, r, dc, d_pred, d_pages, tc.waiting_timeout_s, port,
+                                  sc.flush.semantics, self.log, self.stats)
+                ranks.append(rank)
+                self.decode_ranks.append(rank)
+            self.decode_servers.append(Server(env, "decode", s, ranks, balance.build(dc.balance),
+                                              self.log))
+        sessions = {r.session: r for r in self.decode_ranks}
+
+        def alive(session: str) -> bool:
+            return sessions[session].alive
+
+        # prefill side: each rank has its own transfer engine, NICs shared per gpus_per_nic
+        self.prefill_ranks: list[PrefillRank] = []
+        self.prefill_servers: list[Server] = []
+        self.engines: list[TransferEngine] = []
+        p_pred = predictor.build(sc.predictor, gpu, model, pc.tp, pc.dp if pc.dp_attention else 1)
+        p_pages = pool_pages(pc, gpu, model)
+        kvb = model.kv_bytes_per_token_sent(pc.tp, pc.dp_attention)
+        gpus_per_rank = pc.tp // pc.dp if pc.dp_attention else pc.tp
+        gpus_per_nic = tc.gpus_per_nic or gpu.gpus_per_nic
+        nic_bps = (tc.nic_gbps or gpu.nic_gbps) * 1e9 / 8
+        ranks_per_nic = max(1, gpus_per_nic // gpus_per_rank)
+        nics_per_rank = max(1, gpus_per_rank // gpus_per_nic)
+        self.nics: list[NIC] = []
+        for s in range(pc.servers):
+            ranks = []
+            for r in range(pc.dp):
+                g = len(self.prefill_ranks)
+                if g % ranks_per_nic == 0:
+                    self.nics.append(NIC(env, f"nic{len(self.nics)}", nic_bps * nics_per_rank,
+                                         tc.peak_utilisation, tc.min_utilisation,
+                                         tc.saturation_mb * 1e6))
+                rank = PrefillRank(env, s, r, pc, p_pred, kvb, p_pages, tc.bootstrap_timeout_s,
+                                   sc.flush.semantics, self.log, self.stats)
+                owner = f"{rank.name}.r{r}"
+                bl = blacklist.build(sc.blacklist, env, owner, alive, self.log)
+                bl.on_change = self._blacklist_changed
+                rank.engine = TransferEngine(env, rank.name, r, self.nics[-1], bl,
+                                             tc.call_latency_ms / 1e3, tc.transfer_timeout_s,
+                                             tc.queues_per_rank, self.log, self.stats, alive)
+                ranks.append(rank)
+                self.prefill_ranks.append(rank)
+                self.engines.append(rank.engine)
+            self.prefill_servers.append(Server(env, "prefill", s, ranks,
+                                               balance.build(pc.balance), self.log))
+        if sc.blacklist.reregister_on_invalidate:
+            for d in self.decode_ranks:
+                d.on_reregister = self._reregister
+
+        self.router = MiniLB(env, self.prefill_servers, self.decode_servers, sc.router,
+                             self.rngs["routing"], self.log)
+        self.clients = [CLIENTS[c.kind](env, c, self.router, self, self.rngs)
+                        for c in sc.clients]
+        for op in sc.operator_flushes:
+            env.process(self._operator_flush(op.at_s, op.timeout_s))
+
+    def new_request(self, client: str, kind: str, input_len: int, output_len: int,
+                    stream: bool, blocks, question: int, attempt: int) -> Request:
+        req = Request(self.env, len(self.requests), client, kind, input_len, output_len, stream,
+                      blocks, question, attempt)
+        self.requests.append(req)
+        return req
+
+    def _operator_flush(self, at: float, timeout: float | None):
+        yield self.env.timeout(at)
+        yield self.router.flush(timeout, "operator")
+
+    def _blacklist_changed(self) -> None:
+        n = sum(len(e.blacklist) for e in self.engines)
+        self.stats.blacklisted_pairs = n
+        self.stats.blacklisted_pairs_max = max(self.stats.blacklisted_pairs_max, n)
+
+    def _reregister(self, session: str, req: Request) -> None:
+        """A decode whose connection was invalidated re-registers: its pairs leave blacklists."""
+        for e in self.engines:
+            e.blacklist.clear(session, "decode re-registered")
+
+    @property
+    def ranks(self) -> list:
+        return self.prefill_ranks + self.decode_ranks
+
+    def snapshot(self) -> dict:
+        """Gauges for the time series."""
+        p, d = self.prefill_ranks, self.decode_ranks
+        return {
+            "prefill_kv_used": sum(r.alloc.used for r in p) / sum(r.alloc.capacity for r in p),
+            "decode_kv_used": sum(r.alloc.used for r in d) / sum(r.alloc.capacity for r in d),
+            "prefill_queue": sum(len(r.bootstrap) + len(r._queued) for r in p),
+            "prefill_inflight": sum(len(r.inflight) for r in p),
+            "transfer_queue": sum(e.queued() for e in self.engines),
+            "decode_prealloc": sum(len(r.prealloc) for r in d),
+            "decode_transfer": sum(len(r.transfer) for r in d),
+            "decode_running": sum(len(r.running) for r in d),
+            "blacklisted_pairs": self.stats.blacklisted_pairs,
+        }

@@ -1,0 +1,137 @@
+"""KV page allocator and prefix (radix) cache of one DP rank.
+
+The allocator hands out :class:`Pages` (a holder's share of the pool). A flush bumps the
+allocator's epoch and makes every page free again; pages allocated before the flush become
+orphans whose later release is a no-op, so pages handed out after the flush belong to their new
+owners and nothing is freed twice.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+
+class KVError(RuntimeError):
+    """An allocator invariant was broken (double free, over-allocation)."""
+
+
+class Pages:
+    __slots__ = ("n", "epoch", "freed")
+
+    def __init__(self, n: int, epoch: int) -> None:
+        self.n = n
+        self.epoch = epoch
+        self.freed = False
+
+
+class PageAllocator:
+    def __init__(self, capacity_pages: int, page_size: int) -> None:
+        if capacity_pages <= 0:
+            raise ValueError("capacity must be positive")
+        self.capacity = capacity_pages
+        self.page_size = page_size
+        self.used = 0
+        self.epoch = 0
+        self.peak = 0
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.used
+
+    def pages_for(self, tokens: int) -> int:
+        return -(-tokens // self.page_size)
+
+    def alloc(self, n: int) -> Pages | None:
+        """Allocate ``n`` pages, or return None when they are not free."""
+        if n > self.capacity - self.used:
+            return None
+        self.used += n
+        if self.used > self.peak:
+            self.peak = self.used
+        return Pages(n, self.epoch)
+
+    def grow(self, pages: Pages, n: int) -> bool:
+        """Add ``n`` pages to a holding; an orphaned holding re-enters the current epoch."""
+        if n > self.capacity - self.used:
+            return False
+        if pages.epoch != self.epoch:  # orphan from before a flush: it now owns only the new pages
+            pages.n, pages.epoch = 0, self.epoch
+        pages.n += n
+        self.used += n
+        if self.used > self.peak:
+            self.peak = self.used
+        return True
+
+    def release(self, pages: Pages | None) -> None:
+        if pages is None:
+            return
+        if pages.freed:
+            raise KVError("double free of a page holding")
+        pages.freed = True
+        if pages.epoch == self.epoch:
+            self.used -= pages.n
+            if self.used < 0:
+                raise KVError("pages in use went negative")
+
+    def reset(self) -> None:
+        """Flush: every page free again; existing holdings become orphans."""
+        self.used = 0
+        self.epoch += 1
+
+
+class PrefixCache:
+    """LRU over prefix blocks (radix cache at block granularity).
+
+    Cached blocks keep their pages in the allocator until evicted. ``match`` returns how many
+    leading blocks of a prompt are cached.
+    """
+
+    def __init__(self, allocator: PageAllocator, block_tokens: int) -> None:
+        self.alloc = allocator
+        self.block_tokens = block_tokens
+        self.block_pages = allocator.pages_for(block_tokens)
+        self.blocks: OrderedDict[int, Pages] = OrderedDict()
+        self.hits = 0
+        self.lookups = 0
+
+    @property
+    def pages(self) -> int:
+        return len(self.blocks) * self.block_pages
+
+    def match(self, block_ids: tuple[int, ...]) -> int:
+        n = 0
+        for b in block_ids:
+            if b not in self.blocks:
+                break
+            self.blocks.move_to_end(b)
+            n += 1
+        self.lookups += len(block_ids)
+        self.hits += n
+        return n
+
+    def insert(self, block_ids: tuple[int, ...]) -> None:
+        for b in block_ids:
+            if b in self.blocks:
+                self.blocks.move_to_end(b)
+                continue
+            pages = self.alloc.alloc(self.block_pages)
+            if pages is None and not self.evict(self.block_pages):
+                return
+            if pages is None:
+                pages = self.alloc.alloc(self.block_pages)
+                if pages is None:
+                    return
+            self.blocks[b] = pages
+
+    def evict(self, need_pages: int) -> bool:
+        """Evict LRU blocks until ``need_pages`` are free; False if the cache cannot give them."""
+        while self.alloc.free < need_pages and self.blocks:
+            _, pages = self.blocks.popitem(last=False)
+            self.alloc.release(pages)
+        return self.alloc.free >= need_pages
+
+    def reset(self) -> None:
+        """Flush: drop every block (their pages are freed by the allocator reset)."""
+        for pages in self.blocks.values():
+            pages.freed = True
+        self.blocks.clear()

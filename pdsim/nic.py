@@ -1,0 +1,74 @@
+"""A NIC shared by concurrent writes (fluid processor sharing).
+
+Each active write progresses at ``line_rate * utilisation(size) / n_active``; the NIC keeps one
+pending wake-up for the earliest finishing write and re-plans on every start and finish, so a
+write costs a start and an end event, whatever its size.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+
+class NIC:
+    def __init__(self, env: simpy.Environment, name: str, bytes_per_s: float,
+                 peak_util: float, min_util: float, saturation_bytes: float) -> None:
+        self.env = env
+        self.name = name
+        self.rate = bytes_per_s
+        self.peak_util = peak_util
+        self.min_util = min_util
+        self.saturation = saturation_bytes
+        self._active: dict[int, list] = {}  # id -> [remaining_bytes, cap_rate, event]
+        self._last = 0.0
+        self._plan = 0
+        self._next_id = 0
+        self.bytes_sent = 0.0
+
+    def utilisation(self, nbytes: float) -> float:
+        """Share of line rate one write of this size reaches alone (small writes do worse)."""
+        frac = min(1.0, nbytes / self.saturation)
+        return max(self.min_util, self.peak_util * frac) if frac < 1 else self.peak_util
+
+    @property
+    def active(self) -> int:
+        return len(self._active)
+
+    def write(self, nbytes: float) -> simpy.Event:
+        self._advance()
+        ev = self.env.event()
+        self._active[self._next_id] = [float(nbytes), self.rate * self.utilisation(nbytes), ev]
+        self._next_id += 1
+        self.bytes_sent += nbytes
+        self._replan()
+        return ev
+
+    def _advance(self) -> None:
+        dt = self.env.now - self._last
+        self._last = self.env.now
+        if dt <= 0 or not self._active:
+            return
+        n = len(self._active)
+        for flow in self._active.values():
+            flow[0] -= flow[1] / n * dt
+
+    def _replan(self) -> None:
+        self._plan += 1
+        if not self._active:
+            return
+        n = len(self._active)
+        fid, flow = min(self._active.items(), key=lambda kv: kv[1][0] / kv[1][1])
+        delay = max(0.0, flow[0] / (flow[1] / n))
+        plan = self._plan
+        self.env.timeout(delay).callbacks.append(lambda _e: self._finish(plan, fid))
+
+    def _finish(self, plan: int, fid: int) -> None:
+        if plan != self._plan:  # superseded by a later start or finish
+            return
+        self._advance()
+        flow = self._active.pop(fid)
+        flow[2].succeed()
+        # writes that finish at the same instant
+        for other in [k for k, f in self._active.items() if f[0] <= 1e-6]:
+            self._active.pop(other)[2].succeed()
+        self._replan()

@@ -1,0 +1,196 @@
+"""Prefill DP rank: bootstrap queue -> waiting queue -> chunked prefill -> in-flight queue.
+
+A request waits in the bootstrap queue until its decode rank has pre-allocated KV (the room is
+bootstrapped), then in the waiting queue. Each forward takes requests FIFO under the
+chunked-prefill token budget; every finished chunk's KV goes to the transfer engine at once.
+After its last chunk the request sits in the in-flight queue until the transfer resolves, and
+then its KV is released (into the prefix cache on success).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import simpy
+
+from pdsim.kv import PrefixCache
+from pdsim.rank import Rank
+from pdsim.request import Poll, Request
+from pdsim.transfer import Chunk, TransferEngine
+
+
+class PrefillRank(Rank):
+    role = "prefill"
+
+    def __init__(self, env: simpy.Environment, server: int, index: int, cfg, predictor,
+                 kv_bytes_per_token: int, pool_pages: int, bootstrap_timeout_s: float,
+                 flush_semantics: str, log, stats) -> None:
+        super().__init__(env, server, index, pool_pages, cfg.page_size, flush_semantics, log,
+                         stats)
+        self.cfg = cfg
+        self.predictor = predictor
+        self.kvb = kv_bytes_per_token
+        self.bootstrap_timeout = bootstrap_timeout_s
+        self.engine: TransferEngine | None = None  # wired by the fleet
+        self.bootstrap: dict[int, Request] = {}
+        self.waiting: deque[Request] = deque()
+        self._queued: set[int] = set()
+        self.chunked: Request | None = None
+        self.progress: dict[int, int] = {}
+        self.batch: list[tuple[Request, int, bool]] = []
+        self.inflight: dict[int, Request] = {}
+        self.cache = PrefixCache(self.alloc, cfg.prefix_block_tokens) if cfg.prefix_cache else None
+        env.process(self._loop())
+
+    # --- arrivals and room callbacks -----------------------------------------------------
+
+    def submit(self, req: Request) -> None:
+        self.bootstrap[req.rid] = req
+        self.load_tokens += req.input_len
+        room = req.room
+        room.bootstrapped.callbacks.append(lambda _e, r=req: self._on_bootstrapped(r))
+        room.done.callbacks.append(lambda _e, r=req: self._on_done(r))
+        self.env.timeout(self.bootstrap_timeout).callbacks.append(
+            lambda _e, r=req: self._bootstrap_timeout(r))
+
+    def _on_bootstrapped(self, req: Request) -> None:
+        if req.room.resolved or self.bootstrap.pop(req.rid, None) is None:
+            return
+        self.waiting.append(req)
+        self._queued.add(req.rid)
+        self._kick()
+
+    def _bootstrap_timeout(self, req: Request) -> None:
+        if req.rid in self.bootstrap and not req.room.resolved:
+            self.stats.count_failure("bootstrap_timeout")
+            req.room.fail("bootstrap_timeout")
+
+    def _on_done(self, req: Request) -> None:
+        rid = req.rid
+        self.bootstrap.pop(rid, None)
+        self._queued.discard(rid)
+        self.inflight.pop(rid, None)
+        self.progress.pop(rid, None)
+        if self.chunked is req:
+            self.chunked = None
+        self.alloc.release(req.p_pages)
+        if req.room.state == Poll.Success and self.cache is not None and req.blocks:
+            self.cache.insert(req.blocks)
+        self.load_tokens -= req.input_len
+        self._kick()  # freed pages may unblock a forward
+        self._maybe_idle()
+
+    # --- the scheduler loop --------------------------------------------------------------
+
+    def _take(self, req: Request, budget: int, first: bool) -> int:
+        """Allocate pages for the next chunk of ``req``; returns its token count (0: no room)."""
+        left = req.input_len - req.cached_tokens - self.progress.get(req.rid, 0)
+        n = min(left, budget)
+        need = self.alloc.pages_for(n)
+        if self.alloc.free < need and self.cache is not None:
+            self.cache.evict(need)
+        if req.p_pages is None:
+            req.p_pages = self.alloc.alloc(0)
+        if not self.alloc.grow(req.p_pages, need):
+            return 0
+        return n
+
+    def _form_batch(self) -> list[tuple[Request, int, bool]]:
+        budget = self.cfg.chunked_prefill_size
+        batch: list[tuple[Request, int, bool]] = []
+        if self.chunked is not None:
+            n = self._take(self.chunked, budget, False)
+            if not n:
+                return batch
+            batch.append((self.chunked, n, False))
+            budget -= n
+        while budget > 0 and self.waiting and len(batch) < self.cfg.max_running_requests:
+            req = self.waiting[0]
+            if req.room.resolved or req.rid not in self._queued:
+                self.waiting.popleft()
+                continue
+            if self.cache is not None and req.blocks:
+                hit = self.cache.match(req.blocks) * self.cache.block_tokens
+                req.cached_tokens = min(hit, req.input_len - 1)
+            n = self._take(req, budget, True)
+            if not n:
+                break
+            self.waiting.popleft()
+            self._queued.discard(req.rid)
+            batch.append((req, n, True))
+            budget -= n
+            left = req.input_len - req.cached_tokens - n
+            if left > 0:
+                self.chunked = req
+                break
+        return batch
+
+    def _loop(self):
+        env = self.env
+        while True:
+            batch = self._form_batch()
+            if not batch:
+                yield self._sleep()
+                continue
+            tokens = 0
+            sq = 0.0
+            for req, n, _first in batch:
+                ctx = req.cached_tokens + self.progress.get(req.rid, 0)
+                tokens += n
+                sq += n * (n + ctx)
+            self.batch = batch
+            dt = self.predictor.prefill(tokens, sq)
+            self.stats.prefill_steps += 1
+            yield env.timeout(dt)
+            self.batch = []
+            self.stats.prefill_tokens += tokens
+            for req, n, first in batch:
+                req.prefill_tokens += n
+                if req.room.resolved:
+                    continue
+                done = self.progress.get(req.rid, 0) + n
+                self.progress[req.rid] = done
+                sent = n + (req.cached_tokens if first else 0)
+                last = done >= req.input_len - req.cached_tokens
+                if last:
+                    if self.chunked is req:
+                        self.chunked = None
+                    self.inflight[req.rid] = req
+                    req.t_prefill_end = env.now
+                self.engine.submit(Chunk(req, req.room, sent * self.kvb, last))
+            self._maybe_idle()
+
+    # --- flush -----------------------------------------------------------------------------
+
+    def is_fully_idle(self) -> bool:
+        return not (self.bootstrap or self._queued or self.chunked or self.batch
+                    or self.inflight)
+
+    def busy_summary(self) -> str:
+        return (f"bootstrap={len(self.bootstrap)} waiting={len(self._queued)} "
+                f"chunked={int(self.chunked is not None)} forward={len(self.batch)} "
+                f"inflight={len(self.inflight)}")
+
+    def holders(self) -> list[Request]:
+        """Requests whose source KV pages are live under an unresolved transfer."""
+        reqs = {r.rid: r for r in self.inflight.values()}
+        for req, _n, _f in self.batch:
+            reqs[req.rid] = req
+        if self.chunked is not None:
+            reqs[self.chunked.rid] = self.chunked
+        return [r for r in reqs.values() if not r.room.resolved]
+
+    def flush_now(self, how: str) -> None:
+        doomed = 0
+        for req in self.holders():
+            if not req.room.doomed:
+                req.room.doomed = f"{self.name}/r{self.index}"
+                doomed += 1
+                self.log("flush_doomed", self.name, self.index, req.rid, req.room.id,
+                         req.room.session, detail="source pages freed")
+        self.log("flush_executed", self.name, self.index, value=doomed,
+                 detail=f"{how}; {self.busy_summary()}")
+        self.alloc.reset()
+        if self.cache is not None:
+            self.cache.reset()
+        self.stats.flushes_executed += 1

@@ -1,0 +1,56 @@
+"""What prefill and decode DP ranks share: identity, KV pool, idle tracking and flush."""
+
+from __future__ import annotations
+
+import simpy
+
+from pdsim.flush import FlushWrapper
+from pdsim.kv import PageAllocator
+
+
+class Rank:
+    role = "rank"
+
+    def __init__(self, env: simpy.Environment, server: int, index: int, pool_pages: int,
+                 page_size: int, flush_semantics: str, log, stats) -> None:
+        self.env = env
+        self.server = server
+        self.index = index
+        self.name = f"{self.role}-{server}"
+        self.alloc = PageAllocator(pool_pages, page_size)
+        self.log = log
+        self.stats = stats
+        self.flush = FlushWrapper(env, self, flush_semantics, log)
+        self.load_tokens = 0  # what total_tokens DP balancing reads
+        self._idle_waiters: list[simpy.Event] = []
+        self._wake = env.event()
+
+    # --- idle tracking (SchedulerFlushWrapper re-checks when queues shrink) -----------------
+
+    def is_fully_idle(self) -> bool:
+        raise NotImplementedError
+
+    def busy_summary(self) -> str:
+        raise NotImplementedError
+
+    def idle_event(self) -> simpy.Event:
+        ev = self.env.event()
+        self._idle_waiters.append(ev)
+        return ev
+
+    def _maybe_idle(self) -> None:
+        if self._idle_waiters and self.is_fully_idle():
+            waiters, self._idle_waiters = self._idle_waiters, []
+            for ev in waiters:
+                ev.succeed()
+
+    def _kick(self) -> None:
+        if not self._wake.triggered:
+            self._wake.succeed()
+
+    def _sleep(self) -> simpy.Event:
+        self._wake = self.env.event()
+        return self._wake
+
+    def flush_now(self, how: str) -> None:
+        raise NotImplementedError

@@ -1,0 +1,105 @@
+"""A request and its PD transfer room (the bootstrap room both sides poll)."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import simpy
+
+
+class Poll(IntEnum):
+    """Mooncake/SGLang KV poll states; ranks combine by minimum and Failed is terminal."""
+
+    Failed = 0
+    Bootstrapping = 1
+    WaitingForInput = 2
+    Transferring = 3
+    Success = 4
+
+
+class Room:
+    """The transfer session of one request between its prefill rank and its decode rank."""
+
+    __slots__ = ("id", "state", "bootstrapped", "done", "session", "port", "doomed",
+                 "reason", "chunks_written", "prefill", "decode")
+
+    def __init__(self, env: simpy.Environment, room_id: int) -> None:
+        self.id = room_id
+        self.state = Poll.Bootstrapping
+        self.bootstrapped = env.event()  # decode pre-allocated: prefill may run the forward
+        self.done = env.event()  # transfer resolved: value True (Success) or False (Failed)
+        self.session = ""  # decode session id host:port
+        self.port = 0
+        self.doomed = ""  # set when a flush freed pages under this transfer
+        self.reason = ""
+        self.chunks_written = 0
+        self.prefill = None
+        self.decode = None
+
+    @property
+    def resolved(self) -> bool:
+        return self.state in (Poll.Failed, Poll.Success)
+
+    def succeed(self) -> None:
+        if not self.resolved:
+            self.state = Poll.Success
+            self.done.succeed(True)
+
+    def fail(self, reason: str) -> bool:
+        """Mark Failed (terminal). Returns False if the room was already resolved."""
+        if self.resolved:
+            return False
+        self.state = Poll.Failed
+        self.reason = reason
+        if not self.bootstrapped.triggered:
+            self.bootstrapped.succeed(False)
+        self.done.succeed(False)
+        return True
+
+
+class Request:
+    """One HTTP generate request as the router sees it; its fields become the records table."""
+
+    __slots__ = (
+        "rid", "client", "kind", "input_len", "output_len", "stream", "blocks", "question",
+        "attempt", "t_arrival", "t_first_token", "t_done", "generated", "status", "reason",
+        "http_status", "room", "p_server", "p_rank", "d_server", "d_rank", "prefill_tokens",
+        "cached_tokens", "response", "d_pages", "p_pages", "gen_at_join", "join_step",
+        "version", "cap_tokens", "recompute", "stale_pages", "t_prefill_end", "t_transfer_done",
+    )
+
+    def __init__(self, env: simpy.Environment, rid: int, client: str, kind: str,
+                 input_len: int, output_len: int, stream: bool,
+                 blocks: tuple[int, ...] | None = None, question: int = -1,
+                 attempt: int = 0) -> None:
+        self.rid = rid
+        self.client = client
+        self.kind = kind  # "bench", "warmup", "eval"
+        self.input_len = input_len
+        self.output_len = output_len
+        self.stream = stream
+        self.blocks = blocks
+        self.question = question
+        self.attempt = attempt
+        self.t_arrival = env.now
+        self.t_first_token = float("nan")
+        self.t_done = float("nan")
+        self.t_prefill_end = float("nan")
+        self.t_transfer_done = float("nan")
+        self.generated = 0
+        self.status = "unfinished"  # completed | failed | timed_out | unfinished
+        self.reason = ""
+        self.http_status = 0
+        self.room: Room | None = None
+        self.p_server = self.p_rank = self.d_server = self.d_rank = -1
+        self.prefill_tokens = 0  # prefill forward work spent on this request
+        self.cached_tokens = 0
+        self.response = env.event()
+        self.d_pages = None
+        self.p_pages = None
+        self.gen_at_join = 0
+        self.join_step = 0
+        self.version = 0
+        self.cap_tokens = 0
+        self.recompute = 0
+        self.stale_pages = False

@@ -1,0 +1,409 @@
+"""Scenario format: typed, validated, with one-line errors that name the key path.
+
+A scenario is YAML (loaded with ``yaml.safe_load``) or a dict. Unknown keys, wrong types and
+impossible values raise :class:`ScenarioError` with the dotted key path and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from pdsim import profiles
+
+PosInt = Annotated[int, Field(gt=0)]
+PosFloat = Annotated[float, Field(gt=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+Fraction = Annotated[float, Field(gt=0, le=1)]
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be run; ``str()`` is the one-line message for the user."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_default=True)
+
+
+# --- fleet ---------------------------------------------------------------------------------
+
+
+class RoleConfig(Strict):
+    servers: PosInt = Field(1, description="Servers of this role (each one SGLang process group)")
+    dp: PosInt = Field(1, description="DP ranks per server (one scheduler each)")
+    tp: PosInt = Field(1, description="Tensor-parallel size of the server")
+    dp_attention: bool = Field(False, description="--enable-dp-attention")
+    balance: Literal["round_robin", "total_tokens", "follow_bootstrap_room"] = Field(
+        "round_robin", description="DP load-balance method of the server"
+    )
+    max_running_requests: PosInt = Field(256, description="Per DP rank")
+    kv_pool_tokens: PosInt | None = Field(
+        None, description="KV pool size per rank in tokens; default: derived from GPU memory"
+    )
+    mem_fraction_static: Fraction = Field(0.8, description="Used when kv_pool_tokens is unset")
+    page_size: PosInt = Field(1, description="Tokens per KV page")
+
+    @model_validator(mode="after")
+    def _dp_fits_tp(self) -> RoleConfig:
+        if self.dp_attention and self.tp % self.dp:
+            raise ValueError(f"with dp_attention, tp ({self.tp}) must be a multiple of dp "
+                             f"({self.dp})")
+        return self
+
+
+class PrefillConfig(RoleConfig):
+    chunked_prefill_size: PosInt = Field(
+        8192, description="Token budget of one prefill forward per rank (--chunked-prefill-size, "
+        "already divided by dp under DP attention)"
+    )
+    prefix_cache: bool = Field(True, description="Radix (prefix) cache on the prefill")
+    prefix_block_tokens: PosInt = Field(512, description="Tokens per prefix-cache block")
+
+
+class DecodeConfig(RoleConfig):
+    retract_reserve_tokens: int = Field(
+        0, ge=0, description="Tokens of growth reserved per request at admission"
+    )
+
+
+class FleetConfig(Strict):
+    gpu: str = Field(description="GPU profile name")
+    model: str = Field(description="Model profile name")
+    prefill: PrefillConfig = PrefillConfig()
+    decode: DecodeConfig = DecodeConfig()
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, v: str) -> str:
+        if v not in profiles.gpu_names():
+            raise ValueError(f"unknown GPU profile {v!r}; allowed: {', '.join(profiles.gpu_names())}")
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v: str) -> str:
+        if v not in profiles.model_names():
+            raise ValueError(
+                f"unknown model profile {v!r}; allowed: {', '.join(profiles.model_names())}"
+            )
+        return v
+
+
+# --- router, transfer, blacklist, flush, predictor -------------------------------------------
+
+
+class RouterConfig(Strict):
+    kind: Literal["mini_lb"] = Field("mini_lb", description="Request routing: random PD pairing")
+    flush_handler: Literal["mini_lb_0.3.2", "mini_lb_fixed", "model_gateway", "rust_router"] = (
+        Field("mini_lb_0.3.2", description="What the router's POST /flush_cache does")
+    )
+    request_timeout_s: PosFloat = 1800.0
+    fanout_concurrency: PosInt = Field(32, description="Rust routers: concurrent flush fan-out")
+    worker_timeout_s: PosFloat = Field(5.0, description="sgl-model-gateway per-worker timeout")
+    http_latency_ms: NonNegFloat = Field(0.5, description="One router<->server hop")
+
+
+class TransferConfig(Strict):
+    queues_per_rank: PosInt = Field(4, description="Mooncake transfer queues per prefill rank")
+    call_latency_ms: NonNegFloat = Field(1.6, description="Fixed cost per batch write (ref 6)")
+    nic_gbps: PosFloat | None = Field(None, description="NIC line rate; default from GPU profile")
+    gpus_per_nic: PosInt | None = Field(None, description="Default from GPU profile")
+    peak_utilisation: Fraction = Field(0.84, description="168 GB/s over 4x400 GbE (ref 6)")
+    min_utilisation: Fraction = Field(0.12, description="Utilisation floor for small writes")
+    saturation_mb: PosFloat = Field(100.0, description="Write size reaching peak utilisation")
+    transfer_timeout_s: PosFloat = 30.0
+    bootstrap_timeout_s: PosFloat = 300.0
+    waiting_timeout_s: PosFloat = 300.0
+    base_port: PosInt = Field(17000, description="First decode session rpc port")
+
+
+class BlacklistConfig(Strict):
+    strikes: PosInt = Field(1, description="Failures before a session is blacklisted")
+    recovery: Literal["none", "probe", "v0_5_23"] = Field(
+        "none", description="none: permanent (0.5.14-0.5.22 default); probe: fixed interval; "
+        "v0_5_23: probe with backoff and idle drop"
+    )
+    probe_interval_s: PosFloat = 30.0
+    probe_max_interval_s: PosFloat = 300.0
+    idle_drop_s: PosFloat = 600.0
+    reregister_on_invalidate: bool = Field(
+        True, description="Decode re-registers (and is un-blacklisted) after a waiting timeout"
+    )
+
+
+class FlushConfig(Strict):
+    semantics: Literal["skip_idle_check", "reject_if_busy"] = Field(
+        "skip_idle_check",
+        description="Immediate path (timeout<=0): flush regardless (incident report) or 400 when "
+        "busy (released 0.5.10-0.5.23)",
+    )
+
+
+class PredictorConfig(Strict):
+    kind: Literal["fitted", "roofline"] = "fitted"
+    coefficients: dict[str, float] = Field(
+        default_factory=dict, description="Override fitted coefficients by name"
+    )
+    prefill_mfu: Fraction = Field(0.35, description="Roofline: achieved fraction of peak FLOP/s")
+    hbm_derate: Fraction = Field(0.8, description="Roofline: achieved fraction of HBM bandwidth")
+    step_overhead_ms: NonNegFloat = Field(5.0, description="Roofline: per-step launch overhead")
+
+
+# --- workload -------------------------------------------------------------------------------
+
+
+class RandomDataset(Strict):
+    kind: Literal["random"] = "random"
+    input_len: PosInt = 1024
+    output_len: PosInt = 1024
+    range_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0
+
+
+class TraceDataset(Strict):
+    kind: Literal["trace"]
+    path: str = Field(description="Mooncake-format JSONL (timestamp ms, input/output_length)")
+    limit: PosInt | None = None
+    time_scale: PosFloat = Field(1.0, description="Multiply inter-arrival times")
+    max_input_len: PosInt | None = None
+
+
+Dataset = Annotated[Union[RandomDataset, TraceDataset], Field(discriminator="kind")]
+
+
+class ClientFlush(Strict):
+    mode: Literal["none", "bare", "raise_for_status", "timeout"] = Field(
+        "none", description="bench_serving flush_server_cache after warmup"
+    )
+    timeout_s: PosFloat = 60.0
+
+
+class BenchClientConfig(Strict):
+    kind: Literal["bench"]
+    name: str = "bench"
+    start_s: NonNegFloat = 0.0
+    dataset: Dataset = RandomDataset()
+    num_prompts: PosInt = 1000
+    request_rate: float | Literal["inf", "trace"] = Field("inf", description="req/s, inf or trace")
+    max_concurrency: PosInt | None = None
+    warmup_requests: int = Field(1, ge=0)
+    warmup_output_len: PosInt = 32
+    flush: ClientFlush = ClientFlush()
+    stream: bool = True
+
+    @field_validator("request_rate")
+    @classmethod
+    def _rate(cls, v: Any) -> Any:
+        if isinstance(v, float) and (v <= 0 or math.isnan(v)):
+            raise ValueError("must be > 0, 'inf' or 'trace'")
+        return v
+
+
+class EvalClientConfig(Strict):
+    kind: Literal["eval"]
+    name: str = "eval"
+    start_s: NonNegFloat = 0.0
+    questions: PosInt = 1400
+    threads: PosInt = 128
+    dataset: RandomDataset = RandomDataset(input_len=256, output_len=256, range_ratio=0.5)
+    max_tokens: PosInt = 512
+    tries: PosInt = Field(6, description="Sampler tries with 2^k s sleeps between them")
+    sdk_retries: int = Field(2, ge=0, description="HTTP SDK retries on status >= 500")
+    sdk_backoff_s: NonNegFloat = Field(0.5, description="SDK initial backoff, doubled per retry")
+
+
+ClientConfig = Annotated[Union[BenchClientConfig, EvalClientConfig], Field(discriminator="kind")]
+
+
+class OperatorFlush(Strict):
+    at_s: NonNegFloat
+    timeout_s: PosFloat | None = Field(None, description="None: bare POST /flush_cache")
+
+
+class Seeds(Strict):
+    arrivals: int | None = None
+    lengths: int | None = None
+    routing: int | None = None
+    faults: int | None = None
+
+
+class Scenario(Strict):
+    name: str = "scenario"
+    description: str = ""
+    seed: int = 0
+    seeds: Seeds = Seeds()
+    horizon_s: PosFloat = Field(3600.0, description="Simulated seconds at most")
+    timeseries_interval_s: PosFloat = 1.0
+    fleet: FleetConfig
+    router: RouterConfig = RouterConfig()
+    transfer: TransferConfig = TransferConfig()
+    blacklist: BlacklistConfig = BlacklistConfig()
+    flush: FlushConfig = FlushConfig()
+    predictor: PredictorConfig = PredictorConfig()
+    clients: Annotated[list[ClientConfig], Field(min_length=1)]
+    operator_flushes: list[OperatorFlush] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _names_unique(self) -> Scenario:
+        names = [c.name for c in self.clients]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"client names must be unique; repeated: {', '.join(sorted(dup))}")
+        return self
+
+
+# --- loading and errors -----------------------------------------------------------------------
+
+
+def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str] | None:
+    """Field names allowed at ``loc`` (the parent of an unknown key), walking the schema."""
+    cur: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        if isinstance(cur, type) and issubclass(cur, BaseModel):
+            if part in cur.model_fields:
+                cur = _unwrap(cur.model_fields[part].annotation)
+            else:  # a discriminator tag such as 'bench'
+                cur = _unwrap_tag(cur, part)
+        else:
+            cur = _unwrap_tag(cur, part)
+        if cur is None:
+            return None
+    if isinstance(cur, type) and issubclass(cur, BaseModel):
+        return list(cur.model_fields)
+    return None
+
+
+def _unwrap(tp: Any) -> Any:
+    import typing
+
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is Annotated:
+        return _unwrap(args[0])
+    if typing.get_origin(tp) in (list, Union) or str(typing.get_origin(tp)) == "types.UnionType":
+        models = [_unwrap(a) for a in args if a is not type(None)]
+        return models[0] if len(models) == 1 else tuple(models)
+    return tp
+
+
+def _unwrap_tag(cur: Any, tag: Any) -> Any:
+    if isinstance(cur, tuple):
+        for m in cur:
+            f = getattr(m, "model_fields", {}).get("kind")
+            if f is not None and f.default == tag or (f is not None and tag in str(f.annotation)):
+                return m
+        return None
+    return None
+
+
+_TAGS = {"bench", "eval", "random", "trace", "float", "int", "str", "bool", "none"}
+
+
+def _clean(loc: tuple) -> tuple:
+    """Drop union branch names pydantic adds to a path (clients.0.bench.num_prompts)."""
+    return tuple(p for p in loc if not (isinstance(p, str) and (p in _TAGS or "[" in p)))
+
+
+def _format_error(err: ValidationError) -> str:
+    errors = err.errors()
+    e = errors[0]
+    loc = tuple(e["loc"])
+    path = ".".join(str(p) for p in _clean(loc))
+    same = [x for x in errors if _clean(tuple(x["loc"])) == _clean(loc)]
+    rest = len(errors) - len(same)
+    more = f" (and {rest} more)" if rest else ""
+    if len(same) > 1 and e["type"] != "extra_forbidden":  # a union: list every alternative
+        alts = "; or ".join(x["msg"].removeprefix("Value error, ") for x in same)
+        got = e.get("input")
+        return f"invalid value at '{path}': {alts} (got {got!r}){more}"
+    if e["type"] == "extra_forbidden":
+        allowed = _allowed_keys(Scenario, loc[:-1])
+        hint = f"; allowed keys here: {', '.join(allowed)}" if allowed else ""
+        return f"unknown key '{path}'{hint}{more}"
+    if e["type"] == "missing":
+        return f"missing required key '{path}'{more}"
+    msg = e["msg"].removeprefix("Value error, ")
+    got = e.get("input")
+    shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
+    return f"invalid value at '{path or '<top>'}': {msg}{shown}{more}"
+
+
+def from_dict(data: Any) -> Scenario:
+    """Validate a plain dict (as loaded from YAML) into a :class:`Scenario`."""
+    if not isinstance(data, dict):
+        raise ScenarioError("a scenario must be a mapping of keys to values at the top level")
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as err:
+        raise ScenarioError(_format_error(err)) from None
+
+
+def read_yaml(path: str | Path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError(f"scenario file not found: {p}")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ScenarioError(f"{p}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    return data if data is not None else {}
+
+
+def apply_overrides(data: dict, sets: list[str]) -> dict:
+    """Apply ``dotted.key=value`` overrides; values are parsed as YAML scalars."""
+    import copy
+
+    data = copy.deepcopy(data)
+    for item in sets:
+        if "=" not in item:
+            raise ScenarioError(f"--set expects dotted.key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        value = yaml.safe_load(raw) if raw.strip() else None
+        parts = key.split(".")
+        cur: Any = data
+        for i, part in enumerate(parts[:-1]):
+            nxt = parts[i + 1]
+            if isinstance(cur, list):
+                if not part.isdigit() or int(part) >= len(cur):
+                    raise ScenarioError(f"--set {key}: '{'.'.join(parts[:i + 1])}' is not an "
+                                        f"index into a list of {len(cur)}")
+                cur = cur[int(part)]
+            else:
+                cur = cur.setdefault(part, [] if nxt.isdigit() else {})
+        last = parts[-1]
+        if isinstance(cur, list):
+            if not last.isdigit() or int(last) >= len(cur):
+                raise ScenarioError(f"--set {key}: not an index into a list of {len(cur)}")
+            cur[int(last)] = value
+        else:
+            cur[last] = value
+    return data
+
+
+def load(source: str | Path | dict | Scenario, sets: list[str] | None = None) -> Scenario:
+    """Load a scenario from a YAML path, a dict or a Scenario, applying ``--set`` overrides."""
+    if isinstance(source, Scenario):
+        if not sets:
+            return source
+        source = source.model_dump(mode="json")
+    data = dict(source) if isinstance(source, dict) else read_yaml(source)
+    if sets:
+        data = apply_overrides(data, sets)
+    return from_dict(data)
+
+
+def json_schema() -> dict:
+    return Scenario.model_json_schema()

@@ -1,0 +1,187 @@
+"""Run a scenario: ``run(scenario) -> Result``."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pdsim import scenario as scenario_mod
+from pdsim.fleet import Fleet
+from pdsim.summary import FLUSH_REASONS, clean, request_metrics
+
+REQUEST_COLUMNS = [
+    "rid", "client", "kind", "question", "attempt", "input_len", "output_len", "stream",
+    "t_arrival", "t_first_token", "t_prefill_end", "t_transfer_done", "t_done", "generated",
+    "status", "reason", "http_status", "room", "p_server", "p_rank", "d_server", "d_rank",
+    "session", "prefill_tokens", "cached_tokens", "flush_doomed", "stale_pages",
+]
+
+
+@dataclass
+class Result:
+    """What a run produced: DataFrames for notebooks and tests, and the summary."""
+
+    scenario: scenario_mod.Scenario
+    requests: pd.DataFrame
+    events: pd.DataFrame
+    timeseries: pd.DataFrame
+    summary: dict
+    answers: pd.DataFrame = field(default_factory=pd.DataFrame)
+    flush_calls: list = field(default_factory=list)
+    sim_wall_s: float = 0.0
+
+    @property
+    def measured(self) -> pd.DataFrame:
+        """Requests the clients measure (warmup excluded)."""
+        return self.requests[self.requests.kind != "warmup"]
+
+    def write(self, out: str | Path, fmt: str = "csv") -> list[Path]:
+        """Write records, events, time series and ``summary.json`` into ``out``."""
+        import json
+
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        tables = {"requests": self.requests, "events": self.events,
+                  "timeseries": self.timeseries}
+        if len(self.answers):
+            tables["answers"] = self.answers
+        for name, df in tables.items():
+            path = out / f"{name}.{fmt}"
+            if fmt == "parquet":
+                df.to_parquet(path, index=False)
+            else:
+                df.to_csv(path, index=False, float_format="%.9g")
+            written.append(path)
+        path = out / "summary.json"
+        path.write_text(json.dumps(self.summary, indent=2, sort_keys=True) + "\n")
+        written.append(path)
+        return written
+
+
+def _records(fleet: Fleet) -> pd.DataFrame:
+    for d in fleet.decode_ranks:  # tokens of requests still running at the horizon
+        for r in d.running.values():
+            d._sync(r)
+    rows = []
+    for r in fleet.requests:
+        room = r.room
+        rows.append((r.rid, r.client, r.kind, r.question, r.attempt, r.input_len, r.output_len,
+                     r.stream, r.t_arrival, r.t_first_token, r.t_prefill_end, r.t_transfer_done,
+                     r.t_done, r.generated, r.status, r.reason, r.http_status,
+                     room.id if room else -1, r.p_server, r.p_rank, r.d_server, r.d_rank,
+                     room.session if room else "", r.prefill_tokens, r.cached_tokens,
+                     bool(room and room.doomed), r.stale_pages))
+    return pd.DataFrame.from_records(rows, columns=REQUEST_COLUMNS)
+
+
+def _sampler(fleet: Fleet, interval: float, rows: list):
+    env, stats = fleet.env, fleet.stats
+    while True:
+        snap = fleet.snapshot()
+        rows.append({"time": env.now, "tokens_out": stats.tokens_out,
+                     "failed": sum(stats.request_failures.values()),
+                     "transfer_failures": sum(stats.transfer_failures.values()), **snap})
+        yield env.timeout(interval)
+
+
+def _timeseries(rows: list) -> pd.DataFrame:
+    ts = pd.DataFrame(rows)
+    if ts.empty:
+        return ts
+    dt = ts.time.diff().fillna(ts.time.iloc[0] or 1.0).replace(0, np.nan)
+    ts.insert(1, "tokens_per_s", (ts.tokens_out.diff().fillna(ts.tokens_out) / dt).fillna(0))
+    ts.insert(2, "failed_per_s", (ts.failed.diff().fillna(ts.failed) / dt).fillna(0))
+    return ts
+
+
+def _flush_counts(fleet: Fleet) -> dict:
+    out = {}
+    for r in fleet.ranks:
+        f = r.flush
+        out[f"{r.name}.r{r.index}"] = {"executed": f.executed, "rejected": f.rejected,
+                                       "timed_out": f.timed_out}
+    return out
+
+
+def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, wall: float) -> dict:
+    stats = fleet.stats
+    measured = req[req.kind != "warmup"]
+    starts = [c.t0 for c in fleet.clients if np.isfinite(c.t0)]
+    t0 = min(starts) if starts else 0.0
+    t_end = measured.t_done.max() if len(measured) else t0
+    top = request_metrics(measured, (t_end - t0) if np.isfinite(t_end) else 0.0)
+    clients = {}
+    for c in fleet.clients:
+        mine = measured[measured.client == c.name]
+        end = mine.t_done.max() if len(mine) else c.t0
+        m = request_metrics(mine, (end - c.t0) if np.isfinite(end) and np.isfinite(c.t0) else 0)
+        m["kind"] = c.cfg.kind
+        if c.aborted:
+            m["aborted"] = c.aborted
+        if c.cfg.kind == "eval":
+            answered = sum(a["answered"] for a in c.answers)
+            m["questions"] = len(c.answers)
+            m["empty_answers"] = len(c.answers) - answered
+        clients[c.name] = m
+    by_reason = {k: 0 for k in FLUSH_REASONS}
+    by_reason.update(stats.transfer_failures)
+    failed = measured[measured.status == "failed"]
+    doomed = req[req.flush_doomed]
+    top.update({
+        "transfer_failures": int(sum(stats.transfer_failures.values())),
+        "transfer_failures_by_reason": dict(sorted(by_reason.items())),
+        "flush_doomed_transfers": int(len(doomed)),
+        "blacklisted_pairs_max": stats.blacklisted_pairs_max,
+        "blacklisted_pairs_final": stats.blacklisted_pairs,
+        "failed_by_reason": {k: int(v) for k, v in
+                             sorted(failed.reason.value_counts().items())},
+        "flushes": _flush_counts(fleet),
+        "wasted_prefill_tokens": int(req[req.status == "failed"].prefill_tokens.sum()),
+        "stale_page_requests": int(req.stale_pages.sum()),
+        "retractions": stats.retractions,
+        "events": int(len(events)),
+        "decode_steps": stats.decode_steps,
+        "prefill_steps": stats.prefill_steps,
+        "simulated_s": round(float(fleet.env.now), 3),
+        "clients": clients,
+    })
+    return clean(top)
+
+
+def run(scenario, sets: list[str] | None = None, progress: bool = False) -> Result:
+    """Simulate ``scenario`` (a path, dict or :class:`Scenario`) and return its Result."""
+    sc = scenario_mod.load(scenario, sets)
+    wall0 = time.perf_counter()
+    fleet = Fleet(sc)
+    env = fleet.env
+    rows: list = []
+    env.process(_sampler(fleet, sc.timeseries_interval_s, rows))
+    all_done = env.all_of([c.done for c in fleet.clients])
+    horizon = env.timeout(sc.horizon_s)
+    if progress:
+        _run_with_progress(env, all_done | horizon, sc.horizon_s)
+    else:
+        env.run(until=all_done | horizon)
+    req = _records(fleet)
+    events = fleet.log.frame()
+    wall = time.perf_counter() - wall0
+    summary = _summary(fleet, req, events, wall)
+    answers = pd.DataFrame([dict(a, client=c.name) for c in fleet.clients
+                            for a in getattr(c, "answers", [])])
+    res = Result(sc, req, events, _timeseries(rows), summary, answers, fleet.router.flush_calls,
+                 wall)
+    return res
+
+
+def _run_with_progress(env, stop, horizon: float) -> None:
+    from tqdm import tqdm
+
+    with tqdm(total=round(horizon), unit="sim s", leave=False) as bar:
+        while not stop.triggered and env.now < horizon:
+            env.run(until=stop | env.timeout(min(5.0, horizon - env.now)))
+            bar.update(round(env.now) - bar.n)

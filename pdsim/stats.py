@@ -1,0 +1,28 @@
+"""Run-wide counters the ranks and engines bump on the hot path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Stats:
+    tokens_out: int = 0
+    prefill_tokens: int = 0
+    prefill_steps: int = 0
+    decode_steps: int = 0
+    retractions: int = 0
+    bytes_transferred: float = 0.0
+    flushes_executed: int = 0
+    transfer_failures: dict[str, int] = field(default_factory=dict)
+    request_failures: dict[str, int] = field(default_factory=dict)
+    other_failures: dict[str, int] = field(default_factory=dict)
+    step_time_tokens: list[tuple[float, int]] = field(default_factory=list)
+    blacklisted_pairs: int = 0
+    blacklisted_pairs_max: int = 0
+
+    def count_failure(self, reason: str) -> None:
+        self.other_failures[reason] = self.other_failures.get(reason, 0) + 1
+
+    def count_request_failure(self, reason: str) -> None:
+        self.request_failures[reason] = self.request_failures.get(reason, 0) + 1
