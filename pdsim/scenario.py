@@ -230,6 +230,21 @@ class OperatorFlush(Strict):
     timeout_s: PosFloat | None = Field(None, description="None: bare POST /flush_cache")
 
 
+class ReferenceFigure(Strict):
+    """A figure reported for the real incident, printed beside the simulated one.
+
+    Only the report reads these; nothing in the model does.
+    """
+
+    label: str
+    reported: float
+    metric: str | None = Field(None, description="Dotted path into the summary, e.g. "
+                               "clients.bench.empty_share; none: shown for context only")
+    tolerance: PosFloat | None = Field(None, description="Allowed absolute difference")
+    rel_tolerance: PosFloat | None = Field(None, description="Allowed relative difference")
+    source: str = ""
+
+
 class Seeds(Strict):
     arrivals: int | None = None
     lengths: int | None = None
@@ -252,6 +267,8 @@ class Scenario(Strict):
     predictor: PredictorConfig = PredictorConfig()
     clients: Annotated[list[ClientConfig], Field(min_length=1)]
     operator_flushes: list[OperatorFlush] = Field(default_factory=list)
+    reference: list[ReferenceFigure] = Field(
+        default_factory=list, description="Reported figures to compare against (report only)")
 
     @model_validator(mode="after")
     def _names_unique(self) -> Scenario:
@@ -349,7 +366,16 @@ def from_dict(data: Any) -> Scenario:
         raise ScenarioError(_format_error(err)) from None
 
 
-def read_yaml(path: str | Path) -> dict:
+def _merge(base: dict, over: dict) -> dict:
+    """Deep-merge ``over`` into ``base``: mappings merge, everything else (lists too) replaces."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def read_yaml(path: str | Path, _seen: tuple = ()) -> dict:
+    """Read a scenario file; ``extends: other.yaml`` (relative to this file) is merged under it."""
     p = Path(path)
     if not p.is_file():
         raise ScenarioError(f"scenario file not found: {p}")
@@ -359,7 +385,16 @@ def read_yaml(path: str | Path) -> dict:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ScenarioError(f"{p}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
-    return data if data is not None else {}
+    data = data if data is not None else {}
+    if isinstance(data, dict) and "extends" in data:
+        parent = data.pop("extends")
+        if not isinstance(parent, str):
+            raise ScenarioError(f"{p}: 'extends' must be a file name, got {parent!r}")
+        ppath = (p.parent / parent).resolve()
+        if ppath in _seen:
+            raise ScenarioError(f"{p}: 'extends' loops back to {ppath.name}")
+        data = _merge(read_yaml(ppath, (*_seen, p.resolve())), data)
+    return data
 
 
 def apply_overrides(data: dict, sets: list[str]) -> dict:

@@ -27,7 +27,7 @@ def request_metrics(df: pd.DataFrame, duration: float) -> dict:
     """
     n = len(df)
     ok = df[df.http_status == 200]
-    as_reported = np.where(ok.stream, ok.output_len, ok.generated).sum()
+    as_reported = int(np.where(ok.stream, ok.output_len, ok.generated).sum())
     failed = int(df.status.isin(["failed", "timed_out"]).sum())
     empty = int(((df.generated == 0) & (df.status != "unfinished")).sum())
     gen = df[df.generated > 0]
@@ -47,8 +47,8 @@ def request_metrics(df: pd.DataFrame, duration: float) -> dict:
         "empty_share": round(empty / n, 4) if n else 0.0,
         "duration_s": round(float(duration), 3),
         "output_throughput_tok_s": round(as_reported / dur, 2) if n else 0.0,
-        "true_output_throughput_tok_s": round(df.generated.sum() / dur, 2) if n else 0.0,
-        "total_throughput_tok_s": round((ok.input_len.sum() + as_reported) / dur, 2)
+        "true_output_throughput_tok_s": round(float(df.generated.sum()) / dur, 2) if n else 0.0,
+        "total_throughput_tok_s": round(float(ok.input_len.sum() + as_reported) / dur, 2)
         if n else 0.0,
         "request_throughput_req_s": round(len(ok) / dur, 3) if n else 0.0,
         "total_input_tokens": int(ok.input_len.sum()),
@@ -69,13 +69,15 @@ def request_metrics(df: pd.DataFrame, duration: float) -> dict:
 
 
 def clean(d: dict) -> dict:
-    """NaN -> None so that JSON stays valid."""
+    """Plain Python types, NaN -> None, so that JSON stays valid and stable."""
     out = {}
     for k, v in d.items():
         if isinstance(v, dict):
             out[k] = clean(v)
-        elif isinstance(v, float) and math.isnan(v):
-            out[k] = None
+        elif isinstance(v, np.integer):
+            out[k] = int(v)
+        elif isinstance(v, float | np.floating):
+            out[k] = None if math.isnan(v) else float(v)
         else:
             out[k] = v
     return out
