@@ -258,6 +258,8 @@ class DecodeRank(Rank):
                 self.log("flush_doomed", self.name, self.index, req.rid, req.room.id,
                          req.room.session, detail="destination pages freed")
         stale = len(self.running) + len(self.waiting)
+        for req in [*self.running.values(), *self.waiting]:
+            req.stale_pages = True  # their KV stays put, but the allocator hands it out again
         self.log("flush_executed", self.name, self.index, value=doomed,
                  detail=f"{how}; {self.busy_summary()}; {stale} running/waiting on freed pages")
         self.alloc.reset()

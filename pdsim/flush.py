@@ -33,7 +33,7 @@ class FlushWrapper:
         if timeout is None or timeout <= 0:
             if self.semantics == "reject_if_busy" and not rank.is_fully_idle():
                 return self._reject(BUSY, "immediate")
-            return self._do("immediate")
+            return self._do("no timeout reached the rank: immediate")
         deadline = self.env.now + timeout
         while not rank.is_fully_idle():
             left = deadline - self.env.now
@@ -43,7 +43,7 @@ class FlushWrapper:
                          detail=rank.busy_summary())
                 return TIMED_OUT
             yield rank.idle_event() | self.env.timeout(left)
-        return self._do(f"waited {timeout:g}s for idle")
+        return self._do(f"idle within timeout={timeout:g}")
 
     def _reject(self, answer, how: str):
         self.rejected += 1
