@@ -13,14 +13,16 @@ from pathlib import Path
 import numpy as np
 import simpy
 
-from pdsim.request import Request
-
 
 def random_lengths(rng: np.random.Generator, n: int, input_len: int, output_len: int,
-                   ratio: float) -> tuple[np.ndarray, np.ndarray]:
+                   ratio: float, output_distribution: str = "uniform"
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """bench_serving ``random`` dataset: uniform in [len*ratio, len] (at least 1)."""
     ins = rng.integers(max(int(input_len * ratio), 1), input_len + 1, size=n)
-    outs = rng.integers(max(int(output_len * ratio), 1), output_len + 1, size=n)
+    if output_distribution == "geometric":
+        outs = rng.geometric(1.0 / output_len, size=n)
+    else:
+        outs = rng.integers(max(int(output_len * ratio), 1), output_len + 1, size=n)
     return ins, outs
 
 
@@ -86,7 +88,7 @@ class BenchClient(Client):
             return rows[: self.cfg.num_prompts]
         n = self.cfg.num_prompts
         ins, outs = random_lengths(self.rngs["lengths"], n, ds.input_len, ds.output_len,
-                                   ds.range_ratio)
+                                   ds.range_ratio, ds.output_distribution)
         base = 1 << 40  # random prompts share no prefix blocks
         blocks_per = math.ceil(ds.input_len / 512)
         return [{"input": int(i), "output": int(o),
@@ -151,7 +153,9 @@ class EvalClient(Client):
         self.t0 = env.now
         ds = cfg.dataset
         ins, outs = random_lengths(self.rngs["lengths"], cfg.questions, ds.input_len,
-                                   min(ds.output_len, cfg.max_tokens), ds.range_ratio)
+                                   min(ds.output_len, cfg.max_tokens), ds.range_ratio,
+                                   ds.output_distribution)
+        outs = np.minimum(outs, cfg.max_tokens)
         self._lens = list(zip(ins.tolist(), outs.tolist(), strict=True))
         self._next = 0
         yield env.all_of([env.process(self._thread()) for _ in range(cfg.threads)])

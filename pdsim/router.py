@@ -68,10 +68,14 @@ class MiniLB:
         servers = self.prefills + self.decodes
         forwarded = timeout if handler == "mini_lb_fixed" else None
         dropped = timeout is not None and forwarded is None
+        if dropped:
+            what = f"?timeout={timeout:g} dropped"
+        elif forwarded is not None:
+            what = f"forwarded ?timeout={forwarded:g}"
+        else:
+            what = "no timeout given"
         self.log("router_flush", "router", value=-1 if timeout is None else timeout,
-                 peer=caller,
-                 detail=f"{handler}: {'?timeout=%g dropped' % timeout if dropped else 'forwarded ?timeout=%g' % timeout if forwarded is not None else 'no timeout given'}; "
-                        f"fan-out to {len(servers)} servers")
+                 peer=caller, detail=f"{handler}: {what}; fan-out to {len(servers)} servers")
         if self.hop:
             yield self.env.timeout(self.hop)
         if handler.startswith("mini_lb"):

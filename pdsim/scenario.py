@@ -87,7 +87,8 @@ class FleetConfig(Strict):
     @classmethod
     def _known_gpu(cls, v: str) -> str:
         if v not in profiles.gpu_names():
-            raise ValueError(f"unknown GPU profile {v!r}; allowed: {', '.join(profiles.gpu_names())}")
+            allowed = ", ".join(profiles.gpu_names())
+            raise ValueError(f"unknown GPU profile {v!r}; allowed: {allowed}")
         return v
 
     @field_validator("model")
@@ -168,6 +169,9 @@ class RandomDataset(Strict):
     input_len: PosInt = 1024
     output_len: PosInt = 1024
     range_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0
+    output_distribution: Literal["uniform", "geometric"] = Field(
+        "uniform", description="uniform: bench_serving's [len*ratio, len]; geometric: mean "
+        "output_len (memoryless, for queueing checks)")
 
 
 class TraceDataset(Strict):
@@ -178,7 +182,7 @@ class TraceDataset(Strict):
     max_input_len: PosInt | None = None
 
 
-Dataset = Annotated[Union[RandomDataset, TraceDataset], Field(discriminator="kind")]
+Dataset = Annotated[RandomDataset | TraceDataset, Field(discriminator="kind")]
 
 
 class ClientFlush(Strict):
@@ -222,7 +226,7 @@ class EvalClientConfig(Strict):
     sdk_backoff_s: NonNegFloat = Field(0.5, description="SDK initial backoff, doubled per retry")
 
 
-ClientConfig = Annotated[Union[BenchClientConfig, EvalClientConfig], Field(discriminator="kind")]
+ClientConfig = Annotated[BenchClientConfig | EvalClientConfig, Field(discriminator="kind")]
 
 
 class OperatorFlush(Strict):
@@ -270,13 +274,15 @@ class Scenario(Strict):
     reference: list[ReferenceFigure] = Field(
         default_factory=list, description="Reported figures to compare against (report only)")
 
-    @model_validator(mode="after")
-    def _names_unique(self) -> Scenario:
-        names = [c.name for c in self.clients]
+    @field_validator("clients")
+    @classmethod
+    def _names_unique(cls, clients: list) -> list:
+        names = [c.name for c in clients]
         dup = {n for n in names if names.count(n) > 1}
         if dup:
-            raise ValueError(f"client names must be unique; repeated: {', '.join(sorted(dup))}")
-        return self
+            raise ValueError(f"client names must be unique (set 'name'); repeated: "
+                             f"{', '.join(sorted(dup))}")
+        return clients
 
 
 # --- loading and errors -----------------------------------------------------------------------
@@ -303,12 +309,13 @@ def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str] | None:
 
 
 def _unwrap(tp: Any) -> Any:
+    import types
     import typing
 
     args = typing.get_args(tp)
     if typing.get_origin(tp) is Annotated:
         return _unwrap(args[0])
-    if typing.get_origin(tp) in (list, Union) or str(typing.get_origin(tp)) == "types.UnionType":
+    if typing.get_origin(tp) in (list, Union, types.UnionType):
         models = [_unwrap(a) for a in args if a is not type(None)]
         return models[0] if len(models) == 1 else tuple(models)
     return tp
@@ -420,9 +427,13 @@ def apply_overrides(data: dict, sets: list[str]) -> dict:
                 cur = cur.setdefault(part, [] if nxt.isdigit() else {})
         last = parts[-1]
         if isinstance(cur, list):
-            if not last.isdigit() or int(last) >= len(cur):
-                raise ScenarioError(f"--set {key}: not an index into a list of {len(cur)}")
-            cur[int(last)] = value
+            if not last.isdigit() or int(last) > len(cur):
+                raise ScenarioError(f"--set {key}: {last!r} is not an index into a list of "
+                                    f"{len(cur)} (use {len(cur)} to append)")
+            if int(last) == len(cur):
+                cur.append(value)
+            else:
+                cur[int(last)] = value
         else:
             cur[last] = value
     return data

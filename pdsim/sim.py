@@ -33,6 +33,7 @@ class Result:
     answers: pd.DataFrame = field(default_factory=pd.DataFrame)
     flush_calls: list = field(default_factory=list)
     sim_wall_s: float = 0.0
+    kv_pools: dict = field(default_factory=dict)  # rank -> {capacity, peak, used} in pages
 
     @property
     def measured(self) -> pd.DataFrame:
@@ -144,6 +145,7 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, wall: float)
         "wasted_prefill_tokens": int(req[req.status == "failed"].prefill_tokens.sum()),
         "stale_page_requests": int(req.stale_pages.sum()),
         "retractions": stats.retractions,
+        "tokens_generated_fleet": stats.tokens_out,
         "events": int(len(events)),
         "decode_steps": stats.decode_steps,
         "prefill_steps": stats.prefill_steps,
@@ -173,9 +175,10 @@ def run(scenario, sets: list[str] | None = None, progress: bool = False) -> Resu
     summary = _summary(fleet, req, events, wall)
     answers = pd.DataFrame([dict(a, client=c.name) for c in fleet.clients
                             for a in getattr(c, "answers", [])])
-    res = Result(sc, req, events, _timeseries(rows), summary, answers, fleet.router.flush_calls,
-                 wall)
-    return res
+    pools = {f"{r.name}.r{r.index}": {"capacity": r.alloc.capacity, "peak": r.alloc.peak,
+                                      "used": r.alloc.used} for r in fleet.ranks}
+    return Result(sc, req, events, _timeseries(rows), summary, answers,
+                  fleet.router.flush_calls, wall, pools)
 
 
 def _run_with_progress(env, stop, horizon: float) -> None:

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+import pdsim
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "scenarios"
+TRACES = ROOT.parent / "shared" / "traces"
+
+
+@cache
+def run_cached(name: str, *sets: str) -> pdsim.Result:
+    """Run a shipped scenario once per test session (results are deterministic)."""
+    return pdsim.run(SCENARIOS / f"{name}.yaml", sets=list(sets))
+
+
+@pytest.fixture
+def run_scenario():
+    return run_cached
+
+
+def small_fleet(**over) -> dict:
+    """A small, fast scenario dict for unit-level mechanism tests."""
+    d = {
+        "name": "small",
+        "seed": 7,
+        "horizon_s": 600,
+        "fleet": {
+            "gpu": "H20", "model": "dsv3-ci-test",
+            "prefill": {"dp": 2, "tp": 2, "dp_attention": True, "balance": "total_tokens",
+                        "chunked_prefill_size": 4096},
+            "decode": {"dp": 2, "tp": 2, "dp_attention": True, "balance": "total_tokens"},
+        },
+        "clients": [{"kind": "bench", "num_prompts": 200, "max_concurrency": 64,
+                     "dataset": {"kind": "random", "input_len": 2048, "output_len": 128}}],
+    }
+    for k, v in over.items():
+        d[k] = v
+    return d

@@ -1,0 +1,53 @@
+"""The CLI is a thin layer over pdsim.run: run, --json, --out, --set, validate, schema."""
+
+from __future__ import annotations
+
+import json
+
+from pdsim.cli import main
+
+SMALL = ["--set", "clients.0.num_prompts=60", "--set", "clients.0.max_concurrency=32"]
+
+
+def test_run_human_output(capsys):
+    assert main(["run", "scenarios/healthy.yaml", *SMALL]) == 0
+    out = capsys.readouterr().out
+    assert "Serving Benchmark Result" in out
+    assert "Output token throughput (tok/s):" in out
+    assert "Mean TPOT (ms):" in out
+    assert "Compared with the reported figures" in out
+
+
+def test_run_json_only_summary_on_stdout(capsys):
+    assert main(["run", "scenarios/healthy.yaml", "--json", "--seed", "3", *SMALL]) == 0
+    cap = capsys.readouterr()
+    s = json.loads(cap.out)
+    for key in ("requests", "completed", "failed", "empty_responses", "empty_share",
+                "duration_s", "output_throughput_tok_s", "true_output_throughput_tok_s",
+                "total_throughput_tok_s", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+                "p99_tpot_ms", "mean_itl_ms", "mean_e2e_ms", "transfer_failures", "events",
+                "sim_wall_s", "transfer_failures_by_reason", "blacklisted_pairs_max",
+                "blacklisted_pairs_final", "flushes", "wasted_prefill_tokens"):
+        assert key in s, key
+    assert {"flush_freed_pages", "blacklisted_session"} <= set(s["transfer_failures_by_reason"])
+    assert s["requests"] == 60
+
+
+def test_run_out_writes_tables(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "scenarios/drop_timeout.yaml", "--out", str(out), "--json",
+                 "--set", "clients.0.num_prompts=300", "--set", "clients.1.num_prompts=300"]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"requests.csv", "events.csv", "timeseries.csv", "summary.json"} <= names
+    s = json.loads((out / "summary.json").read_text())
+    assert s == {k: v for k, v in json.loads(capsys.readouterr().out).items()
+                 if k != "sim_wall_s"}
+
+
+def test_validate_and_schema(capsys):
+    assert main(["validate", "scenarios/drop_timeout.yaml"]) == 0
+    assert "ok" in capsys.readouterr().out
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["title"] == "Scenario"
+    assert "fleet" in schema["properties"]

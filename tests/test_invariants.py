@@ -1,0 +1,66 @@
+"""Invariants every shipped scenario keeps (MODEL_REFERENCE.md section 9)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import SCENARIOS, run_cached
+
+NAMES = sorted(p.stem for p in SCENARIOS.glob("*.yaml"))
+BUCKETS = {"completed", "failed", "timed_out", "unfinished"}
+
+
+@pytest.fixture(params=NAMES)
+def res(request):
+    return run_cached(request.param)
+
+
+def test_scenarios_exist():
+    assert {"healthy", "drop_timeout", "forward_timeout"} <= set(NAMES)
+
+
+def test_every_request_in_exactly_one_terminal_bucket(res):
+    req = res.requests
+    assert set(req.status) <= BUCKETS
+    counts = req.status.value_counts()
+    assert counts.sum() == len(req)
+    done = req[req.status == "completed"]
+    assert (done.generated == done.output_len).all()
+    assert (done.http_status == 200).all()
+    failed = req[req.status == "failed"]
+    assert (failed.reason != "").all()
+    # streamed failures answer 200 with an abort chunk, non-streamed ones 500
+    assert (failed[failed.stream].http_status == 200).all()
+    assert (failed[~failed.stream].http_status == 500).all()
+    assert (failed.generated == 0).all()
+    s = res.summary
+    m = res.measured
+    assert s["requests"] == len(m)
+    assert s["failed"] + s["unfinished"] + int((m.status == "completed").sum()) == len(m)
+
+
+def test_kv_pages_within_capacity(res):
+    for name, pool in res.kv_pools.items():
+        assert 0 <= pool["used"] <= pool["capacity"], name
+        assert pool["peak"] <= pool["capacity"], name
+    ts = res.timeseries
+    for col in ("prefill_kv_used", "decode_kv_used"):
+        assert ((ts[col] >= 0) & (ts[col] <= 1)).all()
+
+
+def test_time_is_monotone(res):
+    assert np.all(np.diff(res.events.time.to_numpy()) >= 0)
+    assert np.all(np.diff(res.timeseries.time.to_numpy()) > 0)
+    req = res.requests
+    fin = req[req.status.isin(["completed", "failed"])]
+    assert (fin.t_done >= fin.t_arrival).all()
+    first = fin[fin.generated > 0]
+    assert (first.t_first_token >= first.t_arrival).all()
+    assert (first.t_done >= first.t_first_token).all()
+
+
+def test_tokens_counted_once(res):
+    s = res.summary
+    assert s["total_generated_tokens_true"] == int(res.measured.generated.sum())
+    # every token a decode step produced belongs to exactly one request (warmup included)
+    assert s["tokens_generated_fleet"] == int(res.requests.generated.sum())
