@@ -83,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
         print(report.render(res))
+        sys.stdout.flush()
         print(f"simulated {summary['simulated_s']} s in {summary['sim_wall_s']} s wall "
-              f"({summary['events']} logged events)", file=sys.stderr)
+              f"({summary['events']} events)", file=sys.stderr)
     return 0
 
 

@@ -63,7 +63,8 @@ class DecodeRank(Rank):
         return len(self.transfer) + len(self.waiting) + len(self.running) + len(self.retracted)
 
     def _try_prealloc(self) -> None:
-        while self.prealloc:
+        # retracted requests get freed pages before new ones are pre-allocated
+        while self.prealloc and not self.retracted:
             req = self.prealloc[0]
             if req.room.resolved:
                 self.prealloc.popleft()
@@ -106,6 +107,7 @@ class DecodeRank(Rank):
         self.stats.count_request_failure(req.room.reason)
         self._respond(req, "failed", req.room.reason)
         self._try_prealloc()
+        self._kick()  # freed pages may let a retracted request back in
         self._maybe_idle()
 
     def _respond(self, req: Request, status: str, reason: str = "") -> None:
@@ -150,7 +152,8 @@ class DecodeRank(Rank):
             req.cap_tokens = pages.n * self.alloc.page_size
             recompute += ctx
             self._join(req)
-        while self.waiting and len(self.running) < limit and not self.retracted:
+        # waiting requests already hold their KV: running them is how pages come back
+        while self.waiting and len(self.running) < limit:
             req = self.waiting.popleft()
             if req.room.resolved and req.room.state != Poll.Success:
                 continue
@@ -265,3 +268,4 @@ class DecodeRank(Rank):
         self.alloc.reset()
         self.stats.flushes_executed += 1
         self._try_prealloc()
+        self._kick()

@@ -89,7 +89,7 @@ def fleet_block(s: dict) -> list[str]:
     if s["failed_by_reason"]:
         out.append(_line("Failed requests by reason:",
                          ", ".join(f"{k} {v}" for k, v in s["failed_by_reason"].items())))
-    out.append(_line("Simulated s / events:", f"{s['simulated_s']} / {s['events']}"))
+    out.append(_line("Simulated s / SimPy events:", f"{s['simulated_s']} / {s['events']}"))
     return out
 
 

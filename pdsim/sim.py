@@ -109,7 +109,13 @@ def _flush_counts(fleet: Fleet) -> dict:
     return out
 
 
-def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, wall: float) -> dict:
+def _sim_events(env) -> int:
+    """Events SimPy scheduled (its event-id counter; read once, at the end)."""
+    eid = getattr(env, "_eid", None)
+    return next(eid) if eid is not None else -1
+
+
+def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: int) -> dict:
     stats = fleet.stats
     measured = req[req.kind != "warmup"]
     starts = [c.t0 for c in fleet.clients if np.isfinite(c.t0)]
@@ -146,7 +152,8 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, wall: float)
         "stale_page_requests": int(req.stale_pages.sum()),
         "retractions": stats.retractions,
         "tokens_generated_fleet": stats.tokens_out,
-        "events": int(len(events)),
+        "events": sim_events,
+        "logged_events": int(len(events)),
         "decode_steps": stats.decode_steps,
         "prefill_steps": stats.prefill_steps,
         "simulated_s": round(float(fleet.env.now), 3),
@@ -172,7 +179,7 @@ def run(scenario, sets: list[str] | None = None, progress: bool = False) -> Resu
     req = _records(fleet)
     events = fleet.log.frame()
     wall = time.perf_counter() - wall0
-    summary = _summary(fleet, req, events, wall)
+    summary = _summary(fleet, req, events, _sim_events(env))
     answers = pd.DataFrame([dict(a, client=c.name) for c in fleet.clients
                             for a in getattr(c, "answers", [])])
     pools = {f"{r.name}.r{r.index}": {"capacity": r.alloc.capacity, "peak": r.alloc.peak,

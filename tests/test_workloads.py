@@ -1,0 +1,163 @@
+"""Clients and routers beyond the incident: trace replay, the eval client, flush variants."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import TRACES, run_cached, small_fleet
+
+import pdsim
+
+
+@pytest.mark.skipif(not (TRACES / "synthetic_trace.jsonl").exists(), reason="no shared traces")
+def test_trace_replay_hits_the_prefix_cache():
+    d = small_fleet()
+    d["fleet"]["prefill"]["chunked_prefill_size"] = 16384
+    d["clients"] = [{"kind": "bench", "num_prompts": 300, "request_rate": "trace",
+                     "warmup_requests": 0,
+                     "dataset": {"kind": "trace", "path": str(TRACES / "synthetic_trace.jsonl"),
+                                 "max_input_len": 16000}}]
+    res = pdsim.run(d)
+    m = res.measured
+    assert len(m) == 300 and (m.status == "completed").all()
+    # arrivals follow the trace's timestamps (ms -> s)
+    import json
+
+    with open(TRACES / "synthetic_trace.jsonl") as f:
+        ts = [json.loads(next(f))["timestamp"] for _ in range(300)]
+    assert m.t_arrival.max() == pytest.approx((ts[-1] - ts[0]) / 1e3, abs=1e-6)
+    # the synthetic trace shares prefixes: the radix cache saves prefill work
+    assert m.cached_tokens.sum() > 0
+    assert (m.prefill_tokens == m.input_len - m.cached_tokens).all()
+
+
+def _block_hit_rate(path, capacity_blocks):
+    """Share of prompt blocks found as cached prefixes, replaying the trace in order."""
+    import json
+
+    from pdsim.kv import PageAllocator, PrefixCache
+
+    alloc = PageAllocator(capacity_blocks, page_size=512)
+    cache = PrefixCache(alloc, block_tokens=512)
+    hits = total = 0
+    with open(path) as f:
+        for line in f:
+            blocks = tuple(json.loads(line)["hash_ids"])
+            hits += cache.match(blocks)
+            total += len(blocks)
+            cache.insert(blocks)
+    return hits / total
+
+
+@pytest.mark.skipif(not (TRACES / "synthetic_trace.jsonl").exists(), reason="no shared traces")
+@pytest.mark.parametrize("trace,unbounded,lru10k", [("synthetic_trace.jsonl", 0.640, 0.424),
+                                                   ("conversation_trace.jsonl", 0.366, 0.211)])
+def test_prefix_cache_matches_the_traces_published_hit_rates(trace, unbounded, lru10k):
+    """../shared/traces/README.md: hit rates with an unbounded and a 10,000-block LRU cache."""
+    path = TRACES / trace
+    assert _block_hit_rate(path, 10**9) == pytest.approx(unbounded, abs=0.002)
+    assert _block_hit_rate(path, 10_000) == pytest.approx(lru10k, abs=0.002)
+
+
+def _eval_fleet(**blacklist):
+    d = small_fleet()
+    d["clients"] = [{"kind": "eval", "questions": 120, "threads": 16, "sdk_backoff_s": 0.1,
+                     "dataset": {"kind": "random", "input_len": 600, "output_len": 64}},
+                    {"kind": "bench", "name": "flusher", "start_s": 1.0, "num_prompts": 1,
+                     "warmup_requests": 0, "flush": {"mode": "bare"},
+                     "dataset": {"kind": "random", "input_len": 16, "output_len": 4}}]
+    d["blacklist"] = blacklist
+    return d
+
+
+def test_eval_client_retries_and_answers():
+    res = pdsim.run(_eval_fleet())
+    ans = res.answers
+    assert len(ans) == 120
+    m = res.measured[res.measured.client == "eval"]
+    assert set(m.http_status) <= {200, 500}
+    # non-streaming failures are 500s that the SDK and the sampler retry
+    failed = m[m.status == "failed"]
+    if len(failed):
+        assert (failed.http_status == 500).all()
+        retried = m.groupby("question").attempt.max()
+        assert (retried > 0).any()
+    assert ans.attempts.sum() == len(m)
+    # a question is answered iff its last attempt completed
+    last = m.sort_values("attempt").groupby("question").tail(1).set_index("question")
+    joined = ans.set_index("question").join(last.status)
+    assert ((joined.status == "completed") == joined.answered).all()
+
+
+def test_eval_exhausted_retries_give_empty_answers():
+    d = _eval_fleet()
+    d["clients"][0]["tries"] = 1
+    d["clients"][0]["sdk_retries"] = 0
+    res = pdsim.run(d)
+    s = res.summary["clients"]["eval"]
+    if res.summary["blacklisted_pairs_max"]:
+        assert s["empty_answers"] > 0
+        assert s["empty_answers"] == s["failed"]
+
+
+def test_model_gateway_reports_partial_success_on_refusals():
+    res = run_cached("drop_timeout", "router.flush_handler=model_gateway",
+                     "flush.semantics=reject_if_busy")
+    call = [c for c in res.flush_calls if c["caller"] == "ci_bench"][0]
+    assert call["status"] == 206
+    assert res.summary["transfer_failures"] == 0
+
+
+def test_rust_router_answers_502_on_refusals():
+    res = run_cached("drop_timeout", "router.flush_handler=rust_router",
+                     "flush.semantics=reject_if_busy")
+    call = [c for c in res.flush_calls if c["caller"] == "ci_bench"][0]
+    assert call["status"] == 502
+
+
+def test_raise_for_status_sees_a_refusal_only_through_a_router_that_reports_it():
+    sets = ("flush.semantics=reject_if_busy", "clients.1.flush.mode=raise_for_status")
+    hidden = run_cached("drop_timeout", *sets).summary["clients"]["ci_bench"]
+    assert "aborted" not in hidden and hidden["requests"] == 1000  # mini_lb: always 200
+    told = run_cached("drop_timeout", *sets, "router.flush_handler=rust_router")
+    s = told.summary["clients"]["ci_bench"]
+    assert "raise_for_status" in s.get("aborted", "")
+    assert s["requests"] == 0
+
+
+def test_flush_waits_then_times_out_when_never_idle():
+    """A positive timeout on a fleet that never idles answers 400 at the deadline."""
+    res = run_cached("drop_timeout", "router.flush_handler=mini_lb_fixed",
+                     "clients.1.flush.timeout_s=5")
+    s = res.summary
+    assert sum(v["timed_out"] for v in s["flushes"].values()) > 0
+    assert s["transfer_failures"] == 0
+    ev = res.events
+    t_out = ev[ev.event == "flush_timed_out"].time
+    t_in = ev[(ev.event == "router_flush") & (ev.peer == "ci_bench")].time.iloc[0]
+    hop = 0.5e-3  # router -> server
+    assert ((t_out - t_in - hop - 5.0).abs() < 1e-6).all()
+
+
+def test_one_pending_flush_per_server():
+    d = small_fleet()
+    d["router"] = {"flush_handler": "mini_lb_fixed"}
+    d["operator_flushes"] = [{"at_s": 2.0, "timeout_s": 30}, {"at_s": 2.5, "timeout_s": 30}]
+    res = pdsim.run(d)
+    ev = res.events
+    refused = ev[(ev.event == "flush_rejected") & ev.detail.str.contains("already in progress")]
+    assert len(refused) == 2  # the second call, on the prefill and on the decode server
+
+
+def test_retraction_under_memory_pressure_keeps_invariants():
+    d = small_fleet()
+    d["fleet"]["decode"]["kv_pool_tokens"] = 30000
+    d["clients"][0]["dataset"] = {"kind": "random", "input_len": 2048, "output_len": 1024,
+                                  "range_ratio": 0.5}
+    res = pdsim.run(d)
+    s = res.summary
+    assert s["retractions"] > 0
+    m = res.measured
+    assert (m.status == "completed").all()
+    assert s["tokens_generated_fleet"] == int(res.requests.generated.sum())
+    for pool in res.kv_pools.values():
+        assert pool["peak"] <= pool["capacity"]
