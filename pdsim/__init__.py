@@ -7,6 +7,7 @@
 
 from pdsim.scenario import Scenario, ScenarioError, load
 from pdsim.sim import Result, run
+from pdsim.sweep import sweep
 
-__all__ = ["Result", "Scenario", "ScenarioError", "load", "run"]
+__all__ = ["Result", "Scenario", "ScenarioError", "load", "run", "sweep"]
 __version__ = "0.1.0"

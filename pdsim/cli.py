@@ -38,8 +38,72 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("scenario")
     v.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
 
+    sw = sub.add_parser("sweep", help="run a scenario over a grid of overrides and seeds")
+    sw.add_argument("scenario")
+    sw.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
+                    help="a dotted key and the values to try (repeatable: the grid is the "
+                    "product), e.g. blacklist.recovery=none,probe,v0_5_23")
+    sw.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="fixed overrides applied to every run")
+    sw.add_argument("--seeds", type=int, default=3, help="seeds 1..N per grid point")
+    sw.add_argument("--workers", type=int, help="processes (default: one per core)")
+    sw.add_argument("--out", metavar="FILE", help="write every run's row (CSV)")
+    sw.add_argument("--json", action="store_true", help="print the rows as JSON records")
+    sw.add_argument("--client", help="client whose empty share and throughput the table shows "
+                    "(default: the last bench client)")
+
     sub.add_parser("schema", help="print the JSON Schema of the scenario format")
     return p
+
+
+def _parse_vary(items: list[str]) -> dict[str, list]:
+    import yaml
+
+    vary: dict[str, list] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key or not raw:
+            raise scenario_mod.ScenarioError(f"--vary expects KEY=V1,V2,..., got {item!r}")
+        vary[key] = [yaml.safe_load(v) for v in raw.split(",")]
+    return vary
+
+
+def _sweep(args) -> int:
+    import pandas as pd
+
+    from pdsim.sweep import sweep
+
+    try:
+        vary = _parse_vary(args.vary)
+        data = scenario_mod.apply_overrides(scenario_mod.read_yaml(args.scenario), args.sets)
+        sc = scenario_mod.from_dict(data)
+        df = sweep(data, vary, range(1, args.seeds + 1), args.workers,
+                   progress=sys.stderr.isatty())
+    except scenario_mod.ScenarioError as err:
+        return _die(str(err))
+    except (ValueError, FileNotFoundError) as err:
+        return _die(str(err))
+    if args.out:
+        df.to_csv(args.out, index=False)
+        print(f"wrote {args.out}", file=sys.stderr)
+    if args.json:
+        print(df.to_json(orient="records", indent=2))
+        return 0
+    benches = [c.name for c in sc.clients if c.kind == "bench"] or [sc.clients[-1].name]
+    main_client = args.client or benches[-1]
+    if main_client not in {c.name for c in sc.clients}:
+        return _die(f"--client {main_client!r}: no such client; the scenario has "
+                    f"{', '.join(c.name for c in sc.clients)}")
+    cols = {"transfer_failures.flush_freed_pages": "ret!=0", "blacklisted_pairs_max": "pairs",
+            "failed": "failed", f"{main_client}.empty_share": "empty",
+            f"{main_client}.true_output_throughput_tok_s": "gen tok/s",
+            "blacklisted_pairs_final": "pairs end"}
+    keys = list(vary) or ["seed"]
+    table = df.groupby(keys, sort=False)[list(cols)].median().rename(columns=cols)
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        print(f"median over {args.seeds} seed(s); empty and gen tok/s are {main_client}'s")
+        print(table.round(3).to_string())
+    return 0
 
 
 def _load(args) -> scenario_mod.Scenario:
@@ -54,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "schema":
         print(json.dumps(scenario_mod.json_schema(), indent=2))
         return 0
+    if args.cmd == "sweep":
+        return _sweep(args)
     try:
         sc = _load(args)
     except scenario_mod.ScenarioError as err:

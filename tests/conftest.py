@@ -3,9 +3,12 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+import matplotlib
 import pytest
 
 import pdsim
+
+matplotlib.use("Agg")  # tests draw figures without a display
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
