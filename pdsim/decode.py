@@ -35,7 +35,7 @@ class DecodeRank(Rank):
         self.port = port
         self.session = f"decode-{server}.r{index}:{port}"
         self.alive = True
-        self.on_reregister = None  # set by the fleet: clears this session on prefill blacklists
+        self.on_waiting_timeout = None  # set by the fleet: the connection is invalidated
         self.prealloc: deque[Request] = deque()
         self.transfer: dict[int, Request] = {}
         self.waiting: deque[Request] = deque()
@@ -89,8 +89,8 @@ class DecodeRank(Rank):
             self.stats.count_failure("waiting_timeout")
             req.room.fail("waiting_timeout")
             # the cached connection is invalidated; the decode re-registers with the prefill
-            if self.on_reregister is not None:
-                self.on_reregister(self.session, req)
+            if self.on_waiting_timeout is not None:
+                self.on_waiting_timeout(self.session, req)
 
     def _on_done(self, req: Request) -> None:
         if req.room.state == Poll.Success:

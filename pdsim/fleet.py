@@ -7,6 +7,7 @@ import simpy
 from pdsim import balance, blacklist, predictor, profiles
 from pdsim.client import CLIENTS
 from pdsim.decode import DecodeRank
+from pdsim.faults import Faults
 from pdsim.log import EventLog
 from pdsim.nic import NIC
 from pdsim.prefill import PrefillRank
@@ -60,10 +61,8 @@ class Fleet:
                 self.decode_ranks.append(rank)
             self.decode_servers.append(Server(env, "decode", s, ranks, balance.build(dc.balance),
                                               self.log))
-        sessions = {r.session: r for r in self.decode_ranks}
-
-        def alive(session: str) -> bool:
-            return sessions[session].alive
+        self.sessions = {r.session: r for r in self.decode_ranks}
+        self.faults = Faults(self, sc.faults, self.rngs["faults"])
 
         # prefill side: each rank has its own transfer engine, NICs shared per gpus_per_nic
         self.prefill_ranks: list[PrefillRank] = []
@@ -89,19 +88,23 @@ class Fleet:
                 rank = PrefillRank(env, s, r, pc, p_pred, kvb, p_pages, tc.bootstrap_timeout_s,
                                    sc.flush.semantics, self.log, self.stats)
                 owner = f"{rank.name}.r{r}"
-                bl = blacklist.build(sc.blacklist, env, owner, alive, self.log)
+
+                def reachable(session: str, s: int = s) -> bool:
+                    return self.faults.reachable(s, session)
+
+                bl = blacklist.build(sc.blacklist, env, owner, reachable, self.log)
                 bl.on_change = self._blacklist_changed
                 rank.engine = TransferEngine(env, rank.name, r, self.nics[-1], bl,
                                              tc.call_latency_ms / 1e3, tc.transfer_timeout_s,
-                                             tc.queues_per_rank, self.log, self.stats, alive)
+                                             tc.queues_per_rank, self.log, self.stats,
+                                             reachable, self.faults.write_error)
                 ranks.append(rank)
                 self.prefill_ranks.append(rank)
                 self.engines.append(rank.engine)
             self.prefill_servers.append(Server(env, "prefill", s, ranks,
                                                balance.build(pc.balance), self.log))
-        if sc.blacklist.reregister_on_invalidate:
-            for d in self.decode_ranks:
-                d.on_reregister = self._reregister
+        for d in self.decode_ranks:
+            d.on_waiting_timeout = self._on_waiting_timeout
 
         self.router = MiniLB(env, self.prefill_servers, self.decode_servers, sc.router,
                              self.rngs["routing"], self.log)
@@ -126,10 +129,17 @@ class Fleet:
         self.stats.blacklisted_pairs = n
         self.stats.blacklisted_pairs_max = max(self.stats.blacklisted_pairs_max, n)
 
-    def _reregister(self, session: str, req: Request) -> None:
-        """A decode whose connection was invalidated re-registers: its pairs leave blacklists."""
-        for e in self.engines:
-            e.blacklist.clear(session, "decode re-registered")
+    def _on_waiting_timeout(self, session: str, req: Request) -> None:
+        """A waiting timeout invalidates the decode's connection to that prefill."""
+        self.reregister(session, req.p_server)
+
+    def reregister(self, session: str, prefill_server: int) -> None:
+        """The decode re-registers its buffers with a prefill server: its pairs there leave
+        the blacklists (when the policy lets re-registration clear them)."""
+        if not self.scenario.blacklist.reregister_on_invalidate:
+            return
+        for rank in self.prefill_servers[prefill_server].ranks:
+            rank.engine.blacklist.clear(session, "decode re-registered")
 
     @property
     def ranks(self) -> list:

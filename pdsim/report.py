@@ -8,6 +8,7 @@ import re
 import pandas as pd
 
 from pdsim.sim import Result
+from pdsim.transfer import DEAD_MSG
 
 W = 50
 
@@ -153,13 +154,16 @@ def timeline(ev: pd.DataFrame, pairs_total: int, limit: int = 40) -> list[str]:
             if first_fast is None:
                 first_fast = e
                 rows.append(f"{t}{e.component}.r{e.rank} -> {e.peer}: first fast-fail, "
-                            f"'Decode instance could be dead' (room {e.room})")
+                            f"'{DEAD_MSG}' (room {e.room})")
         elif e.event == "blacklist_remove":
             pairs -= 1
             rows.append(f"{t}{e.component}: {e.peer} off the blacklist ({e.detail}); "
                         f"{pairs}/{pairs_total} pairs left")
         elif e.event == "probe":
             rows.append(f"{t}{e.component}: probe of {e.peer} failed")
+        elif e.event in ("fault_start", "fault_end", "heartbeat_lost"):
+            who = f"{e.component}{'' if e.rank < 0 else f'.r{e.rank}'}"
+            rows.append(f"{t}{who}: {e.detail}{f' ({e.peer})' if e.peer else ''}")
         elif e.event == "client_aborted":
             rows.append(f"{t}{e.component}: {e.detail}")
     close_group()

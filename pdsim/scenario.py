@@ -229,6 +229,43 @@ class EvalClientConfig(Strict):
 ClientConfig = Annotated[BenchClientConfig | EvalClientConfig, Field(discriminator="kind")]
 
 
+class DecodeDown(Strict):
+    """A decode rank's KV endpoint is unreachable: writes and probes to it fail."""
+
+    kind: Literal["decode_unreachable"]
+    decode_rank: int = Field(ge=0, description="Global decode rank index (server*dp + rank)")
+    at_s: NonNegFloat
+    duration_s: PosFloat
+
+
+class Partition(Strict):
+    """Network partition between a prefill server and the decode servers.
+
+    Transfers across it fail; decode heartbeats to the prefill miss, and after
+    ``heartbeat_misses`` the decode fails its rooms from that prefill and re-registers when the
+    partition heals (which clears its sessions from that prefill's blacklists).
+    """
+
+    kind: Literal["partition"]
+    prefill_server: int = Field(0, ge=0)
+    at_s: NonNegFloat
+    duration_s: PosFloat
+    heartbeat_interval_s: PosFloat = 5.0
+    heartbeat_misses: PosInt = 2
+
+
+class TransferErrors(Strict):
+    """Random ``ret != 0`` on writes in a window, drawn from the ``faults`` random stream."""
+
+    kind: Literal["transfer_errors"]
+    probability: Annotated[float, Field(gt=0, le=1)]
+    from_s: NonNegFloat = 0.0
+    to_s: PosFloat = float("inf")
+
+
+Fault = Annotated[DecodeDown | Partition | TransferErrors, Field(discriminator="kind")]
+
+
 class OperatorFlush(Strict):
     at_s: NonNegFloat
     timeout_s: PosFloat | None = Field(None, description="None: bare POST /flush_cache")
@@ -271,6 +308,7 @@ class Scenario(Strict):
     predictor: PredictorConfig = PredictorConfig()
     clients: Annotated[list[ClientConfig], Field(min_length=1)]
     operator_flushes: list[OperatorFlush] = Field(default_factory=list)
+    faults: list[Fault] = Field(default_factory=list)
     reference: list[ReferenceFigure] = Field(
         default_factory=list, description="Reported figures to compare against (report only)")
 
@@ -331,7 +369,8 @@ def _unwrap_tag(cur: Any, tag: Any) -> Any:
     return None
 
 
-_TAGS = {"bench", "eval", "random", "trace", "float", "int", "str", "bool", "none"}
+_TAGS = {"bench", "eval", "random", "trace", "decode_unreachable", "partition",
+         "transfer_errors", "float", "int", "str", "bool", "none"}
 
 
 def _clean(loc: tuple) -> tuple:

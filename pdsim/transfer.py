@@ -9,8 +9,8 @@ Per prefill rank: ``queues`` FIFO transfer queues with one worker each; a chunk 
 3. writes the chunk (one synchronous batch write of all layers) through the rank's NIC;
 4. on ``ret != 0`` counts a failure for the session (which may blacklist it) and fails the room.
    ``ret != 0`` happens when a flush freed pages under the transfer (``flush_freed_pages``),
-   when the write outlives the transfer timeout (``transfer_timeout``) or the decode is gone
-   (``decode_unreachable``).
+   when the write outlives the transfer timeout (``transfer_timeout``), the decode cannot be
+   reached (``decode_unreachable``) or a fault injects an error (``injected_error``).
 5. after the last chunk, the room reaches Success.
 """
 
@@ -39,7 +39,7 @@ class Chunk:
 class TransferEngine:
     def __init__(self, env: simpy.Environment, owner: str, rank: int, nic: NIC,
                  blacklist: Blacklist, call_latency_s: float, timeout_s: float,
-                 queues: int, log, stats, decode_alive) -> None:
+                 queues: int, log, stats, reachable, injected_error=None) -> None:
         self.env = env
         self.owner = owner
         self.rank = rank
@@ -49,7 +49,8 @@ class TransferEngine:
         self.timeout = timeout_s
         self.log = log
         self.stats = stats
-        self.decode_alive = decode_alive
+        self.reachable = reachable
+        self.injected_error = injected_error or (lambda: False)
         self.queues = [deque() for _ in range(queues)]
         self._wake = [env.event() for _ in range(queues)]
         self.writing: dict[int, Chunk] = {}  # queue index -> chunk being written
@@ -101,8 +102,10 @@ class TransferEngine:
                 self.fail(chunk, "transfer_timeout", counts=True)
             elif room.doomed:
                 self.fail(chunk, "flush_freed_pages", counts=True)
-            elif not self.decode_alive(sid):
+            elif not self.reachable(sid):
                 self.fail(chunk, "decode_unreachable", counts=True)
+            elif self.injected_error():
+                self.fail(chunk, "injected_error", counts=True)
             elif not room.resolved:
                 room.chunks_written += 1
                 self.stats.bytes_transferred += chunk.nbytes

@@ -1,0 +1,88 @@
+"""Other ways onto and off the blacklist: dead decodes, partitions, rare random errors."""
+
+from __future__ import annotations
+
+from conftest import small_fleet
+
+import pdsim
+
+
+def _fleet(**over):
+    d = small_fleet(**over)
+    # paced, so that the run outlasts the faults (a run ends when its clients are done)
+    d["clients"][0].update(num_prompts=1500, max_concurrency=32, request_rate=10.0)
+    d["clients"][0]["dataset"] = {"kind": "random", "input_len": 1024, "output_len": 64}
+    return d
+
+
+def test_dead_decode_is_probed_with_backoff_then_cleared():
+    d = _fleet(blacklist={"recovery": "v0_5_23"},
+               faults=[{"kind": "decode_unreachable", "decode_rank": 0, "at_s": 1.0,
+                        "duration_s": 100.0}])
+    d["clients"][0]["num_prompts"] = 2500  # outlast the third probe
+    res = pdsim.run(d)
+    ev = res.events
+    adds = ev[ev.event == "blacklist_add"]
+    assert len(adds) == 2 and set(adds.peer) == {"decode-0.r0:17000"}  # both prefill ranks
+    assert set(ev[ev.event == "transfer_failed"].detail) >= {"decode_unreachable"}
+    for owner, group in ev[ev.event == "probe"].groupby("component"):
+        added = adds[adds.component == owner].time.iloc[0]
+        gaps = (group.time - added).round(6).tolist()
+        # 30 s, then the interval doubles after each failed probe; the decode is back at 101 s
+        assert gaps == [30.0, 90.0, 210.0]
+        assert list(group.detail) == ["failed", "failed", "ok"]
+    removes = ev[ev.event == "blacklist_remove"]
+    assert set(removes.detail) == {"probe"} and (removes.time > 101.0).all()
+    assert res.summary["blacklisted_pairs_final"] == 0
+
+
+def _partition(**blacklist):
+    return _fleet(blacklist=blacklist,
+                  faults=[{"kind": "partition", "prefill_server": 0, "at_s": 2.0,
+                           "duration_s": 20.0}])
+
+
+def test_partition_heartbeat_loss_then_reregistration_clears_the_blacklist():
+    res = pdsim.run(_partition())  # recovery probe off
+    ev = res.events
+    lost = ev[ev.event == "heartbeat_lost"]
+    assert len(lost) == 1
+    assert 2.0 + 5.0 <= lost.time.iloc[0] <= 2.0 + 15.0  # two 5 s heartbeats missed
+    assert res.summary["blacklisted_pairs_max"] > 0
+    removes = ev[ev.event == "blacklist_remove"]
+    assert len(removes) == len(ev[ev.event == "blacklist_add"])
+    assert set(removes.detail) == {"decode re-registered"}
+    assert (removes.time >= 22.0).all()
+    assert res.summary["blacklisted_pairs_final"] == 0
+    failed = res.requests[res.requests.status == "failed"]
+    assert "prefill_heartbeat_lost" in set(failed.reason) or len(failed) > 0
+    # after the heal and re-registration, requests complete again
+    late = res.measured[res.measured.t_arrival > 40.0]
+    assert len(late) and (late.status == "completed").all()
+
+
+def test_without_reregistration_the_partition_leaves_pairs_blacklisted():
+    res = pdsim.run(_partition(reregister_on_invalidate=False))
+    assert res.summary["blacklisted_pairs_final"] == res.summary["blacklisted_pairs_max"] > 0
+
+
+def test_rare_errors_amplified_by_one_strike_not_by_three():
+    errs = [{"kind": "transfer_errors", "probability": 0.05, "from_s": 5.0, "to_s": 10.0}]
+    one = pdsim.run(_fleet(faults=errs)).summary
+    three = pdsim.run(_fleet(faults=errs, blacklist={"strikes": 3})).summary
+    injected = one["transfer_failures_by_reason"]["injected_error"]
+    assert injected >= 1 and one["blacklisted_pairs_max"] >= 1
+    assert one["failed"] > 100 * injected  # fast-fails on the pairs those errors blacklisted
+    # three strikes: the same rare errors fail only the requests they hit
+    assert three["blacklisted_pairs_max"] == 0
+    assert three["failed"] == three["transfer_failures_by_reason"]["injected_error"] >= 1
+
+
+def test_fault_stream_does_not_move_arrivals_or_lengths():
+    d = _fleet()
+    d["clients"][0].update(request_rate=50.0, max_concurrency=None)
+    base = pdsim.run(d).measured
+    d["faults"] = [{"kind": "transfer_errors", "probability": 0.01}]
+    faulty = pdsim.run(d).measured
+    assert base.t_arrival.equals(faulty.t_arrival)
+    assert base.input_len.equals(faulty.input_len)
