@@ -86,7 +86,6 @@ class DecodeRank(Rank):
 
     def _waiting_timeout(self, req: Request) -> None:
         if req.rid in self.transfer and not req.room.resolved:
-            self.stats.count_failure("waiting_timeout")
             req.room.fail("waiting_timeout")
             # the cached connection is invalidated; the decode re-registers with the prefill
             if self.on_waiting_timeout is not None:
@@ -111,6 +110,8 @@ class DecodeRank(Rank):
         self._maybe_idle()
 
     def _respond(self, req: Request, status: str, reason: str = "") -> None:
+        if req.status == "timed_out":  # the router already answered the client
+            return
         req.status = status
         req.reason = reason
         req.t_done = self.env.now
@@ -163,6 +164,8 @@ class DecodeRank(Rank):
             if req.d_pages.epoch != self.alloc.epoch:
                 req.stale_pages = True
             self._join(req)
+            if req.output_len <= 1:
+                self._complete(req)  # a one-token output is done on arrival
         return recompute
 
     def _sync(self, req: Request) -> None:
@@ -196,8 +199,6 @@ class DecodeRank(Rank):
         env = self.env
         while True:
             recompute = self._admit()
-            for req in [r for r in self.running.values() if r.generated >= r.output_len]:
-                self._complete(req)  # one-token outputs finish on admission
             if not self.running:
                 yield self._sleep()
                 continue
@@ -210,7 +211,6 @@ class DecodeRank(Rank):
             self.step += 1
             self.ctx_sum += batch
             self.stats.tokens_out += batch
-            self.stats.step_time_tokens.append((dt, batch))
             self._grow_pages()
             heap = self._finish
             while heap and heap[0][0] <= self.step:

@@ -83,5 +83,4 @@ class Faults:
         for rank in decode_server.ranks:
             for req in list(rank.transfer.values()) + list(rank.prealloc):
                 if req.p_server == p and not req.room.resolved:
-                    self.fleet.stats.count_failure("prefill_heartbeat_lost")
                     req.room.fail("prefill_heartbeat_lost")

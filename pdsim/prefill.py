@@ -62,7 +62,6 @@ class PrefillRank(Rank):
 
     def _bootstrap_timeout(self, req: Request) -> None:
         if req.rid in self.bootstrap and not req.room.resolved:
-            self.stats.count_failure("bootstrap_timeout")
             req.room.fail("bootstrap_timeout")
 
     def _on_done(self, req: Request) -> None:
@@ -82,7 +81,7 @@ class PrefillRank(Rank):
 
     # --- the scheduler loop --------------------------------------------------------------
 
-    def _take(self, req: Request, budget: int, first: bool) -> int:
+    def _take(self, req: Request, budget: int) -> int:
         """Allocate pages for the next chunk of ``req``; returns its token count (0: no room)."""
         left = req.input_len - req.cached_tokens - self.progress.get(req.rid, 0)
         n = min(left, budget)
@@ -99,7 +98,7 @@ class PrefillRank(Rank):
         budget = self.cfg.chunked_prefill_size
         batch: list[tuple[Request, int, bool]] = []
         if self.chunked is not None:
-            n = self._take(self.chunked, budget, False)
+            n = self._take(self.chunked, budget)
             if not n:
                 return batch
             batch.append((self.chunked, n, False))
@@ -112,7 +111,7 @@ class PrefillRank(Rank):
             if self.cache is not None and req.blocks:
                 hit = self.cache.match(req.blocks) * self.cache.block_tokens
                 req.cached_tokens = min(hit, req.input_len - 1)
-            n = self._take(req, budget, True)
+            n = self._take(req, budget)
             if not n:
                 break
             self.waiting.popleft()

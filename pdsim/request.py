@@ -21,7 +21,7 @@ class Room:
     """The transfer session of one request between its prefill rank and its decode rank."""
 
     __slots__ = ("id", "state", "bootstrapped", "done", "session", "port", "doomed",
-                 "reason", "chunks_written", "prefill", "decode")
+                 "reason", "prefill", "decode")
 
     def __init__(self, env: simpy.Environment, room_id: int) -> None:
         self.id = room_id
@@ -32,7 +32,6 @@ class Room:
         self.port = 0
         self.doomed = ""  # set when a flush freed pages under this transfer
         self.reason = ""
-        self.chunks_written = 0
         self.prefill = None
         self.decode = None
 
@@ -65,7 +64,7 @@ class Request:
         "attempt", "t_arrival", "t_first_token", "t_done", "generated", "status", "reason",
         "http_status", "room", "p_server", "p_rank", "d_server", "d_rank", "prefill_tokens",
         "cached_tokens", "response", "d_pages", "p_pages", "gen_at_join", "join_step",
-        "version", "cap_tokens", "recompute", "stale_pages", "t_prefill_end", "t_transfer_done",
+        "version", "cap_tokens", "stale_pages", "t_prefill_end", "t_transfer_done",
     )
 
     def __init__(self, env: simpy.Environment, rid: int, client: str, kind: str,
@@ -101,5 +100,4 @@ class Request:
         self.join_step = 0
         self.version = 0
         self.cap_tokens = 0
-        self.recompute = 0
         self.stale_pages = False

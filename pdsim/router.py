@@ -53,7 +53,7 @@ class MiniLB:
         if req.response not in res:
             req.status, req.reason, req.http_status = "timed_out", "router_timeout", 504
             req.t_done = env.now
-            room.fail("aborted")  # abort never blacklists
+            room.fail("aborted")  # frees KV on both sides; an abort never blacklists
         if self.hop:
             yield env.timeout(self.hop)
         return req

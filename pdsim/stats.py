@@ -16,13 +16,8 @@ class Stats:
     flushes_executed: int = 0
     transfer_failures: dict[str, int] = field(default_factory=dict)
     request_failures: dict[str, int] = field(default_factory=dict)
-    other_failures: dict[str, int] = field(default_factory=dict)
-    step_time_tokens: list[tuple[float, int]] = field(default_factory=list)
     blacklisted_pairs: int = 0
     blacklisted_pairs_max: int = 0
-
-    def count_failure(self, reason: str) -> None:
-        self.other_failures[reason] = self.other_failures.get(reason, 0) + 1
 
     def count_request_failure(self, reason: str) -> None:
         self.request_failures[reason] = self.request_failures.get(reason, 0) + 1

@@ -87,8 +87,9 @@ class TransferEngine:
             if room.resolved:
                 continue
             sid = room.session
+            blocked = self.blacklist.blocked(sid)  # may drop an idle entry (0.5.23)
             self.blacklist.touch(sid)
-            if self.blacklist.blocked(sid):
+            if blocked:
                 self.fail(chunk, "blacklisted_session", counts=False)
                 continue
             room.state = Poll.Transferring
@@ -107,7 +108,6 @@ class TransferEngine:
             elif self.injected_error():
                 self.fail(chunk, "injected_error", counts=True)
             elif not room.resolved:
-                room.chunks_written += 1
                 self.stats.bytes_transferred += chunk.nbytes
                 if chunk.last:
                     room.succeed()

@@ -143,6 +143,33 @@ def test_v0_5_23_backs_off_on_a_dead_decode():
     assert probes == [30.0, 90.0, 210.0, 450.0]  # 30, then doubling, capped at 300
 
 
+def test_v0_5_23_drops_entries_idle_for_600s():
+    import simpy
+
+    from pdsim.blacklist import V0523Blacklist
+
+    env = simpy.Environment()
+    bl = V0523Blacklist(env, "p.r0", 1, 1e9, 1e9, lambda s: False, lambda *a, **k: None)
+    bl.record_failure("d:1")
+    env.run(until=599)
+    assert bl.blocked("d:1")
+    bl.touch("d:1")  # a request targeted it at 599 s: the idle clock restarts
+    env.run(until=1198)
+    assert bl.blocked("d:1")
+    env.run(until=1199)
+    assert not bl.blocked("d:1") and len(bl) == 0
+
+
+def test_router_timeout_is_its_own_bucket():
+    res = run_cached("drop_timeout", "router.request_timeout_s=5",
+                     "clients.0.num_prompts=300", "clients.1.num_prompts=300")
+    req = res.measured
+    out = req[req.status == "timed_out"]
+    assert len(out) > 0
+    assert (out.http_status == 504).all() and (out.reason == "router_timeout").all()
+    assert ((out.t_done - out.t_arrival).round(6) <= 5.0 + 1e-3).all()
+
+
 @pytest.mark.parametrize("handler,status", [("model_gateway", 200), ("rust_router", 200)])
 def test_rust_routers_drop_the_timeout_too(handler, status):
     res = run_cached("drop_timeout", f"router.flush_handler={handler}")
