@@ -150,3 +150,24 @@ def test_balancers():
     rr = balance.build("round_robin")
     assert [rr.pick(ranks, 0) for _ in range(4)] == [0, 1, 2, 0]
     assert balance.build("follow_bootstrap_room").pick(ranks, 10) == 1
+
+
+def test_transfer_time_is_call_latency_plus_bytes_over_bandwidth():
+    from pdsim.blacklist import PermanentBlacklist
+    from pdsim.request import Request, Room
+    from pdsim.stats import Stats
+    from pdsim.transfer import Chunk, TransferEngine
+
+    env = simpy.Environment()
+    nic = NIC(env, "n", 1e9, peak_util=1.0, min_util=1.0, saturation_bytes=1.0)
+    bl = PermanentBlacklist(env, "p", 1, 30, 300, lambda s: True, lambda *a, **k: None)
+    eng = TransferEngine(env, "p", 0, nic, bl, 0.0016, 30.0, 4, lambda *a, **k: None, Stats(),
+                         lambda s: True)
+    room = Room(env, 1)
+    room.session, room.port = "d:1", 1
+    req = Request(env, 0, "c", "bench", 10, 1, True)
+    done = []
+    room.done.callbacks.append(lambda _e: done.append(env.now))
+    eng.submit(Chunk(req, room, 0.5e9, last=True))
+    env.run()
+    assert done == [pytest.approx(0.0016 + 0.5)]
