@@ -53,7 +53,44 @@ def _parser() -> argparse.ArgumentParser:
                     "(default: the last bench client)")
 
     sub.add_parser("schema", help="print the JSON Schema of the scenario format")
+    pr = sub.add_parser("profiles", help="list the GPU and model profiles and their sources")
+    pr.add_argument("name", nargs="?", help="show one profile with every value's source")
     return p
+
+
+def _profiles(name: str | None) -> int:
+    from pdsim import profiles
+
+    gpus, models = profiles.raw_gpus(), profiles.raw_models()
+    if name:
+        entry = gpus.get(name) or models.get(name)
+        if entry is None:
+            return _die(f"no profile {name!r}; GPUs: {', '.join(sorted(gpus))}; models: "
+                        f"{', '.join(sorted(models))}")
+
+        def show(node: dict, indent: str = "") -> None:
+            for k, v in node.items():
+                if isinstance(v, dict) and "value" in v:
+                    print(f"{indent}{k:<24}{v['value']!s:<12}{v['source']}")
+                elif isinstance(v, dict):
+                    print(f"{indent}{k}:")
+                    show(v, indent + "  ")
+
+        show(entry)
+        return 0
+    print(f"{'GPU':<8}{'BF16 TF':>9}{'FP8 TF':>8}{'HBM GB':>8}{'HBM TB/s':>10}{'NIC Gb/s':>10}")
+    for g in profiles.gpu_names():
+        x = profiles.gpu(g)
+        print(f"{g:<8}{x.bf16_tflops:>9g}{x.fp8_tflops:>8g}{x.hbm_gb:>8g}{x.hbm_tbps:>10g}"
+              f"{x.nic_gbps:>10g}")
+    print(f"\n{'model':<18}{'attn':>5}{'layers':>7}{'active B':>9}{'KV B/token':>11}  fitted for")
+    for m in profiles.model_names():
+        x = profiles.model(m)
+        fitted = ", ".join(sorted(x.fitted or {})) or "-"
+        print(f"{m:<18}{x.attention:>5}{x.layers:>7}{x.params_active_b:>9g}"
+              f"{x.kv_bytes_per_token:>11,}  {fitted}")
+    print("\npdsim profiles NAME shows every value with its source.")
+    return 0
 
 
 def _parse_vary(items: list[str]) -> dict[str, list]:
@@ -120,6 +157,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "sweep":
         return _sweep(args)
+    if args.cmd == "profiles":
+        return _profiles(args.name)
     try:
         sc = _load(args)
     except scenario_mod.ScenarioError as err:

@@ -491,4 +491,15 @@ def load(source: str | Path | dict | Scenario, sets: list[str] | None = None) ->
 
 
 def json_schema() -> dict:
-    return Scenario.model_json_schema()
+    """JSON Schema of a scenario file, for editors (yaml-language-server, VS Code).
+
+    A file may ``extends:`` another, which can supply any top-level key, so the editor schema
+    allows ``extends`` and requires nothing at the top; ``pdsim validate`` checks the merged
+    scenario in full.
+    """
+    schema = Scenario.model_json_schema()
+    schema["properties"]["extends"] = {
+        "type": "string", "title": "Extends",
+        "description": "Scenario file (relative to this one) merged under this one"}
+    schema.pop("required", None)
+    return schema

@@ -51,3 +51,25 @@ def test_validate_and_schema(capsys):
     schema = json.loads(capsys.readouterr().out)
     assert schema["title"] == "Scenario"
     assert "fleet" in schema["properties"]
+
+
+def test_shipped_editor_schema_is_current():
+    from conftest import SCENARIOS
+
+    from pdsim.scenario import json_schema
+
+    shipped = json.loads((SCENARIOS / "scenario.schema.json").read_text())
+    assert shipped == json_schema(), "regenerate: pdsim schema > scenarios/scenario.schema.json"
+    assert "extends" in shipped["properties"]
+    for path in SCENARIOS.glob("*.yaml"):
+        assert path.read_text().startswith(
+            "# yaml-language-server: $schema=./scenario.schema.json"), path.name
+
+
+def test_profiles_listing(capsys):
+    assert main(["profiles"]) == 0
+    out = capsys.readouterr().out
+    assert "dsv3-ci-test" in out and "H20" in out
+    assert main(["profiles", "dsv3-ci-test"]) == 0
+    assert "pr5624" in capsys.readouterr().out
+    assert main(["profiles", "B300"]) == 2
