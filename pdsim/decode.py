@@ -27,10 +27,8 @@ class DecodeRank(Rank):
     def __init__(self, env: simpy.Environment, server: int, index: int, cfg, predictor,
                  pool_pages: int, waiting_timeout_s: float, port: int, flush_semantics: str,
                  log, stats) -> None:
-        super().__init__(env, server, index, pool_pages, cfg.page_size, flush_semantics, log,
+        super().__init__(env, server, index, cfg, predictor, pool_pages, flush_semantics, log,
                          stats)
-        self.cfg = cfg
-        self.predictor = predictor
         self.waiting_timeout = waiting_timeout_s
         self.port = port
         self.session = f"decode-{server}.r{index}:{port}"

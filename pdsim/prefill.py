@@ -25,10 +25,8 @@ class PrefillRank(Rank):
     def __init__(self, env: simpy.Environment, server: int, index: int, cfg, predictor,
                  kv_bytes_per_token: int, pool_pages: int, bootstrap_timeout_s: float,
                  flush_semantics: str, log, stats) -> None:
-        super().__init__(env, server, index, pool_pages, cfg.page_size, flush_semantics, log,
+        super().__init__(env, server, index, cfg, predictor, pool_pages, flush_semantics, log,
                          stats)
-        self.cfg = cfg
-        self.predictor = predictor
         self.kvb = kv_bytes_per_token
         self.bootstrap_timeout = bootstrap_timeout_s
         self.engine: TransferEngine | None = None  # wired by the fleet

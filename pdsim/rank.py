@@ -11,13 +11,15 @@ from pdsim.kv import PageAllocator
 class Rank:
     role = "rank"
 
-    def __init__(self, env: simpy.Environment, server: int, index: int, pool_pages: int,
-                 page_size: int, flush_semantics: str, log, stats) -> None:
+    def __init__(self, env: simpy.Environment, server: int, index: int, cfg, predictor,
+                 pool_pages: int, flush_semantics: str, log, stats) -> None:
         self.env = env
         self.server = server
         self.index = index
         self.name = f"{self.role}-{server}"
-        self.alloc = PageAllocator(pool_pages, page_size)
+        self.cfg = cfg  # the role's scenario section (PrefillConfig / DecodeConfig)
+        self.predictor = predictor
+        self.alloc = PageAllocator(pool_pages, cfg.page_size)
         self.log = log
         self.stats = stats
         self.flush = FlushWrapper(env, self, flush_semantics, log)
