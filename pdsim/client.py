@@ -63,6 +63,8 @@ class Client:
         self.t0 = float("nan")
         self.t_end = float("nan")
         self.aborted = ""
+        self.index = fleet.clients_created  # namespaces this client's prompt blocks
+        fleet.clients_created += 1
         env.process(self._main())
 
     def _main(self):
@@ -89,7 +91,8 @@ class BenchClient(Client):
         n = self.cfg.num_prompts
         ins, outs = random_lengths(self.rngs["lengths"], n, ds.input_len, ds.output_len,
                                    ds.range_ratio, ds.output_distribution)
-        base = 1 << 40  # random prompts share no prefix blocks
+        # random prompts share no prefix blocks, within a client or across clients
+        base = (self.index + 1) << 40
         blocks_per = math.ceil(ds.input_len / 512)
         return [{"input": int(i), "output": int(o),
                  "blocks": tuple(base + k * blocks_per + b for b in range(blocks_per))}

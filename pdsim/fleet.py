@@ -42,6 +42,7 @@ class Fleet:
         self.stats = Stats()
         self.rngs = Streams(sc.seed, sc.seeds.model_dump())
         self.requests: list[Request] = []
+        self.clients_created = 0
         gpu = self.gpu = profiles.gpu(sc.fleet.gpu)
         model = self.model = profiles.model(sc.fleet.model)
         pc, dc, tc = sc.fleet.prefill, sc.fleet.decode, sc.transfer

@@ -161,3 +161,11 @@ def test_retraction_under_memory_pressure_keeps_invariants():
     assert s["tokens_generated_fleet"] == int(res.requests.generated.sum())
     for pool in res.kv_pools.values():
         assert pool["peak"] <= pool["capacity"]
+
+
+def test_random_prompts_of_different_clients_share_no_prefix():
+    # two bench clients and no flush: the second runs on the cache the first filled
+    res = run_cached("drop_timeout", "clients.0.flush.mode=none", "clients.1.flush.mode=none")
+    m = res.measured
+    # only the prompt each client's warmup used (bench_serving warms up on prompt 0) hits
+    assert ((m.cached_tokens > 0).groupby(m.client).sum() <= 1).all()
