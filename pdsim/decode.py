@@ -169,6 +169,11 @@ class DecodeRank(Rank):
     def _sync(self, req: Request) -> None:
         req.generated = req.gen_at_join + (self.step - req.join_step)
 
+    def sync_running(self) -> None:
+        """Bring ``generated`` of running requests up to date (they are counted lazily)."""
+        for req in self.running.values():
+            self._sync(req)
+
     def _leave(self, req: Request) -> None:
         self._sync(req)
         del self.running[req.rid]

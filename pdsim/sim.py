@@ -66,8 +66,7 @@ class Result:
 
 def _records(fleet: Fleet) -> pd.DataFrame:
     for d in fleet.decode_ranks:  # tokens of requests still running at the horizon
-        for r in d.running.values():
-            d._sync(r)
+        d.sync_running()
     rows = []
     for r in fleet.requests:
         room = r.room
