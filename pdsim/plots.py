@@ -90,9 +90,8 @@ def outcomes(res: Result, ax=None, bin_s: float = 2.0):
     if req.empty:
         return ax
     bins = np.arange(0, req.t_done.max() + bin_s, bin_s)
-    for status, color in (("completed", OK), ("failed", FAIL)):
-        sel = req[req.status == status]
-        ax.hist(sel.t_done, bins=bins, color=color, alpha=0.8, label=status)
+    ax.hist([req[req.status == "completed"].t_done, req[req.status == "failed"].t_done],
+            bins=bins, color=[OK, FAIL], stacked=True, label=["completed", "failed"])
     _mark_flushes(ax, res, label=False)
     ax.set_ylabel(f"requests / {bin_s:g} s")
     ax.legend(loc="upper right", frameon=False)
