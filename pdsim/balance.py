@@ -43,5 +43,5 @@ class FollowBootstrapRoom:
 POLICIES = {c.name: c for c in (RoundRobin, TotalTokens, FollowBootstrapRoom)}
 
 
-def build(name: str):
+def build(name: str) -> RoundRobin | TotalTokens | FollowBootstrapRoom:
     return POLICIES[name]()

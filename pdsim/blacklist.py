@@ -12,6 +12,9 @@ from collections.abc import Callable
 
 import simpy
 
+from pdsim.log import EventLog
+from pdsim.scenario import BlacklistConfig
+
 
 class Blacklist:
     """``failed_sessions`` of one prefill rank (SGLang ``MooncakeKVManager``)."""
@@ -22,7 +25,7 @@ class Blacklist:
 
     def __init__(self, env: simpy.Environment, owner: str, strikes: int,
                  probe_interval_s: float, probe_max_interval_s: float,
-                 is_alive: Callable[[str], bool], log) -> None:
+                 is_alive: Callable[[str], bool], log: EventLog) -> None:
         self.env = env
         self.owner = owner
         self.strikes = strikes
@@ -116,8 +119,8 @@ POLICIES: dict[str, type[Blacklist]] = {
 }
 
 
-def build(cfg, env: simpy.Environment, owner: str, is_alive: Callable[[str], bool],
-          log) -> Blacklist:
+def build(cfg: BlacklistConfig, env: simpy.Environment, owner: str,
+          is_alive: Callable[[str], bool], log: EventLog) -> Blacklist:
     cls = POLICIES[cfg.recovery]
     kwargs = {"idle_drop_s": cfg.idle_drop_s} if cls is V0523Blacklist else {}
     return cls(env, owner, cfg.strikes, cfg.probe_interval_s, cfg.probe_max_interval_s,

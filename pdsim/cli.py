@@ -105,7 +105,7 @@ def _parse_vary(items: list[str]) -> dict[str, list]:
     return vary
 
 
-def _sweep(args) -> int:
+def _sweep(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from pdsim.sweep import sweep
@@ -143,7 +143,7 @@ def _sweep(args) -> int:
     return 0
 
 
-def _load(args) -> scenario_mod.Scenario:
+def _load(args: argparse.Namespace) -> scenario_mod.Scenario:
     sets = list(args.sets)
     if getattr(args, "seed", None) is not None:
         sets.append(f"seed={args.seed}")

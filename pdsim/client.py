@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Generator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
+
+from pdsim.rng import Streams
+from pdsim.scenario import BenchClientConfig, EvalClientConfig
+
+if TYPE_CHECKING:
+    from pdsim.fleet import Fleet
+    from pdsim.router import MiniLB
 
 
 def random_lengths(rng: np.random.Generator, n: int, input_len: int, output_len: int,
@@ -52,7 +61,8 @@ def read_trace(path: str, limit: int | None, time_scale: float,
 
 
 class Client:
-    def __init__(self, env: simpy.Environment, cfg, router, fleet, rngs) -> None:
+    def __init__(self, env: simpy.Environment, cfg: BenchClientConfig | EvalClientConfig,
+                 router: MiniLB, fleet: Fleet, rngs: Streams) -> None:
         self.env = env
         self.cfg = cfg
         self.name = cfg.name
@@ -67,13 +77,14 @@ class Client:
         fleet.clients_created += 1
         env.process(self._main())
 
-    def _main(self):
+    def _main(self) -> Generator:
         yield from self.run()
         self.t_end = self.env.now
         self.done.succeed()
 
     def send(self, kind: str, input_len: int, output_len: int, stream: bool,
-             blocks=None, question: int = -1, attempt: int = 0):
+             blocks: tuple[int, ...] | None = None, question: int = -1,
+             attempt: int = 0) -> simpy.Process:
         req = self.fleet.new_request(self.name, kind, input_len, output_len, stream, blocks,
                                      question, attempt)
         return self.router.generate(req)
@@ -108,7 +119,8 @@ class BenchClient(Client):
         gaps = self.rngs["arrivals"].exponential(1.0 / float(rate), size=n)
         return np.cumsum(gaps) - gaps[0]
 
-    def run(self):
+    def run(self) -> Generator:
+        """The client's process: warmup, flush, then the prompts."""
         env, cfg = self.env, self.cfg
         if cfg.start_s:
             yield env.timeout(cfg.start_s)
@@ -149,7 +161,8 @@ class EvalClient(Client):
         self.answers: list[dict] = []
         super().__init__(*args, **kwargs)
 
-    def run(self):
+    def run(self) -> Generator:
+        """The eval's process: ``threads`` workers over the questions."""
         env, cfg = self.env, self.cfg
         if cfg.start_s:
             yield env.timeout(cfg.start_s)

@@ -15,8 +15,12 @@ from collections import deque
 
 import simpy
 
+from pdsim.log import EventLog
+from pdsim.predictor import Predictor
 from pdsim.rank import Rank
 from pdsim.request import Poll, Request
+from pdsim.scenario import DecodeConfig
+from pdsim.stats import Stats
 
 GROWTH_TOKENS = 64  # KV growth is booked in 64-token blocks: a simulation granularity
 
@@ -24,9 +28,9 @@ GROWTH_TOKENS = 64  # KV growth is booked in 64-token blocks: a simulation granu
 class DecodeRank(Rank):
     role = "decode"
 
-    def __init__(self, env: simpy.Environment, server: int, index: int, cfg, predictor,
-                 pool_pages: int, waiting_timeout_s: float, port: int, flush_semantics: str,
-                 log, stats) -> None:
+    def __init__(self, env: simpy.Environment, server: int, index: int, cfg: DecodeConfig,
+                 predictor: Predictor, pool_pages: int, waiting_timeout_s: float, port: int,
+                 flush_semantics: str, log: EventLog, stats: Stats) -> None:
         super().__init__(env, server, index, cfg, predictor, pool_pages, flush_semantics, log,
                          stats)
         self.waiting_timeout = waiting_timeout_s
@@ -122,7 +126,7 @@ class DecodeRank(Rank):
 
     # --- the batch loop ------------------------------------------------------------------
 
-    def _push(self, heap, step: int, req: Request) -> None:
+    def _push(self, heap: list, step: int, req: Request) -> None:
         self._seq += 1
         heapq.heappush(heap, (step, self._seq, req.version, req))
 

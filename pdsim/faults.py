@@ -8,11 +8,20 @@ re-registration.
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+from pdsim.scenario import DecodeDown, Partition
+
+if TYPE_CHECKING:
+    from pdsim.fleet import Fleet
+    from pdsim.server import Server
 
 
 class Faults:
-    def __init__(self, fleet, specs, rng: np.random.Generator) -> None:
+    def __init__(self, fleet: Fleet, specs: list, rng: np.random.Generator) -> None:
         self.fleet = fleet
         self.env = fleet.env
         self.rng = rng
@@ -38,7 +47,7 @@ class Faults:
                 return bool(self.rng.random() < f.probability)
         return False
 
-    def _decode_down(self, f):
+    def _decode_down(self, f: DecodeDown) -> Generator:
         rank = self.fleet.decode_ranks[f.decode_rank]
         yield self.env.timeout(f.at_s)
         rank.alive = False
@@ -49,7 +58,7 @@ class Faults:
         self.fleet.log("fault_end", rank.name, rank.index, peer=rank.session,
                        detail="decode reachable")
 
-    def _partition(self, f):
+    def _partition(self, f: Partition) -> Generator:
         yield self.env.timeout(f.at_s)
         self.cut.add(f.prefill_server)
         self.fleet.log("fault_start", f"prefill-{f.prefill_server}", detail="partition")
@@ -57,7 +66,7 @@ class Faults:
         self.cut.discard(f.prefill_server)
         self.fleet.log("fault_end", f"prefill-{f.prefill_server}", detail="partition healed")
 
-    def _heartbeat(self, decode_server, f):
+    def _heartbeat(self, decode_server: Server, f: Partition) -> Generator:
         """Decode polls the prefill's /health; ``misses`` in a row invalidate the connection."""
         env, p = self.env, f.prefill_server
         misses = 0
@@ -77,7 +86,7 @@ class Faults:
                     for rank in decode_server.ranks:
                         self.fleet.reregister(rank.session, p)
 
-    def _lost_prefill(self, decode_server, p: int) -> None:
+    def _lost_prefill(self, decode_server: Server, p: int) -> None:
         self.fleet.log("heartbeat_lost", decode_server.name, peer=f"prefill-{p}",
                        detail="Lost connection with prefill instance")
         for rank in decode_server.ranks:

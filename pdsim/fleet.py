@@ -14,13 +14,13 @@ from pdsim.prefill import PrefillRank
 from pdsim.request import Request
 from pdsim.rng import Streams
 from pdsim.router import MiniLB
-from pdsim.scenario import Scenario
+from pdsim.scenario import RoleConfig, Scenario
 from pdsim.server import Server
 from pdsim.stats import Stats
 from pdsim.transfer import TransferEngine
 
 
-def pool_pages(role_cfg, gpu: profiles.GPU, model: profiles.Model) -> int:
+def pool_pages(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model) -> int:
     """KV pages per rank: given, or what ``mem_fraction_static`` of HBM leaves after weights."""
     if role_cfg.kv_pool_tokens is not None:
         tokens = role_cfg.kv_pool_tokens
@@ -115,7 +115,8 @@ class Fleet:
             env.process(self._operator_flush(op.at_s, op.timeout_s))
 
     def new_request(self, client: str, kind: str, input_len: int, output_len: int,
-                    stream: bool, blocks, question: int, attempt: int) -> Request:
+                    stream: bool, blocks: tuple[int, ...] | None, question: int,
+                    attempt: int) -> Request:
         req = Request(self.env, len(self.requests), client, kind, input_len, output_len, stream,
                       blocks, question, attempt)
         self.requests.append(req)

@@ -9,7 +9,13 @@ deadline.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import simpy
+
+if TYPE_CHECKING:
+    from pdsim.log import EventLog
+    from pdsim.rank import Rank
 
 OK = (200, "Cache flushed.")
 BUSY = (400, "Cache not flushed because there are pending requests")
@@ -17,14 +23,14 @@ TIMED_OUT = (400, "Timed out waiting for idle state.")
 
 
 class FlushWrapper:
-    def __init__(self, env: simpy.Environment, rank, semantics: str, log) -> None:
+    def __init__(self, env: simpy.Environment, rank: Rank, semantics: str, log: EventLog) -> None:
         self.env = env
         self.rank = rank
         self.semantics = semantics
         self.log = log
         self.executed = self.rejected = self.timed_out = 0
 
-    def request(self, timeout: float | None):
+    def request(self, timeout: float | None) -> simpy.Process:
         """A process answering ``(status, message)`` for one flush request to this rank."""
         return self.env.process(self._run(timeout))
 
@@ -45,12 +51,12 @@ class FlushWrapper:
             yield rank.idle_event() | self.env.timeout(left)
         return self._do(f"idle within timeout={timeout:g}")
 
-    def _reject(self, answer, how: str):
+    def _reject(self, answer: tuple[int, str], how: str) -> tuple[int, str]:
         self.rejected += 1
         self.log("flush_rejected", self.rank.name, self.rank.index, detail=self.rank.busy_summary())
         return answer
 
-    def _do(self, how: str):
+    def _do(self, how: str) -> tuple[int, str]:
         self.executed += 1
         self.rank.flush_now(how)
         return OK

@@ -7,12 +7,13 @@ until the log is turned into a DataFrame.
 from __future__ import annotations
 
 import pandas as pd
+import simpy
 
 COLUMNS = ("time", "event", "component", "rank", "rid", "room", "peer", "value", "detail")
 
 
 class EventLog:
-    def __init__(self, env) -> None:
+    def __init__(self, env: simpy.Environment) -> None:
         self.env = env
         self.rows: list[tuple] = []
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 
 from pdsim.sim import Result
 
@@ -22,12 +23,13 @@ def _flush_times(res: Result) -> list[float]:
     return sorted(ev[ev.event == "router_flush"].time.unique())
 
 
-def _mark_flushes(ax, res: Result, label: bool = True) -> None:
+def _mark_flushes(ax: Axes, res: Result, label: bool = True) -> None:
     for i, t in enumerate(_flush_times(res)):
         ax.axvline(t, color=FLUSH, lw=1, ls="--", label="flush_cache" if label and i == 0 else None)
 
 
-def throughput(res: Result, ax=None, smooth_s: int = 5, label: str | None = None):
+def throughput(res: Result, ax: Axes | None = None, smooth_s: int = 5,
+               label: str | None = None) -> Axes:
     """Generated tokens/s over time (rolling mean), flushes marked."""
     ax = ax or plt.gca()
     ts = res.timeseries
@@ -39,7 +41,7 @@ def throughput(res: Result, ax=None, smooth_s: int = 5, label: str | None = None
     return ax
 
 
-def failures(res: Result, ax=None):
+def failures(res: Result, ax: Axes | None = None) -> Axes:
     """Failed requests per second, with blacklisted pairs on a second axis."""
     ax = ax or plt.gca()
     ts = res.timeseries
@@ -60,7 +62,7 @@ def failures(res: Result, ax=None):
     return ax
 
 
-def pair_matrix(res: Result, ax=None):
+def pair_matrix(res: Result, ax: Axes | None = None) -> Axes:
     """Requests failed per (prefill rank, decode session) pair; blacklisted pairs outlined."""
     ax = ax or plt.gca()
     req = res.measured
@@ -83,7 +85,7 @@ def pair_matrix(res: Result, ax=None):
     return ax
 
 
-def outcomes(res: Result, ax=None, bin_s: float = 2.0):
+def outcomes(res: Result, ax: Axes | None = None, bin_s: float = 2.0) -> Axes:
     """Requests finishing per time bin, completed vs failed, per client."""
     ax = ax or plt.gca()
     req = res.measured[res.measured.status.isin(["completed", "failed"])]
@@ -136,7 +138,7 @@ def compare(results: dict[str, Result], smooth_s: int = 5) -> plt.Figure:
     return fig
 
 
-def sweep_bars(df: pd.DataFrame, x: str, y: str = "empty_share", ax=None):
+def sweep_bars(df: pd.DataFrame, x: str, y: str = "empty_share", ax: Axes | None = None) -> Axes:
     """Median and range of a sweep metric per value of a varied key."""
     ax = ax or plt.gca()
     g = df.groupby(x)[y]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from pdsim.profiles import GPU, Model
+from pdsim.scenario import PredictorConfig
 
 FITTED_KEYS = ("prefill_a_ms", "prefill_b_ms_per_ktok", "prefill_c_ms_per_mtok2",
                "decode_a_ms", "decode_b_ms_per_ktok", "decode_c_ms_per_seq")
@@ -85,7 +86,7 @@ class RooflinePredictor:
         return self.overhead_s + max(memory, compute)
 
 
-def build(cfg, gpu: GPU, model: Model, tp: int, dp_gather: int = 1) -> Predictor:
+def build(cfg: PredictorConfig, gpu: GPU, model: Model, tp: int, dp_gather: int = 1) -> Predictor:
     """Make the predictor a scenario asks for (``dp_gather``: dp under DP attention, else 1)."""
     if cfg.kind == "roofline":
         return RooflinePredictor(gpu, model, tp, dp_gather, cfg.prefill_mfu, cfg.hbm_derate,

@@ -14,17 +14,22 @@ from collections import deque
 import simpy
 
 from pdsim.kv import PrefixCache
+from pdsim.log import EventLog
+from pdsim.predictor import Predictor
 from pdsim.rank import Rank
 from pdsim.request import Poll, Request
+from pdsim.scenario import PrefillConfig
+from pdsim.stats import Stats
 from pdsim.transfer import Chunk, TransferEngine
 
 
 class PrefillRank(Rank):
     role = "prefill"
 
-    def __init__(self, env: simpy.Environment, server: int, index: int, cfg, predictor,
-                 kv_bytes_per_token: int, pool_pages: int, bootstrap_timeout_s: float,
-                 flush_semantics: str, log, stats) -> None:
+    def __init__(self, env: simpy.Environment, server: int, index: int, cfg: PrefillConfig,
+                 predictor: Predictor, kv_bytes_per_token: int, pool_pages: int,
+                 bootstrap_timeout_s: float, flush_semantics: str, log: EventLog,
+                 stats: Stats) -> None:
         super().__init__(env, server, index, cfg, predictor, pool_pages, flush_semantics, log,
                          stats)
         self.kvb = kv_bytes_per_token

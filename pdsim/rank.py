@@ -6,13 +6,18 @@ import simpy
 
 from pdsim.flush import FlushWrapper
 from pdsim.kv import PageAllocator
+from pdsim.log import EventLog
+from pdsim.predictor import Predictor
+from pdsim.scenario import DecodeConfig, PrefillConfig
+from pdsim.stats import Stats
 
 
 class Rank:
     role = "rank"
 
-    def __init__(self, env: simpy.Environment, server: int, index: int, cfg, predictor,
-                 pool_pages: int, flush_semantics: str, log, stats) -> None:
+    def __init__(self, env: simpy.Environment, server: int, index: int,
+                 cfg: PrefillConfig | DecodeConfig, predictor: Predictor, pool_pages: int,
+                 flush_semantics: str, log: EventLog, stats: Stats) -> None:
         self.env = env
         self.server = server
         self.index = index

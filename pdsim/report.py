@@ -7,13 +7,14 @@ import re
 
 import pandas as pd
 
+from pdsim.scenario import BenchClientConfig, EvalClientConfig, ReferenceFigure
 from pdsim.sim import Result
 from pdsim.transfer import DEAD_MSG
 
 W = 50
 
 
-def _line(label: str, value) -> str:
+def _line(label: str, value: object) -> str:
     if isinstance(value, float):
         value = "n/a" if math.isnan(value) else f"{value:.2f}"
     elif value is None:
@@ -25,7 +26,7 @@ def _head(title: str, ch: str = "-") -> str:
     return f" {title} ".center(W, ch)
 
 
-def bench_block(name: str, m: dict, cfg) -> list[str]:
+def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -> list[str]:
     """One client's numbers as bench_serving prints them, plus what it hides."""
     out = [_head(f"Serving Benchmark Result: {name}", "=")]
     if cfg.kind == "bench":
@@ -185,7 +186,7 @@ def _get(summary: dict, path: str):
     return cur
 
 
-def reference_block(summary: dict, refs) -> list[str]:
+def reference_block(summary: dict, refs: list[ReferenceFigure]) -> list[str]:
     if not refs:
         return []
     out = [_head("Compared with the reported figures", "="),

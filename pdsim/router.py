@@ -16,15 +16,20 @@ Flush handlers (``router.flush_handler``):
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import numpy as np
 import simpy
 
+from pdsim.log import EventLog
 from pdsim.request import Request, Room
+from pdsim.scenario import RouterConfig
+from pdsim.server import Server
 
 
 class MiniLB:
-    def __init__(self, env: simpy.Environment, prefills: list, decodes: list, cfg,
-                 rng: np.random.Generator, log) -> None:
+    def __init__(self, env: simpy.Environment, prefills: list[Server], decodes: list[Server],
+                 cfg: RouterConfig, rng: np.random.Generator, log: EventLog) -> None:
         self.env = env
         self.prefills = prefills
         self.decodes = decodes
@@ -39,7 +44,7 @@ class MiniLB:
     def generate(self, req: Request) -> simpy.Process:
         return self.env.process(self._generate(req))
 
-    def _generate(self, req: Request):
+    def _generate(self, req: Request) -> Generator:
         env = self.env
         p = self.prefills[int(self.rng.integers(len(self.prefills)))]
         d = self.decodes[int(self.rng.integers(len(self.decodes)))]
@@ -63,7 +68,7 @@ class MiniLB:
     def flush(self, timeout: float | None, caller: str) -> simpy.Process:
         return self.env.process(self._flush(timeout, caller))
 
-    def _flush(self, timeout: float | None, caller: str):
+    def _flush(self, timeout: float | None, caller: str) -> Generator:
         handler = self.cfg.flush_handler
         servers = self.prefills + self.decodes
         forwarded = timeout if handler == "mini_lb_fixed" else None
@@ -97,11 +102,11 @@ class MiniLB:
                                  "servers": {n: c for n, (c, _m) in answers.items()}})
         return status, answers
 
-    def _bounded_fanout(self, servers: list, handler: str):
+    def _bounded_fanout(self, servers: list[Server], handler: str) -> Generator:
         sem = simpy.Resource(self.env, capacity=self.cfg.fanout_concurrency)
         answers: dict[str, tuple[int, str]] = {}
 
-        def one(server):
+        def one(server: Server) -> Generator:
             with sem.request() as slot:
                 yield slot
                 proc = server.flush(None)

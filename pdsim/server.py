@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import simpy
 
+from pdsim.balance import FollowBootstrapRoom, RoundRobin, TotalTokens
+from pdsim.log import EventLog
 from pdsim.request import Request
 
 IN_PROGRESS = (400, "Another flush_cache is already in progress")
@@ -11,7 +15,7 @@ IN_PROGRESS = (400, "Another flush_cache is already in progress")
 
 class Server:
     def __init__(self, env: simpy.Environment, role: str, index: int, ranks: list,
-                 balancer, log) -> None:
+                 balancer: RoundRobin | TotalTokens | FollowBootstrapRoom, log: EventLog) -> None:
         self.env = env
         self.role = role
         self.index = index
@@ -32,11 +36,11 @@ class Server:
             req.room.decode = rank
         rank.submit(req)
 
-    def flush(self, timeout: float | None):
+    def flush(self, timeout: float | None) -> simpy.Process:
         """POST /flush_cache[?timeout=]: every rank decides; the answer is rank 0's."""
         return self.env.process(self._flush(timeout))
 
-    def _flush(self, timeout: float | None):
+    def _flush(self, timeout: float | None) -> Generator:
         if self._flushing:
             self.log("flush_rejected", self.name, detail=IN_PROGRESS[1])
             return IN_PROGRESS

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import simpy
 
 from pdsim import scenario as scenario_mod
 from pdsim.fleet import Fleet
@@ -79,7 +81,7 @@ def _records(fleet: Fleet) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=REQUEST_COLUMNS)
 
 
-def _sampler(fleet: Fleet, interval: float, rows: list):
+def _sampler(fleet: Fleet, interval: float, rows: list) -> Generator:
     env, stats = fleet.env, fleet.stats
     while True:
         snap = fleet.snapshot()
@@ -108,7 +110,7 @@ def _flush_counts(fleet: Fleet) -> dict:
     return out
 
 
-def _sim_events(env) -> int:
+def _sim_events(env: simpy.Environment) -> int:
     """Events SimPy scheduled (its event-id counter; read once, at the end)."""
     eid = getattr(env, "_eid", None)
     return next(eid) if eid is not None else -1
@@ -161,7 +163,8 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: 
     return clean(top)
 
 
-def run(scenario, sets: list[str] | None = None, progress: bool = False) -> Result:
+def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | None = None,
+        progress: bool = False) -> Result:
     """Simulate ``scenario`` (a path, dict or :class:`Scenario`) and return its Result."""
     sc = scenario_mod.load(scenario, sets)
     wall0 = time.perf_counter()
@@ -187,7 +190,7 @@ def run(scenario, sets: list[str] | None = None, progress: bool = False) -> Resu
                   fleet.router.flush_calls, wall, pools)
 
 
-def _run_with_progress(env, stop, horizon: float) -> None:
+def _run_with_progress(env: simpy.Environment, stop: simpy.Event, horizon: float) -> None:
     from tqdm import tqdm
 
     with tqdm(total=round(horizon), unit="sim s", leave=False) as bar:

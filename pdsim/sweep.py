@@ -44,7 +44,7 @@ def _one(args: tuple[dict, list[str], dict]) -> dict:
     return {**labels, **_flatten(res.summary), "sim_wall_s": round(res.sim_wall_s, 3)}
 
 
-def _yaml_scalar(v) -> str:
+def _yaml_scalar(v: object) -> str:
     return yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("\n...")
 
 

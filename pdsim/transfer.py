@@ -17,13 +17,16 @@ Per prefill rank: ``queues`` FIFO transfer queues with one worker each; a chunk 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import simpy
 
 from pdsim.blacklist import Blacklist
+from pdsim.log import EventLog
 from pdsim.nic import NIC
 from pdsim.request import Poll, Request, Room
+from pdsim.stats import Stats
 
 DEAD_MSG = "Decode instance could be dead, remote mooncake session is not alive"
 
@@ -39,7 +42,8 @@ class Chunk:
 class TransferEngine:
     def __init__(self, env: simpy.Environment, owner: str, rank: int, nic: NIC,
                  blacklist: Blacklist, call_latency_s: float, timeout_s: float,
-                 queues: int, log, stats, reachable, injected_error=None) -> None:
+                 queues: int, log: EventLog, stats: Stats, reachable: Callable[[str], bool],
+                 injected_error: Callable[[], bool] | None = None) -> None:
         self.env = env
         self.owner = owner
         self.rank = rank
@@ -75,7 +79,7 @@ class TransferEngine:
             self.log("transfer_failed", self.owner, self.rank, chunk.req.rid, room.id,
                      room.session, value=float(newly), detail=reason)
 
-    def _worker(self, i: int):
+    def _worker(self, i: int) -> Generator:
         q = self.queues[i]
         while True:
             if not q:
