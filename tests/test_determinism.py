@@ -55,3 +55,20 @@ def test_arrival_seed_moves_only_arrivals():
     other = _poisson(arrivals=999)
     assert not base.measured.t_arrival.equals(other.measured.t_arrival)
     assert base.measured.input_len.equals(other.measured.input_len)
+
+
+def test_identical_across_processes_and_hash_seeds(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    outs = []
+    for hashseed in ("1", "4242"):
+        out = tmp_path / hashseed
+        env = dict(os.environ, PYTHONHASHSEED=hashseed)
+        subprocess.run([sys.executable, "-m", "pdsim.cli", "run",
+                        str(SCENARIOS / "drop_timeout.yaml"), "--out", str(out),
+                        "--set", "clients.0.num_prompts=300", "--set", "clients.1.num_prompts=300"],
+                       check=True, capture_output=True, env=env, timeout=120)
+        outs.append({p.name: p.read_bytes() for p in sorted(out.iterdir())})
+    assert outs[0] == outs[1]
