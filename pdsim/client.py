@@ -71,7 +71,6 @@ class Client:
         self.rngs = rngs
         self.done = env.event()
         self.t0 = float("nan")
-        self.t_end = float("nan")
         self.aborted = ""
         self.index = fleet.clients_created  # namespaces this client's prompt blocks
         fleet.clients_created += 1
@@ -79,7 +78,6 @@ class Client:
 
     def _main(self) -> Generator:
         yield from self.run()
-        self.t_end = self.env.now
         self.done.succeed()
 
     def send(self, kind: str, input_len: int, output_len: int, stream: bool,

@@ -23,23 +23,17 @@ class NIC:
         self._last = 0.0
         self._plan = 0
         self._next_id = 0
-        self.bytes_sent = 0.0
 
     def utilisation(self, nbytes: float) -> float:
         """Share of line rate one write of this size reaches alone (small writes do worse)."""
         frac = min(1.0, nbytes / self.saturation)
         return max(self.min_util, self.peak_util * frac) if frac < 1 else self.peak_util
 
-    @property
-    def active(self) -> int:
-        return len(self._active)
-
     def write(self, nbytes: float) -> simpy.Event:
         self._advance()
         ev = self.env.event()
         self._active[self._next_id] = [float(nbytes), self.rate * self.utilisation(nbytes), ev]
         self._next_id += 1
-        self.bytes_sent += nbytes
         self._replan()
         return ev
 

@@ -21,7 +21,7 @@ class Room:
     """The transfer session of one request between its prefill rank and its decode rank."""
 
     __slots__ = ("id", "state", "bootstrapped", "done", "session", "port", "doomed",
-                 "reason", "prefill", "decode")
+                 "reason")
 
     def __init__(self, env: simpy.Environment, room_id: int) -> None:
         self.id = room_id
@@ -32,8 +32,6 @@ class Room:
         self.port = 0
         self.doomed = ""  # set when a flush freed pages under this transfer
         self.reason = ""
-        self.prefill = None
-        self.decode = None
 
     @property
     def resolved(self) -> bool:

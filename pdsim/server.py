@@ -30,10 +30,8 @@ class Server:
         rank = self.ranks[i]
         if self.role == "prefill":
             req.p_server, req.p_rank = self.index, i
-            req.room.prefill = rank
         else:
             req.d_server, req.d_rank = self.index, i
-            req.room.decode = rank
         rank.submit(req)
 
     def flush(self, timeout: float | None) -> simpy.Process:

@@ -152,6 +152,8 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: 
         "wasted_prefill_tokens": int(req[req.status == "failed"].prefill_tokens.sum()),
         "stale_page_requests": int(req.stale_pages.sum()),
         "retractions": stats.retractions,
+        "kv_transferred_gb": round(stats.bytes_transferred / 1e9, 3),
+        "prefill_tokens_computed": stats.prefill_tokens,
         "tokens_generated_fleet": stats.tokens_out,
         "events": sim_events,
         "logged_events": int(len(events)),
