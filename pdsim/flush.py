@@ -9,6 +9,7 @@ deadline.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 import simpy
@@ -34,11 +35,11 @@ class FlushWrapper:
         """A process answering ``(status, message)`` for one flush request to this rank."""
         return self.env.process(self._run(timeout))
 
-    def _run(self, timeout: float | None):
+    def _run(self, timeout: float | None) -> Generator:
         rank = self.rank
         if timeout is None or timeout <= 0:
             if self.semantics == "reject_if_busy" and not rank.is_fully_idle():
-                return self._reject(BUSY, "immediate")
+                return self._reject(BUSY)
             return self._do("no timeout reached the rank: immediate")
         deadline = self.env.now + timeout
         while not rank.is_fully_idle():
@@ -51,7 +52,7 @@ class FlushWrapper:
             yield rank.idle_event() | self.env.timeout(left)
         return self._do(f"idle within timeout={timeout:g}")
 
-    def _reject(self, answer: tuple[int, str], how: str) -> tuple[int, str]:
+    def _reject(self, answer: tuple[int, str]) -> tuple[int, str]:
         self.rejected += 1
         self.log("flush_rejected", self.rank.name, self.rank.index, detail=self.rank.busy_summary())
         return answer
