@@ -49,7 +49,6 @@ class DecodeRank(Rank):
         self._grow: list[tuple[int, int, int, Request]] = []
         self._seq = 0
         self.growth_pages = max(1, self.alloc.pages_for(GROWTH_TOKENS))
-        env.process(self._loop())
 
     # --- arrivals, pre-allocation, transfer ----------------------------------------------
 
@@ -202,28 +201,31 @@ class DecodeRank(Rank):
                 return False
         return True
 
-    def _loop(self):
-        env = self.env
-        while True:
-            recompute = self._admit()
-            if not self.running:
-                yield self._sleep()
-                continue
-            batch = len(self.running)
-            dt = self.predictor.decode(batch, self.ctx_sum)
-            if recompute:
-                dt += self.predictor.prefill(recompute, 0.0)
-            self.stats.decode_steps += 1
-            yield env.timeout(dt)
-            self.step += 1
-            self.ctx_sum += batch
-            self.stats.tokens_out += batch
-            self._grow_pages()
-            heap = self._finish
-            while heap and heap[0][0] <= self.step:
-                _s, _q, version, req = heapq.heappop(heap)
-                if version == req.version and req.rid in self.running:
-                    self._complete(req)
+    def plan_step(self) -> tuple[int, int, int] | None:
+        """Admit and size the next step: (batch, summed context, tokens to recompute) or None."""
+        recompute = self._admit()
+        if not self.running:
+            return None
+        self.stats.decode_steps += 1
+        return len(self.running), self.ctx_sum, recompute
+
+    def step_time(self, plan: tuple[int, int, int]) -> float:
+        batch, ctx, recompute = plan
+        dt = self.predictor.decode(batch, ctx)
+        return dt + self.predictor.prefill(recompute, 0.0) if recompute else dt
+
+    def commit_step(self, plan: tuple[int, int, int]) -> None:
+        """The step finished: one token for every request in the batch."""
+        batch = plan[0]
+        self.step += 1
+        self.ctx_sum += batch
+        self.stats.tokens_out += batch
+        self._grow_pages()
+        heap = self._finish
+        while heap and heap[0][0] <= self.step:
+            _s, _q, version, req = heapq.heappop(heap)
+            if version == req.version and req.rid in self.running:
+                self._complete(req)
 
     def _grow_pages(self) -> None:
         heap = self._grow

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import simpy
 
-from pdsim import balance, blacklist, predictor, profiles
+from pdsim import balance, blacklist, lockstep, predictor, profiles
 from pdsim.client import CLIENTS
 from pdsim.decode import DecodeRank
 from pdsim.faults import Faults
@@ -106,6 +106,15 @@ class Fleet:
                                                balance.build(pc.balance), self.log))
         for d in self.decode_ranks:
             d.on_waiting_timeout = self._on_waiting_timeout
+
+        for servers, role in ((self.prefill_servers, pc), (self.decode_servers, dc)):
+            together = role.dp_attention if role.lockstep is None else role.lockstep
+            for server in servers:
+                if together and len(server.ranks) > 1:
+                    env.process(lockstep.run_group(env, server.ranks))
+                else:
+                    for rank in server.ranks:
+                        env.process(rank.run_alone())
 
         self.router = MiniLB(env, self.prefill_servers, self.decode_servers, sc.router,
                              self.rngs["routing"], self.log)

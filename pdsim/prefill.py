@@ -43,7 +43,6 @@ class PrefillRank(Rank):
         self.batch: list[tuple[Request, int, bool]] = []
         self.inflight: dict[int, Request] = {}
         self.cache = PrefixCache(self.alloc, cfg.prefix_block_tokens) if cfg.prefix_cache else None
-        env.process(self._loop())
 
     # --- arrivals and room callbacks -----------------------------------------------------
 
@@ -127,40 +126,44 @@ class PrefillRank(Rank):
                 break
         return batch
 
-    def _loop(self):
+    def plan_step(self) -> tuple[int, float] | None:
+        """Form the next forward; returns its (new tokens, sum len*(len+prefix)) or None."""
+        batch = self._form_batch()
+        if not batch:
+            return None
+        tokens = 0
+        sq = 0.0
+        for req, n, _first in batch:
+            ctx = req.cached_tokens + self.progress.get(req.rid, 0)
+            tokens += n
+            sq += n * (n + ctx)
+        self.batch = batch
+        self.stats.prefill_steps += 1
+        return tokens, sq
+
+    def step_time(self, plan: tuple[int, float]) -> float:
+        return self.predictor.prefill(*plan)
+
+    def commit_step(self, plan: tuple[int, float]) -> None:
+        """The forward finished: hand each chunk's KV to the transfer engine."""
         env = self.env
-        while True:
-            batch = self._form_batch()
-            if not batch:
-                yield self._sleep()
+        batch, self.batch = self.batch, []
+        self.stats.prefill_tokens += plan[0]
+        for req, n, first in batch:
+            req.prefill_tokens += n
+            if req.room.resolved:
                 continue
-            tokens = 0
-            sq = 0.0
-            for req, n, _first in batch:
-                ctx = req.cached_tokens + self.progress.get(req.rid, 0)
-                tokens += n
-                sq += n * (n + ctx)
-            self.batch = batch
-            dt = self.predictor.prefill(tokens, sq)
-            self.stats.prefill_steps += 1
-            yield env.timeout(dt)
-            self.batch = []
-            self.stats.prefill_tokens += tokens
-            for req, n, first in batch:
-                req.prefill_tokens += n
-                if req.room.resolved:
-                    continue
-                done = self.progress.get(req.rid, 0) + n
-                self.progress[req.rid] = done
-                sent = n + (req.cached_tokens if first else 0)
-                last = done >= req.input_len - req.cached_tokens
-                if last:
-                    if self.chunked is req:
-                        self.chunked = None
-                    self.inflight[req.rid] = req
-                    req.t_prefill_end = env.now
-                self.engine.submit(Chunk(req, req.room, sent * self.kvb, last))
-            self._maybe_idle()
+            done = self.progress.get(req.rid, 0) + n
+            self.progress[req.rid] = done
+            sent = n + (req.cached_tokens if first else 0)
+            last = done >= req.input_len - req.cached_tokens
+            if last:
+                if self.chunked is req:
+                    self.chunked = None
+                self.inflight[req.rid] = req
+                req.t_prefill_end = env.now
+            self.engine.submit(Chunk(req, req.room, sent * self.kvb, last))
+        self._maybe_idle()
 
     # --- flush -----------------------------------------------------------------------------
 

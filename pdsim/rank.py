@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
+
 import simpy
 
 from pdsim.flush import FlushWrapper
@@ -61,3 +63,24 @@ class Rank:
 
     def flush_now(self, how: str) -> None:
         raise NotImplementedError
+
+    # --- stepping: alone, or in lockstep with the server's other ranks (pdsim.lockstep) ----
+
+    def plan_step(self) -> tuple | None:
+        raise NotImplementedError
+
+    def step_time(self, plan: tuple) -> float:
+        raise NotImplementedError
+
+    def commit_step(self, plan: tuple) -> None:
+        raise NotImplementedError
+
+    def run_alone(self) -> Generator:
+        """One scheduler loop: one event per batch step."""
+        while True:
+            plan = self.plan_step()
+            if plan is None:
+                yield self._sleep()
+                continue
+            yield self.env.timeout(self.step_time(plan))
+            self.commit_step(plan)

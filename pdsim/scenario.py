@@ -44,6 +44,9 @@ class RoleConfig(Strict):
     dp: PosInt = Field(1, description="DP ranks per server (one scheduler each)")
     tp: PosInt = Field(1, description="Tensor-parallel size of the server")
     dp_attention: bool = Field(False, description="--enable-dp-attention")
+    lockstep: bool | None = Field(
+        None, description="DP ranks run each forward together (idle ranks run idle batches); "
+        "default: on with dp_attention, off without")
     balance: Literal["round_robin", "total_tokens", "follow_bootstrap_room"] = Field(
         "round_robin", description="DP load-balance method of the server"
     )
