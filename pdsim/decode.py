@@ -273,7 +273,7 @@ class DecodeRank(Rank):
         for req in [*self.running.values(), *self.waiting]:
             req.stale_pages = True  # their KV stays put, but the allocator hands it out again
         self.log("flush_executed", self.name, self.index, value=doomed,
-                 detail=f"{how}; {self.busy_summary()}; {stale} running/waiting on freed pages")
+                 detail=f"{how}; {self.flush_state()}; {stale} running/waiting on freed pages")
         self.alloc.reset()
         self.stats.flushes_executed += 1
         self._try_prealloc()

@@ -194,7 +194,7 @@ class PrefillRank(Rank):
                 self.log("flush_doomed", self.name, self.index, req.rid, req.room.id,
                          req.room.session, detail="source pages freed")
         self.log("flush_executed", self.name, self.index, value=doomed,
-                 detail=f"{how}; {self.busy_summary()}")
+                 detail=f"{how}; {self.flush_state()}")
         self.alloc.reset()
         if self.cache is not None:
             self.cache.reset()

@@ -64,6 +64,10 @@ class Rank:
     def flush_now(self, how: str) -> None:
         raise NotImplementedError
 
+    def flush_state(self) -> str:
+        """``idle`` or ``busy (queue sizes)``, as the flush log and timeline show it."""
+        return "idle" if self.is_fully_idle() else f"busy ({self.busy_summary()})"
+
     # --- stepping: alone, or in lockstep with the server's other ranks (pdsim.lockstep) ----
 
     def plan_step(self) -> tuple | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 
 import pandas as pd
 
@@ -100,7 +99,7 @@ def _flush_line(t: str, group: list) -> str:
     server = group[0].component
     how = group[0].detail.split(";")[0]
     doomed = ", ".join(f"r{e.rank} {int(e.value)}" for e in group if e.value)
-    busy = any(int(n) for e in group for n in re.findall(r"[a-z]+=(\d+)", e.detail))
+    busy = any(e.detail.split("; ")[1].startswith("busy") for e in group)
     state = "busy" if busy else "idle"
     ranks = f"r{group[0].rank}" if len(group) == 1 else f"{len(group)} ranks"
     lost = f"; transfers on freed pages: {doomed}" if doomed else "; nothing in flight"

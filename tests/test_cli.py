@@ -73,3 +73,16 @@ def test_profiles_listing(capsys):
     assert main(["profiles", "dsv3-ci-test"]) == 0
     assert "pr5624" in capsys.readouterr().out
     assert main(["profiles", "B300"]) == 2
+
+
+def test_timeline_tells_an_idle_flush_from_a_busy_one():
+    from conftest import run_cached
+
+    from pdsim.report import render
+
+    fixed = render(run_cached("forward_timeout"))
+    flushed = [line for line in fixed.splitlines() if "flushed" in line]
+    assert flushed and all("while idle" in line for line in flushed)
+    dropped = render(run_cached("drop_timeout"))
+    assert any("while busy" in line and "transfers on freed pages" in line
+               for line in dropped.splitlines())
