@@ -214,6 +214,12 @@ class DecodeRank(Rank):
         dt = self.predictor.decode(batch, ctx)
         return dt + self.predictor.prefill(recompute, 0.0) if recompute else dt
 
+    @staticmethod
+    def combine(plans: list[tuple[int, int, int]], n_ranks: int) -> tuple[float, int, int]:
+        """Gathered MoE batch at the mean over the ranks; KV reads and recompute at the max."""
+        return (sum(p[0] for p in plans) / n_ranks, max(p[1] for p in plans),
+                max(p[2] for p in plans))
+
     def commit_step(self, plan: tuple[int, int, int]) -> None:
         """The step finished: one token for every request in the batch."""
         batch = plan[0]

@@ -15,28 +15,17 @@ from collections.abc import Generator, Sequence
 
 import simpy
 
-from pdsim.decode import DecodeRank
-from pdsim.prefill import PrefillRank
+from pdsim.rank import Rank
 
 
-def step_time(ranks: Sequence, plans: list) -> float:
+def step_time(ranks: Sequence[Rank], plans: list) -> float:
     """Duration of one lockstep forward given each rank's plan (None: idle batch)."""
-    n = len(ranks)
-    live = [(r, p) for r, p in zip(ranks, plans, strict=True) if p is not None]
-    r0 = live[0][0]
-    if isinstance(r0, PrefillRank):
-        tokens = sum(p[0] for _r, p in live) / n
-        sq = max(p[1] for _r, p in live)
-        return r0.predictor.prefill(tokens, sq)
-    assert isinstance(r0, DecodeRank)
-    batch = sum(p[0] for _r, p in live) / n
-    ctx = max(p[1] for _r, p in live)
-    dt = r0.predictor.decode(batch, ctx)
-    recompute = max(p[2] for _r, p in live)
-    return dt + r0.predictor.prefill(recompute, 0.0) if recompute else dt
+    live = [p for p in plans if p is not None]
+    rank = ranks[0]
+    return rank.step_time(rank.combine(live, len(ranks)))
 
 
-def run_group(env: simpy.Environment, ranks: Sequence) -> Generator:
+def run_group(env: simpy.Environment, ranks: Sequence[Rank]) -> Generator:
     """One process stepping all ``ranks`` together (one event per forward)."""
     while True:
         plans = [r.plan_step() for r in ranks]

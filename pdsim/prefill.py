@@ -144,6 +144,11 @@ class PrefillRank(Rank):
     def step_time(self, plan: tuple[int, float]) -> float:
         return self.predictor.prefill(*plan)
 
+    @staticmethod
+    def combine(plans: list[tuple[int, float]], n_ranks: int) -> tuple[float, float]:
+        """Gathered MoE tokens at the mean over the ranks, attention at the slowest rank."""
+        return sum(p[0] for p in plans) / n_ranks, max(p[1] for p in plans)
+
     def commit_step(self, plan: tuple[int, float]) -> None:
         """The forward finished: hand each chunk's KV to the transfer engine."""
         env = self.env

@@ -76,6 +76,11 @@ class Rank:
     def step_time(self, plan: tuple) -> float:
         raise NotImplementedError
 
+    @staticmethod
+    def combine(plans: list[tuple], n_ranks: int) -> tuple:
+        """The plan of one rank equivalent to ``plans`` run in lockstep over ``n_ranks``."""
+        raise NotImplementedError
+
     def commit_step(self, plan: tuple) -> None:
         raise NotImplementedError
 
