@@ -156,9 +156,7 @@ class DecodeRank(Rank):
             self._join(req)
         # waiting requests already hold their KV: running them is how pages come back
         while self.waiting and len(self.running) < limit:
-            req = self.waiting.popleft()
-            if req.room.resolved and req.room.state != Poll.Success:
-                continue
+            req = self.waiting.popleft()  # its room reached Success, which is terminal
             req.generated = 1  # the prefill's first token arrives with the KV
             req.t_first_token = self.env.now
             self.stats.tokens_out += 1
@@ -186,10 +184,8 @@ class DecodeRank(Rank):
     def _retract_for(self, needy: Request) -> bool:
         """Free pages by retracting; True if ``needy`` still runs afterwards."""
         while self.alloc.free < self.growth_pages:
-            victims = sorted(self.running.values(),
-                             key=lambda r: (r.gen_at_join + self.step - r.join_step,
-                                            -r.input_len))
-            victim = victims[0]
+            victim = min(self.running.values(),
+                         key=lambda r: (r.gen_at_join + self.step - r.join_step, -r.input_len))
             self._leave(victim)
             self.alloc.release(victim.d_pages)
             victim.d_pages = None

@@ -114,14 +114,9 @@ class PrefixCache:
             if b in self.blocks:
                 self.blocks.move_to_end(b)
                 continue
-            pages = self.alloc.alloc(self.block_pages)
-            if pages is None and not self.evict(self.block_pages):
+            if not self.evict(self.block_pages):  # a no-op while the pages are free
                 return
-            if pages is None:
-                pages = self.alloc.alloc(self.block_pages)
-                if pages is None:
-                    return
-            self.blocks[b] = pages
+            self.blocks[b] = self.alloc.alloc(self.block_pages)
 
     def evict(self, need_pages: int) -> bool:
         """Evict LRU blocks until ``need_pages`` are free; False if the cache cannot give them."""

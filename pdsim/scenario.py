@@ -366,7 +366,7 @@ def _unwrap_tag(cur: Any, tag: Any) -> Any:
     if isinstance(cur, tuple):
         for m in cur:
             f = getattr(m, "model_fields", {}).get("kind")
-            if f is not None and f.default == tag or (f is not None and tag in str(f.annotation)):
+            if f is not None and tag in str(f.annotation):  # Literal["bench"] etc.
                 return m
         return None
     return None
