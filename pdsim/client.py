@@ -62,7 +62,7 @@ def read_trace(path: str, limit: int | None, time_scale: float,
 
 class Client:
     def __init__(self, env: simpy.Environment, cfg: BenchClientConfig | EvalClientConfig,
-                 router: MiniLB, fleet: Fleet, rngs: Streams) -> None:
+                 index: int, router: MiniLB, fleet: Fleet, rngs: Streams) -> None:
         self.env = env
         self.cfg = cfg
         self.name = cfg.name
@@ -72,8 +72,7 @@ class Client:
         self.done = env.event()
         self.t0 = float("nan")
         self.aborted = ""
-        self.index = fleet.clients_created  # namespaces this client's prompt blocks
-        fleet.clients_created += 1
+        self.index = index  # position in the scenario; namespaces this client's prompt blocks
         env.process(self._main())
 
     def _main(self) -> Generator:

@@ -42,7 +42,6 @@ class Fleet:
         self.stats = Stats()
         self.rngs = Streams(sc.seed, sc.seeds.model_dump())
         self.requests: list[Request] = []
-        self.clients_created = 0
         gpu = self.gpu = profiles.gpu(sc.fleet.gpu)
         model = self.model = profiles.model(sc.fleet.model)
         pc, dc, tc = sc.fleet.prefill, sc.fleet.decode, sc.transfer
@@ -118,8 +117,8 @@ class Fleet:
 
         self.router = MiniLB(env, self.prefill_servers, self.decode_servers, sc.router,
                              self.rngs["routing"], self.log)
-        self.clients = [CLIENTS[c.kind](env, c, self.router, self, self.rngs)
-                        for c in sc.clients]
+        self.clients = [CLIENTS[c.kind](env, c, i, self.router, self, self.rngs)
+                        for i, c in enumerate(sc.clients)]
         for op in sc.operator_flushes:
             env.process(self._operator_flush(op.at_s, op.timeout_s))
 

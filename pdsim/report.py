@@ -114,7 +114,6 @@ def timeline(ev: pd.DataFrame, pairs_total: int, limit: int = 40) -> list[str]:
     rows: list[str] = []
     first_fast = None
     fast = 0
-    listed = 0
     pairs = 0
     flush_group: list = []
 
@@ -145,7 +144,6 @@ def timeline(ev: pd.DataFrame, pairs_total: int, limit: int = 40) -> list[str]:
         elif e.event == "blacklist_add":
             pairs += 1
         elif e.event == "transfer_failed" and e.detail != "blacklisted_session":
-            listed += 1
             grew = f" -> pair blacklisted ({pairs}/{pairs_total})" if e.value else ""
             rows.append(f"{t}{e.component}.r{e.rank} -> {e.peer}: ret != 0 ({e.detail}), "
                         f"room {e.room}{grew}")
