@@ -6,11 +6,12 @@ streams, never from the fleet's.
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Generator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 import simpy
@@ -35,6 +36,23 @@ def random_lengths(rng: np.random.Generator, n: int, input_len: int, output_len:
     return ins, outs
 
 
+def open_trace(path: str | Path) -> TextIO:
+    """Open a trace as text; gzip data (``.jsonl.gz``, found by its magic bytes) is decompressed
+    on the fly, so the shipped ``scenarios/traces/*.jsonl.gz`` replay without unpacking."""
+    p = Path(path)
+    with p.open("rb") as f:
+        magic = f.read(2)
+    if magic == b"\x1f\x8b":
+        return gzip.open(p, "rt", encoding="utf-8")
+    return p.open(encoding="utf-8")
+
+
+def count_rows(path: str | Path) -> int:
+    """Non-blank lines of a trace (its requests), to say how much of it a run replayed."""
+    with open_trace(path) as f:
+        return sum(1 for line in f if line.strip())
+
+
 def read_trace(path: str, limit: int | None, time_scale: float,
                max_input_len: int | None) -> list[dict]:
     """Mooncake FAST'25 trace rows: timestamp (ms), input_length, output_length, hash_ids."""
@@ -42,7 +60,7 @@ def read_trace(path: str, limit: int | None, time_scale: float,
     if not p.is_file():
         raise FileNotFoundError(f"trace file not found: {p}")
     rows = []
-    with p.open() as f:
+    with open_trace(p) as f:
         for line in f:
             if limit is not None and len(rows) >= limit:
                 break
@@ -73,6 +91,7 @@ class Client:
         self.t0 = float("nan")
         self.aborted = ""
         self.index = index  # position in the scenario; namespaces this client's prompt blocks
+        self.trace_rows: tuple[int, int] | None = None  # (replayed, in the file) for a trace
         env.process(self._main())
 
     def _main(self) -> Generator:
@@ -93,9 +112,13 @@ class BenchClient(Client):
     def _prompts(self) -> list[dict]:
         ds = self.cfg.dataset
         if ds.kind == "trace":
-            rows = read_trace(ds.path, ds.limit or self.cfg.num_prompts, ds.time_scale,
-                              ds.max_input_len)
-            return rows[: self.cfg.num_prompts]
+            # every row unless num_prompts or dataset.limit cuts it (the smaller wins)
+            cuts = [n for n in (self.cfg.num_prompts, ds.limit) if n is not None]
+            limit = min(cuts) if cuts else None
+            rows = read_trace(ds.path, limit, ds.time_scale, ds.max_input_len)
+            self.trace_rows = (len(rows), count_rows(ds.path) if limit == len(rows)
+                               else len(rows))
+            return rows
         n = self.cfg.num_prompts
         ins, outs = random_lengths(self.rngs["lengths"], n, ds.input_len, ds.output_len,
                                    ds.range_ratio, ds.output_distribution)

@@ -25,6 +25,14 @@ def _head(title: str, ch: str = "-") -> str:
     return f" {title} ".center(W, ch)
 
 
+def _trace_rows(m: dict, cfg: BenchClientConfig | EvalClientConfig) -> str:
+    done, rows = m["trace_rows_replayed"], m["trace_rows"]
+    if done >= rows:
+        return f"all {rows:,}"
+    by = "num_prompts" if cfg.num_prompts == done else "dataset.limit"
+    return f"{done:,} of {rows:,} (cut by {by}={done})"
+
+
 def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -> list[str]:
     """One client's numbers as bench_serving prints them, plus what it hides."""
     out = [_head(f"Serving Benchmark Result: {name}", "=")]
@@ -36,6 +44,8 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
         out += [_line("Client:", f"gsm8k-style eval, {cfg.threads} threads"),
                 _line("Questions:", m.get("questions")),
                 _line("Empty answers (retries exhausted):", m.get("empty_answers"))]
+    if m.get("trace_rows") is not None:
+        out.append(_line("Trace rows replayed:", _trace_rows(m, cfg)))
     if m.get("aborted"):
         out.append(_line("Aborted:", m["aborted"]))
     out += [
@@ -52,6 +62,7 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
         _line("Failed requests (5xx or abort):", m["failed"]),
         _line("Empty responses:", f"{m['empty_responses']} ({100 * m['empty_share']:.1f}%)"),
         _line("Generated-token throughput (tok/s):", m["true_output_throughput_tok_s"]),
+        _line("Prefix cache hit rate (prompt tokens):", f"{100 * m['prefix_cache_hit_rate']:.1f}%"),
         _head("End-to-End Latency"),
         _line("Mean E2E Latency (ms):", m["mean_e2e_ms"]),
         _line("Median E2E Latency (ms):", m["median_e2e_ms"]),

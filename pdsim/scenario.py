@@ -7,6 +7,7 @@ impossible values raise :class:`ScenarioError` with the dotted key path and what
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
@@ -200,7 +201,9 @@ class BenchClientConfig(Strict):
     name: str = "bench"
     start_s: NonNegFloat = 0.0
     dataset: Dataset = RandomDataset()
-    num_prompts: PosInt = 1000
+    num_prompts: PosInt | None = Field(
+        None, description="Prompts to send; default: 1000 for a random dataset (bench_serving's "
+        "default), every row of a trace (a smaller value replays the trace's first rows)")
     request_rate: float | Literal["inf", "trace"] = Field("inf", description="req/s, inf or trace")
     max_concurrency: PosInt | None = None
     warmup_requests: int = Field(1, ge=0)
@@ -214,6 +217,12 @@ class BenchClientConfig(Strict):
         if isinstance(v, float) and (v <= 0 or math.isnan(v)):
             raise ValueError("must be > 0, 'inf' or 'trace'")
         return v
+
+    @model_validator(mode="after")
+    def _default_prompts(self) -> BenchClientConfig:
+        if self.num_prompts is None and self.dataset.kind == "random":
+            self.num_prompts = 1000
+        return self
 
 
 class EvalClientConfig(Strict):
@@ -423,6 +432,15 @@ def _merge(base: dict, over: dict) -> dict:
     return out
 
 
+def _resolve_trace_paths(data: Any, base: Path) -> None:
+    """A trace ``dataset.path`` in a file is relative to that file (as ``extends:`` is)."""
+    clients = data.get("clients") if isinstance(data, dict) else None
+    for c in clients if isinstance(clients, list) else []:
+        ds = c.get("dataset") if isinstance(c, dict) else None
+        if isinstance(ds, dict) and isinstance(ds.get("path"), str) and ds["path"]:
+            ds["path"] = os.path.normpath(base / ds["path"])
+
+
 def read_yaml(path: str | Path, _seen: tuple = ()) -> dict:
     """Read a scenario file; ``extends: other.yaml`` (relative to this file) is merged under it."""
     p = Path(path)
@@ -435,6 +453,7 @@ def read_yaml(path: str | Path, _seen: tuple = ()) -> dict:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ScenarioError(f"{p}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
     data = data if data is not None else {}
+    _resolve_trace_paths(data, p.parent)
     if isinstance(data, dict) and "extends" in data:
         parent = data.pop("extends")
         if not isinstance(parent, str):

@@ -131,6 +131,8 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: 
         m["kind"] = c.cfg.kind
         if c.aborted:
             m["aborted"] = c.aborted
+        if getattr(c, "trace_rows", None) is not None:
+            m["trace_rows_replayed"], m["trace_rows"] = c.trace_rows
         if c.cfg.kind == "eval":
             answered = sum(a["answered"] for a in c.answers)
             m["questions"] = len(c.answers)

@@ -24,6 +24,8 @@ def request_metrics(df: pd.DataFrame, duration: float) -> dict:
     ``completed`` counts HTTP 200s, so a streamed abort (200 with an empty abort chunk) is a
     "success"; ``output_throughput_tok_s`` uses the requested output length for streamed
     successes, as bench_serving does. ``true_output_throughput_tok_s`` counts tokens generated.
+    ``prefix_cache_hit_rate``: share of the prompt tokens of requests that reached a prefill
+    forward that the prefill rank's prefix cache already held.
     """
     n = len(df)
     ok = df[df.http_status == 200]
@@ -38,6 +40,8 @@ def request_metrics(df: pd.DataFrame, duration: float) -> dict:
     done = df[df.status == "completed"]
     dur = duration if duration and duration > 0 else float("nan")
     itl = decode_time.sum() / (multi.generated - 1).sum() if len(multi) else float("nan")
+    looked = df[(df.prefill_tokens > 0) | (df.cached_tokens > 0)]  # reached a prefill forward
+    looked_in = int(looked.input_len.sum())
     return {
         "requests": n,
         "completed": int(len(ok)),
@@ -63,6 +67,8 @@ def request_metrics(df: pd.DataFrame, duration: float) -> dict:
         "mean_itl_ms": _ms(itl),
         "mean_e2e_ms": _ms((done.t_done - done.t_arrival).mean()),
         "median_e2e_ms": _ms(_q(done.t_done - done.t_arrival, 0.5)),
+        "prefix_cache_hit_rate": round(int(looked.cached_tokens.sum()) / looked_in, 4)
+        if looked_in else 0.0,
         "concurrency": round(float((done.t_done - done.t_arrival).sum() / dur), 2)
         if len(done) else 0.0,
     }

@@ -12,7 +12,7 @@ matplotlib.use("Agg")  # tests draw figures without a display
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
-TRACES = ROOT.parent / "shared" / "traces"
+TRACES = SCENARIOS / "traces"  # the Mooncake traces ship in the repo (gzip)
 
 
 @cache

@@ -8,13 +8,12 @@ from conftest import TRACES, run_cached, small_fleet
 import pdsim
 
 
-@pytest.mark.skipif(not (TRACES / "synthetic_trace.jsonl").exists(), reason="no shared traces")
 def test_trace_replay_hits_the_prefix_cache():
     d = small_fleet()
     d["fleet"]["prefill"]["chunked_prefill_size"] = 16384
     d["clients"] = [{"kind": "bench", "num_prompts": 300, "request_rate": "trace",
                      "warmup_requests": 0,
-                     "dataset": {"kind": "trace", "path": str(TRACES / "synthetic_trace.jsonl"),
+                     "dataset": {"kind": "trace", "path": str(TRACES / "synthetic_trace.jsonl.gz"),
                                  "max_input_len": 16000}}]
     res = pdsim.run(d)
     m = res.measured
@@ -22,7 +21,9 @@ def test_trace_replay_hits_the_prefix_cache():
     # arrivals follow the trace's timestamps (ms -> s)
     import json
 
-    with open(TRACES / "synthetic_trace.jsonl") as f:
+    from pdsim.client import open_trace
+
+    with open_trace(TRACES / "synthetic_trace.jsonl.gz") as f:
         ts = [json.loads(next(f))["timestamp"] for _ in range(300)]
     assert m.t_arrival.max() == pytest.approx((ts[-1] - ts[0]) / 1e3, abs=1e-6)
     # the synthetic trace shares prefixes: the radix cache saves prefill work
@@ -34,12 +35,13 @@ def _block_hit_rate(path, capacity_blocks):
     """Share of prompt blocks found as cached prefixes, replaying the trace in order."""
     import json
 
+    from pdsim.client import open_trace
     from pdsim.kv import PageAllocator, PrefixCache
 
     alloc = PageAllocator(capacity_blocks, page_size=512)
     cache = PrefixCache(alloc, block_tokens=512)
     hits = total = 0
-    with open(path) as f:
+    with open_trace(path) as f:
         for line in f:
             blocks = tuple(json.loads(line)["hash_ids"])
             hits += cache.match(blocks)
@@ -48,11 +50,10 @@ def _block_hit_rate(path, capacity_blocks):
     return hits / total
 
 
-@pytest.mark.skipif(not (TRACES / "synthetic_trace.jsonl").exists(), reason="no shared traces")
-@pytest.mark.parametrize("trace,unbounded,lru10k", [("synthetic_trace.jsonl", 0.640, 0.424),
-                                                   ("conversation_trace.jsonl", 0.366, 0.211)])
+@pytest.mark.parametrize("trace,unbounded,lru10k", [("synthetic_trace.jsonl.gz", 0.640, 0.424),
+                                                   ("conversation_trace.jsonl.gz", 0.366, 0.211)])
 def test_prefix_cache_matches_the_traces_published_hit_rates(trace, unbounded, lru10k):
-    """../shared/traces/README.md: hit rates with an unbounded and a 10,000-block LRU cache."""
+    """scenarios/traces/README.md: hit rates with an unbounded and a 10,000-block LRU cache."""
     path = TRACES / trace
     assert _block_hit_rate(path, 10**9) == pytest.approx(unbounded, abs=0.002)
     assert _block_hit_rate(path, 10_000) == pytest.approx(lru10k, abs=0.002)

@@ -1,0 +1,88 @@
+"""Trace replay in the box: shipped gzip traces, whole-trace default, cut notes, hit rate."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+from conftest import SCENARIOS, TRACES, small_fleet
+
+import pdsim
+from pdsim.client import count_rows, read_trace
+from pdsim.report import render
+
+
+def test_gzip_and_plain_traces_read_the_same(tmp_path):
+    plain = tmp_path / "synthetic_trace.jsonl"
+    plain.write_bytes(gzip.decompress((TRACES / "synthetic_trace.jsonl.gz").read_bytes()))
+    gz = read_trace(str(TRACES / "synthetic_trace.jsonl.gz"), None, 1.0, None)
+    assert gz == read_trace(str(plain), None, 1.0, None)
+    assert len(gz) == count_rows(plain) == 3993  # scenarios/traces/README.md
+    assert count_rows(TRACES / "conversation_trace.jsonl.gz") == 12031
+
+
+def _tiny_trace(path, n=25):
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"timestamp": 200 * i, "input_length": 600, "output_length": 8,
+                                "hash_ids": [1, 2 + i % 3]}) + "\n")
+    return path
+
+
+def _trace_fleet(path, **client):
+    d = small_fleet()
+    d["clients"] = [{"kind": "bench", "request_rate": "trace", "warmup_requests": 0,
+                     "dataset": {"kind": "trace", "path": str(path)}, **client}]
+    return d
+
+
+def test_a_trace_replays_every_row_unless_cut_and_says_when_cut(tmp_path):
+    path = _tiny_trace(tmp_path / "t.jsonl")
+    whole = pdsim.run(_trace_fleet(path))
+    m = whole.summary["clients"]["bench"]
+    assert m["requests"] == 25 and (m["trace_rows_replayed"], m["trace_rows"]) == (25, 25)
+    assert "Trace rows replayed:" in render(whole) and "all 25" in render(whole)
+    cut = pdsim.run(_trace_fleet(path, num_prompts=10))
+    m = cut.summary["clients"]["bench"]
+    assert m["requests"] == 10 and (m["trace_rows_replayed"], m["trace_rows"]) == (10, 25)
+    assert "10 of 25 (cut by num_prompts=10)" in render(cut)
+    # a random dataset keeps bench_serving's default of 1000 prompts
+    assert pdsim.load(small_fleet(clients=[{"kind": "bench"}])).clients[0].num_prompts == 1000
+
+
+def test_prefix_cache_hit_rate_is_reported_and_needs_the_cache(tmp_path):
+    path = _tiny_trace(tmp_path / "t.jsonl")
+    on = pdsim.run(_trace_fleet(path))
+    rate = on.summary["prefix_cache_hit_rate"]
+    # every prompt starts with block 1 (512 tokens of 600); later ones also repeat block 2+i%3
+    assert 0.5 < rate < 1.0
+    assert on.summary["clients"]["bench"]["prefix_cache_hit_rate"] == rate
+    assert "Prefix cache hit rate (prompt tokens):" in render(on)
+    d = _trace_fleet(path)
+    d["fleet"]["prefill"]["prefix_cache"] = False
+    assert pdsim.run(d).summary["prefix_cache_hit_rate"] == 0.0
+
+
+def test_trace_path_is_relative_to_the_scenario_file(tmp_path, monkeypatch):
+    import yaml
+
+    (tmp_path / "sub").mkdir()
+    _tiny_trace(tmp_path / "sub" / "t.jsonl", n=5)
+    d = _trace_fleet("t.jsonl")
+    (tmp_path / "sub" / "s.yaml").write_text(yaml.safe_dump(d))
+    monkeypatch.chdir(tmp_path)  # not where the trace is
+    assert pdsim.run(tmp_path / "sub" / "s.yaml").summary["requests"] == 5
+
+
+def test_shipped_trace_replay_scenario_replays_the_conversation_trace():
+    sc = pdsim.load(SCENARIOS / "trace_replay.yaml")
+    c = sc.clients[0]
+    assert c.dataset.kind == "trace" and c.num_prompts is None  # the whole trace by default
+    assert c.dataset.path.endswith("conversation_trace.jsonl.gz")
+    res = pdsim.run(sc, sets=["clients.0.num_prompts=200"])
+    m = res.summary["clients"]["conversation"]
+    assert (m["trace_rows_replayed"], m["trace_rows"]) == (200, 12031)
+    assert m["failed"] == 0 and m["unfinished"] == 0
+    assert res.measured.t_arrival.max() == pytest.approx(
+        read_trace(c.dataset.path, 200, 1.0, None)[-1]["t"], abs=1e-6)
