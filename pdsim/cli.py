@@ -113,7 +113,7 @@ def _sweep(args: argparse.Namespace) -> int:
     try:
         vary = _parse_vary(args.vary)
         data = scenario_mod.apply_overrides(scenario_mod.read_yaml(args.scenario), args.sets)
-        sc = scenario_mod.from_dict(data)
+        sc = scenario_mod.load(data)
         df = sweep(data, vary, range(1, args.seeds + 1), args.workers,
                    progress=sys.stderr.isatty())
     except scenario_mod.ScenarioError as err:
@@ -137,7 +137,11 @@ def _sweep(args: argparse.Namespace) -> int:
             "blacklisted_pairs_final": "pairs end"}
     keys = list(vary) or ["seed"]
     table = df.groupby(keys, sort=False)[list(cols)].median().rename(columns=cols)
+    nominal = [u for u in sc.unknowns if u.path not in vary]
     with pd.option_context("display.width", 160, "display.max_columns", 20):
+        if nominal:
+            print("at nominal (declared unknowns not varied): " + "; ".join(
+                f"{u.path}={u.nominal} ({u.describe()})" for u in nominal))
         print(f"median over {args.seeds} seed(s); empty and gen tok/s are {main_client}'s")
         print(table.round(3).to_string())
     return 0

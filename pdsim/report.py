@@ -9,6 +9,7 @@ import pandas as pd
 from pdsim.scenario import BenchClientConfig, EvalClientConfig, ReferenceFigure
 from pdsim.sim import Result
 from pdsim.transfer import DEAD_MSG
+from pdsim.unknowns import block as unknowns_lines
 
 W = 50
 
@@ -194,6 +195,23 @@ def _get(summary: dict, path: str):
     return cur
 
 
+def band(r: ReferenceFigure) -> str:
+    """`` ±2`` or `` ±15%``: the reference figure's band as printed."""
+    if r.tolerance is not None:
+        return f" ±{r.tolerance:g}"
+    if r.rel_tolerance is not None:
+        return f" ±{100 * r.rel_tolerance:g}%"
+    return ""
+
+
+def unknowns_block(res: Result) -> list[str]:
+    """The chosen inputs this run took at their nominal values (pdsim explore samples them)."""
+    if not res.unknowns:
+        return []
+    return [_head("Declared unknowns (run at nominal)", "="), *unknowns_lines(res.unknowns),
+            "pdsim explore samples these ranges and shows which values fit the report"]
+
+
 def reference_block(summary: dict, refs: list[ReferenceFigure]) -> list[str]:
     if not refs:
         return []
@@ -201,15 +219,9 @@ def reference_block(summary: dict, refs: list[ReferenceFigure]) -> list[str]:
            f"{'figure':<52}{'simulated':>10}{'reported':>10}"]
     for r in refs:
         sim = _get(summary, r.metric) if r.metric else None
-        tol = ""
-        verdict = ""
-        if r.tolerance is not None:
-            tol = f" ±{r.tolerance:g}"
-        elif r.rel_tolerance is not None:
-            tol = f" ±{100 * r.rel_tolerance:g}%"
-        if sim is not None and tol:
-            lim = r.tolerance if r.tolerance is not None else r.rel_tolerance * abs(r.reported)
-            verdict = "within" if abs(sim - r.reported) <= lim else "outside"
+        tol = band(r)
+        ok = r.within(sim)
+        verdict = "" if ok is None else ("within" if ok else "outside")
         shown = "" if sim is None else f"{sim:,.3f}".rstrip("0").rstrip(".")
         out.append(f"{r.label[:51]:<52}{shown:>10}{r.reported:>10,g}{tol:<7} {verdict}")
     return out
@@ -229,6 +241,7 @@ def render(res: Result) -> str:
     pairs = (sc.fleet.prefill.servers * sc.fleet.prefill.dp
              * sc.fleet.decode.servers * sc.fleet.decode.dp)
     lines += timeline(interesting, pairs)
+    lines += unknowns_block(res)
     lines += reference_block(s, res.scenario.reference)
     lines.append("=" * W)
     return "\n".join(lines)

@@ -16,12 +16,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from pdsim import profiles
+from pdsim import profiles, unknowns
 
 PosInt = Annotated[int, Field(gt=0)]
 PosFloat = Annotated[float, Field(gt=0)]
@@ -297,6 +298,22 @@ class ReferenceFigure(Strict):
     rel_tolerance: PosFloat | None = Field(None, description="Allowed relative difference")
     source: str = ""
 
+    @property
+    def limit(self) -> float | None:
+        """Largest allowed |simulated - reported|, or None when the figure has no band."""
+        if self.tolerance is not None:
+            return self.tolerance
+        if self.rel_tolerance is not None:
+            return self.rel_tolerance * abs(self.reported)
+        return None
+
+    def within(self, simulated: float | None) -> bool | None:
+        """Whether ``simulated`` reproduces the figure (None: no band or no value to judge)."""
+        lim = self.limit
+        if lim is None or simulated is None or self.metric is None:
+            return None
+        return abs(simulated - self.reported) <= lim
+
 
 class Seeds(Strict):
     arrivals: int | None = None
@@ -323,6 +340,12 @@ class Scenario(Strict):
     faults: list[Fault] = Field(default_factory=list)
     reference: list[ReferenceFigure] = Field(
         default_factory=list, description="Reported figures to compare against (report only)")
+    _unknowns: list = PrivateAttr(default_factory=list)
+
+    @property
+    def unknowns(self) -> list[unknowns.Unknown]:
+        """Declared unknowns (pdsim/unknowns.py); this scenario holds their nominal values."""
+        return self._unknowns
 
     @field_validator("clients")
     @classmethod
@@ -428,7 +451,9 @@ def _merge(base: dict, over: dict) -> dict:
     """Deep-merge ``over`` into ``base``: mappings merge, everything else (lists too) replaces."""
     out = dict(base)
     for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+        leaf = unknowns.is_declaration(v) or unknowns.is_declaration(out.get(k))
+        out[k] = (_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict)
+                  and not leaf else v)
     return out
 
 
@@ -501,15 +526,30 @@ def apply_overrides(data: dict, sets: list[str]) -> dict:
 
 
 def load(source: str | Path | dict | Scenario, sets: list[str] | None = None) -> Scenario:
-    """Load a scenario from a YAML path, a dict or a Scenario, applying ``--set`` overrides."""
+    """Load a scenario from a YAML path, a dict or a Scenario, applying ``--set`` overrides.
+
+    Declared unknowns (``{uniform: [a, b], nominal: x}``, pdsim/unknowns.py) are resolved to
+    their nominal values after the overrides and before validation; ``Scenario.unknowns``
+    lists them.
+    """
     if isinstance(source, Scenario):
         if not sets:
             return source
-        source = source.model_dump(mode="json")
+        source = unknowns.redeclare(source.model_dump(mode="json"), source.unknowns)
     data = dict(source) if isinstance(source, dict) else read_yaml(source)
     if sets:
         data = apply_overrides(data, sets)
-    return from_dict(data)
+    try:
+        data, declared = unknowns.resolve(data)
+    except unknowns.UnknownError as err:
+        raise ScenarioError(str(err)) from None
+    sc = from_dict(data)
+    if declared:
+        try:
+            sc._unknowns = unknowns.finish(data, declared, sc, from_dict)
+        except unknowns.UnknownError as err:
+            raise ScenarioError(str(err)) from None
+    return sc
 
 
 def json_schema() -> dict:
@@ -517,9 +557,10 @@ def json_schema() -> dict:
 
     A file may ``extends:`` another, which can supply any top-level key, so the editor schema
     allows ``extends`` and requires nothing at the top; ``pdsim validate`` checks the merged
-    scenario in full.
+    scenario in full. Numeric and categorical values also accept a declared unknown.
     """
-    schema = Scenario.model_json_schema()
+    schema = unknowns.schema_with_unknowns(
+        Scenario.model_json_schema(), skip_defs=("ReferenceFigure", "Seeds"))
     schema["properties"]["extends"] = {
         "type": "string", "title": "Extends",
         "description": "Scenario file (relative to this one) merged under this one"}

@@ -38,6 +38,11 @@ class Result:
     kv_pools: dict = field(default_factory=dict)  # rank -> {capacity, peak, used} in pages
 
     @property
+    def unknowns(self) -> list:
+        """The scenario's declared unknowns, which this run took at their nominal values."""
+        return self.scenario.unknowns
+
+    @property
     def measured(self) -> pd.DataFrame:
         """Requests the clients measure (warmup excluded)."""
         return self.requests[self.requests.kind != "warmup"]
@@ -186,6 +191,8 @@ def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | N
     events = fleet.log.frame()
     wall = time.perf_counter() - wall0
     summary = _summary(fleet, req, events, _sim_events(env))
+    if sc.unknowns:
+        summary["unknowns_at_nominal"] = [u.as_dict() for u in sc.unknowns]
     answers = pd.DataFrame([dict(a, client=c.name) for c in fleet.clients
                             for a in getattr(c, "answers", [])])
     pools = {f"{r.name}.r{r.index}": {"capacity": r.alloc.capacity, "peak": r.alloc.peak,

@@ -22,7 +22,8 @@ import yaml
 
 from pdsim import scenario as scenario_mod
 
-SKIP = {"flushes", "clients", "transfer_failures_by_reason", "failed_by_reason"}
+SKIP = {"flushes", "clients", "transfer_failures_by_reason", "failed_by_reason",
+        "unknowns_at_nominal"}
 
 
 def _flatten(summary: dict) -> dict:

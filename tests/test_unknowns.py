@@ -1,0 +1,145 @@
+"""Declared unknowns: run at nominal and say so; one-line errors; integer samples; schema."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from conftest import SCENARIOS, small_fleet
+
+import pdsim
+from pdsim import unknowns
+from pdsim.cli import main
+from pdsim.scenario import ScenarioError, json_schema, load
+
+
+def _tiny(**client) -> dict:
+    d = small_fleet()
+    d["clients"][0].update({"num_prompts": 30, **client})
+    return d
+
+
+def test_run_uses_nominal_and_says_so(capsys):
+    declared = _tiny(num_prompts={"uniform": [10, 60], "nominal": 30, "why": "a test"})
+    res = pdsim.run(declared)
+    plain = pdsim.run(_tiny(num_prompts=30))
+    assert res.scenario.clients[0].num_prompts == 30
+    listed = res.summary.pop("unknowns_at_nominal")
+    assert listed == [{"path": "clients.0.num_prompts", "distribution": "uniform",
+                       "range": [10, 60], "integer": True, "nominal": 30, "why": "a test"}]
+    assert res.summary == plain.summary  # the declaration changes nothing but the listing
+    assert [u.path for u in res.unknowns] == ["clients.0.num_prompts"]
+    from pdsim import report
+
+    text = report.render(res)
+    assert "Declared unknowns (run at nominal)" in text
+    assert "clients.0.num_prompts = 30  (uniform [10, 60] (integer); why: a test)" in text
+    assert "Declared unknowns" not in report.render(plain)
+
+
+def test_shipped_drop_timeout_declares_the_second_runs_start():
+    sc = load(SCENARIOS / "drop_timeout.yaml")
+    (u,) = sc.unknowns
+    assert (u.path, u.dist, u.low, u.high, u.nominal) == ("clients.1.start_s", "uniform", 5, 20,
+                                                           10)
+    assert sc.clients[1].start_s == 10.0 and not u.integer
+    assert load(SCENARIOS / "forward_timeout.yaml").unknowns == [u]  # inherited via extends
+    # --set key=value pins it; --set key={...} declares or re-declares
+    assert load(SCENARIOS / "drop_timeout.yaml", ["clients.1.start_s=12"]).unknowns == []
+    re = load(SCENARIOS / "drop_timeout.yaml",
+              ["clients.1.start_s={choice: [8, 12], nominal: 12}", "seed=3"])
+    assert re.unknowns[0].choices == (8, 12) and re.clients[1].start_s == 12
+    # a loaded Scenario keeps its declarations through further overrides
+    again = load(sc, ["seed=4"])
+    assert again.unknowns == sc.unknowns and again.seed == 4
+
+
+def test_extends_replaces_a_declaration_whole(tmp_path):
+    (tmp_path / "base.yaml").write_text(json.dumps(
+        _tiny(start_s={"uniform": [0, 5], "nominal": 1})))
+    child = tmp_path / "child.yaml"
+    child.write_text("extends: base.yaml\nclients:\n- kind: bench\n  num_prompts: 30\n"
+                     "  start_s: {choice: [0, 2], nominal: 2}\n")
+    (u,) = load(child).unknowns
+    assert u.dist == "choice" and u.choices == (0, 2)
+
+
+def _err(path: str, value) -> str:
+    d = _tiny()
+    d.setdefault("router", {})
+    unknowns.set_path(d, path, value)
+    with pytest.raises(ScenarioError) as err:
+        load(d)
+    msg = str(err.value)
+    assert "\n" not in msg
+    return msg
+
+
+BAD = [
+    ("clients.0.start_s", {"uniform": [5, 5], "nominal": 5}, "uniform needs a < b"),
+    ("clients.0.start_s", {"uniform": [1, 5], "nominal": 9}, "nominal 9 is outside"),
+    ("clients.0.start_s", {"loguniform": [0, 5], "nominal": 1}, "loguniform needs 0 < a < b"),
+    ("clients.0.start_s", {"uniform": [1, "x"], "nominal": 1}, "two finite numbers"),
+    ("clients.0.stream", {"choice": [], "nominal": True}, "non-empty list"),
+    ("clients.0.stream", {"choice": [True], "nominal": False}, "not one of the choices"),
+    ("clients.0.start_s", {"normal": [1, 2], "nominal": 1}, "unknown key 'normal'"),
+    ("clients.0.start_s", {"uniform": [1, 2]}, "needs a nominal value"),
+    ("clients.0.start_s", {"uniform": [1, 2], "choice": [1], "nominal": 1}, "exactly one of"),
+    ("clients.0.num_prompts", {"uniform": [-5, 40], "nominal": 30},
+     "includes -5, which is rejected"),
+    ("router.flush_handler", {"choice": ["mini_lb_fixed", "nginx"], "nominal": "mini_lb_fixed"},
+     "includes nginx"),
+    ("seed", {"uniform": [1, 9], "nominal": 1}, "cannot be a declared unknown"),
+]
+
+
+@pytest.mark.parametrize("path,value,hint", BAD, ids=[b[2] for b in BAD])
+def test_bad_declarations_one_line_with_key_path(path, value, hint):
+    msg = _err(path, value)
+    assert f"'{path}'" in msg and hint in msg, msg
+
+
+def test_cli_declares_and_pins(capsys):
+    decl = "clients.0.num_prompts={uniform: [10, 60], nominal: 30}"
+    assert main(["validate", "scenarios/healthy.yaml", "--set", decl]) == 0
+    assert main(["validate", "scenarios/healthy.yaml", "--set",
+                 "clients.0.num_prompts={uniform: [60, 10], nominal: 30}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'clients.0.num_prompts': uniform needs a < b" in err
+
+
+def test_samples_map_the_unit_interval():
+    u = unknowns.Unknown("x", "uniform", 3, low=1, high=4, integer=True)
+    vals = [u.value(i / 400) for i in range(400)]
+    assert sorted(set(vals)) == [1, 2, 3, 4] and all(isinstance(v, int) for v in vals)
+    assert abs(vals.count(1) - 100) <= 1  # each integer equally likely
+    lg = unknowns.Unknown("x", "loguniform", 10, low=1, high=100)
+    assert lg.value(0) == pytest.approx(1) and lg.value(0.5) == pytest.approx(10)
+    assert lg.value(0.999999) < 100
+    ch = unknowns.Unknown("x", "choice", "b", choices=("a", "b", "c"))
+    assert [ch.value(x) for x in (0, 0.34, 0.99, 1.0)] == ["a", "b", "c", "c"]
+
+
+def test_schema_accepts_declarations_on_numeric_and_categorical_fields():
+    import jsonschema
+    import yaml
+
+    schema = json_schema()
+    v = jsonschema.Draft202012Validator(schema)
+    shipped = yaml.safe_load((SCENARIOS / "drop_timeout.yaml").read_text())
+    assert not list(v.iter_errors(shipped))
+    ok = copy.deepcopy(shipped)
+    ok["router"]["flush_handler"] = {"choice": ["mini_lb_0.3.2", "mini_lb_fixed"],
+                                     "nominal": "mini_lb_0.3.2"}
+    ok["fleet"] = {"gpu": "H20", "model": "dsv3-ci-test",
+                   "prefill": {"dp": {"loguniform": [1, 8], "nominal": 4}}}
+    assert not list(v.iter_errors(ok))
+    for bad in ({"uniform": [5, 20]}, {"uniform": [5, 20], "nominal": 5, "sd": 1},
+                {"uniform": [5], "nominal": 5}, "soon"):
+        wrong = copy.deepcopy(shipped)
+        wrong["clients"][1]["start_s"] = bad
+        assert list(v.iter_errors(wrong)), bad
+    # seeds and the reference figures cannot be declared unknown
+    assert "DeclaredUnknown" not in json.dumps(schema["properties"]["seed"])
+    assert "DeclaredUnknown" not in json.dumps(schema["$defs"]["ReferenceFigure"])
