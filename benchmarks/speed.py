@@ -1,56 +1,194 @@
-"""Simulator speed: wall time, SimPy events and events/s, and how cost grows with requests.
+"""Simulator speed: wall time, SimPy events, cost per request and memory, per workload.
 
-    python benchmarks/speed.py            # healthy.yaml, 2x, 5x and 10x its prompts
-    python benchmarks/speed.py --repeat 5
+    python benchmarks/speed.py                     # every workload below
+    python benchmarks/speed.py --only stream       # the 1P1D stream at 1k/8k/32k/100k
+    python benchmarks/speed.py --sizes 1000 8000   # stream sizes
+    python benchmarks/speed.py --profile healthy   # cProfile top of one workload
+    python benchmarks/speed.py --profile stream:8000
 
-Runs in-process, one scenario at a time, on one core. Wall time excludes interpreter start-up
-and imports but includes building the fleet and the DataFrames.
+Workloads:
+
+- ``healthy``, ``drop_timeout``: the shipped scenarios as they are.
+- ``trace_replay``: ``scenarios/trace_replay.yaml``, the whole Mooncake conversation trace
+  (12,031 requests) at its own timestamps.
+- ``stream N``: a 1P1D stream of N requests, the workload issue #10 compares simulators on.
+  One prefill and one decode rank (A100, TP 1), Poisson arrivals at 4 req/s (chosen), request
+  lengths of the Mooncake synthetic trace in order, cycled, with inputs clipped to 1,024 tokens
+  (chosen: with the conversation trace's outputs, or inputs up to OPT-13B's 2,048-token
+  context, one OPT-13B decode GPU cannot keep up with 4 req/s and the stream's queues grow
+  without bound, which measures the backlog rather than the simulator). Step times: DistServe's
+  fitted OPT-13B profile on A100-80GB at TP 1 (LLMServe/DistServe,
+  simdistserve/estimators/profile_data/profiler-a100-80g.distserve.json: prefill a, b, c and
+  decoding_smallbs a, b, c), given as pdsim's fitted coefficients. KV pools of 57,000 tokens
+  per rank (chosen: 80 GB * 0.9 minus OPT-13B's 26 GB of weights, at its 800 KB of KV per
+  token); the llama-3.1-8b profile stands in for the model only for KV bytes on the wire.
+  Prefix cache off (cycling the trace would otherwise turn repeats into cache hits).
+
+Each workload runs in a fresh interpreter (so peak RSS is its own), on one core. Wall time is
+``pdsim.run`` in-process: scenario loading, fleet building, the simulation and the DataFrames;
+not interpreter start-up or imports (``cpu s``: the same span in process CPU time, less
+sensitive to other load on the machine). The median of ``--repeat`` runs is reported (one run for
+streams of 32k requests and more). Peak RSS is the process's maximum resident set (Python,
+numpy, pandas and the run), and ``+RSS`` its growth over the state after imports.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import platform
+import resource
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
-import pdsim
-
 ROOT = Path(__file__).resolve().parents[1]
+STREAM_SIZES = (1000, 8000, 32000, 100000)
+
+# DistServe's fitted OPT-13B step times, A100-80GB, TP 1 (ms; per-token terms per 1k tokens)
+OPT13B_A100_TP1 = {
+    "prefill_a_ms": 16.456860431694288, "prefill_b_ms_per_ktok": 92.64750660897617,
+    "prefill_c_ms_per_mtok2": 6.474785740229194, "decode_a_ms": 19.934702624895458,
+    "decode_b_ms_per_ktok": 0.6269356524350583, "decode_c_ms_per_seq": 0.03850697740828398,
+}
 
 
-def measure(path: Path, sets: list[str], repeat: int) -> dict:
-    walls = []
-    res = None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        res = pdsim.run(path, sets=sets)
-        walls.append(time.perf_counter() - t0)
+def _read_rows(path: Path) -> list[dict]:
+    import gzip
+
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def stream_scenario(n: int, tmp: Path) -> dict:
+    """The 1P1D stream of ``n`` requests (see the module docstring)."""
+    rows = _read_rows(ROOT / "scenarios" / "traces" / "synthetic_trace.jsonl.gz")
+    path = tmp / f"stream_{n}.jsonl"
+    with path.open("w") as f:
+        for k in range(n):
+            r = rows[k % len(rows)]
+            f.write(json.dumps({"timestamp": 0, "input_length": r["input_length"],
+                                "output_length": r["output_length"]}) + "\n")
+    return {
+        "name": f"stream_{n}", "seed": 1, "horizon_s": 1e7,
+        "fleet": {"gpu": "A100", "model": "llama-3.1-8b",
+                  "prefill": {"kv_pool_tokens": 57000, "prefix_cache": False},
+                  "decode": {"kv_pool_tokens": 57000}},
+        "predictor": {"kind": "fitted", "coefficients": OPT13B_A100_TP1},
+        "clients": [{"kind": "bench", "num_prompts": n, "request_rate": 4.0,
+                     "warmup_requests": 0,
+                     "dataset": {"kind": "trace", "path": str(path), "max_input_len": 1024}}],
+    }
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def measure(workload: str, repeat: int, profile: bool = False) -> dict:
+    """Run one workload in this process; what the table shows."""
+    import pdsim
+
+    with tempfile.TemporaryDirectory() as tmp:
+        if workload.startswith("stream:"):
+            n = int(workload.split(":")[1])
+            source = stream_scenario(n, Path(tmp))
+            repeat = 1 if n >= 32000 else repeat
+        else:
+            source = ROOT / "scenarios" / f"{workload}.yaml"
+        if profile:
+            return _profile(pdsim, source)
+        base = _rss_mb()
+        walls, cpus, res = [], [], None
+        for _ in range(repeat):
+            res = None
+            t0, c0 = time.perf_counter(), time.process_time()
+            res = pdsim.run(source)
+            walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
     wall = statistics.median(walls)
+    n_req = len(res.requests)
     s = res.summary
-    return {"requests": len(res.requests), "sim_s": s["simulated_s"], "events": s["events"],
-            "wall_s": wall, "events_per_s": s["events"] / wall,
-            "us_per_request": 1e6 * wall / len(res.requests)}
+    peak = _rss_mb()
+    return {"workload": workload, "requests": n_req,
+            "sim_s": s["simulated_s"], "events": s["events"], "wall_s": wall,
+            "cpu_s": statistics.median(cpus),
+            "events_per_req": s["events"] / n_req, "us_per_req": 1e6 * wall / n_req,
+            "sim_s_per_wall_s": s["simulated_s"] / wall, "events_per_s": s["events"] / wall,
+            "peak_rss_mb": peak, "rss_growth_mb": peak - base, "runs": len(walls)}
+
+
+def _profile(pdsim, source) -> dict:
+    import cProfile
+    import io
+    import pstats
+
+    pr = cProfile.Profile()
+    pr.enable()
+    pdsim.run(source)
+    pr.disable()
+    out = io.StringIO()
+    pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(18)
+    lines = out.getvalue().splitlines()
+    calls = next(line.strip() for line in lines if "function calls" in line)
+    table = lines[next(i for i, line in enumerate(lines) if "ncalls" in line):]
+    return {"profile": "\n".join([calls, *table]).rstrip()}
+
+
+def _in_child(workload: str, repeat: int, profile: bool) -> dict:
+    cmd = [sys.executable, __file__, "--child", workload, "--repeat", str(repeat)]
+    if profile:
+        cmd.append("--profile-child")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+HEADER = (f"{'workload':<16}{'requests':>9}{'sim s':>9}{'events':>11}{'ev/req':>8}"
+          f"{'wall s':>9}{'cpu s':>8}{'us/req':>8}{'sim s/wall s':>13}{'events/s':>10}"
+          f"{'peak RSS MB':>12}{'+RSS MB':>9}")
+
+
+def row(m: dict) -> str:
+    return (f"{m['workload']:<16}{m['requests']:>9}{m['sim_s']:>9.0f}{m['events']:>11}"
+            f"{m['events_per_req']:>8.1f}{m['wall_s']:>9.3f}{m['cpu_s']:>8.3f}{m['us_per_req']:>8.0f}"
+            f"{m['sim_s_per_wall_s']:>13.0f}{m['events_per_s'] / 1e3:>9.0f}k"
+            f"{m['peak_rss_mb']:>12.0f}{m['rss_growth_mb']:>9.0f}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--scales", type=int, nargs="*", default=[1, 2, 5, 10])
+    ap.add_argument("--only", nargs="*", choices=["healthy", "drop_timeout", "trace_replay",
+                                                   "stream"])
+    ap.add_argument("--sizes", type=int, nargs="*", default=list(STREAM_SIZES))
+    ap.add_argument("--profile", metavar="WORKLOAD",
+                    help="print the cProfile top (by own time) of one workload, e.g. healthy "
+                    "or stream:8000")
+    ap.add_argument("--json", action="store_true", help="one JSON object per workload")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--profile-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    print(f"python {platform.python_version()} on {platform.machine()}, "
-          f"median of {args.repeat} runs")
-    print(f"{'workload':<34}{'requests':>9}{'sim s':>9}{'events':>10}{'wall s':>9}"
-          f"{'events/s':>11}{'us/req':>8}")
-    rows = [("drop_timeout.yaml", ROOT / "scenarios/drop_timeout.yaml", [])]
-    for k in args.scales:
-        sets = [f"clients.0.num_prompts={1000 * k}"]
-        rows.append((f"healthy.yaml x{k} prompts", ROOT / "scenarios/healthy.yaml", sets))
-    for label, path, sets in rows:
-        m = measure(path, sets, args.repeat)
-        print(f"{label:<34}{m['requests']:>9}{m['sim_s']:>9.1f}{m['events']:>10}"
-              f"{m['wall_s']:>9.3f}{m['events_per_s']:>11.0f}{m['us_per_request']:>8.0f}")
+    if args.child:
+        print(json.dumps(measure(args.child, args.repeat, args.profile_child)))
+        return
+    if args.profile:
+        print(_in_child(args.profile, 1, True)["profile"])
+        return
+    only = args.only or ["healthy", "drop_timeout", "trace_replay", "stream"]
+    workloads = [w for w in ("healthy", "drop_timeout", "trace_replay") if w in only]
+    if "stream" in only:
+        workloads += [f"stream:{n}" for n in args.sizes]
+    if not args.json:
+        print(f"python {platform.python_version()} on {platform.machine()}, one core; "
+              f"median of {args.repeat} runs (1 for streams of 32k+)")
+        print(HEADER)
+    for w in workloads:
+        m = _in_child(w, args.repeat, False)
+        print(json.dumps(m) if args.json else row(m), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,226 @@
+"""Golden output hashes: every shipped scenario (at its seed and one more) and a few small cases
+that reach the mechanisms the shipped scenarios do not (faults, probes, router timeouts,
+retraction, other flush handlers), hashed table by table.
+
+Why: optimising the hot path must not move a single output byte. The test
+(tests/test_golden.py) reruns every case and compares its hashes with tests/golden.json.
+
+    python tests/golden.py              # check (also the uncut long runs pytest skips)
+    python tests/golden.py --update     # re-record every case (after a legitimate model change)
+    python tests/golden.py --update healthy@1 small_faults@7   # re-record only these
+
+A commit that legitimately changes outputs re-records the hashes in its own commit and says in
+its message why the outputs moved. Hashed: the requests, events, time-series and answers
+tables (CSV at full float precision), the flush calls, the KV pools and the summary. Not
+hashed: performance metrics (the summary's SimPy ``events`` count, wall time), which an
+optimisation is meant to change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pdsim
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIOS = ROOT / "scenarios"
+GOLDEN = Path(__file__).with_name("golden.json")
+PERFORMANCE_FIELDS = ("events",)  # summary keys that measure the simulator, not the model
+# shipped scenarios too long for the test suite run cut short there (as tests/test_invariants.py
+# does); their full runs are extra cases that `python tests/golden.py` checks but pytest does not
+SHORTEN = {"trace_replay": ["clients.0.num_prompts=600"]}
+
+
+def _small(**over) -> dict:
+    """A small fleet (2 DP ranks per role, DP attention) the extra cases vary."""
+    d = {
+        "name": "golden_small", "seed": 7, "horizon_s": 900,
+        "fleet": {
+            "gpu": "H20", "model": "dsv3-ci-test",
+            "prefill": {"dp": 2, "tp": 2, "dp_attention": True, "balance": "total_tokens",
+                        "chunked_prefill_size": 4096},
+            "decode": {"dp": 2, "tp": 2, "dp_attention": True, "balance": "total_tokens"},
+        },
+        "clients": [{"kind": "bench", "num_prompts": 200, "max_concurrency": 64,
+                     "dataset": {"kind": "random", "input_len": 2048, "output_len": 128}}],
+    }
+    d.update(copy.deepcopy(over))
+    return d
+
+
+# Mechanisms the shipped scenarios leave unexercised. Keep each case well under a second.
+EXTRA: dict[str, dict] = {
+    # open-loop Poisson stream, prefix blocks shared by nothing, two servers per role
+    "small_poisson": _small(
+        fleet={"gpu": "H20", "model": "dsv3-ci-test",
+               "prefill": {"servers": 2, "dp": 2, "tp": 2, "dp_attention": True,
+                           "balance": "round_robin", "chunked_prefill_size": 2048},
+               "decode": {"servers": 2, "dp": 2, "tp": 2, "dp_attention": True,
+                          "balance": "follow_bootstrap_room"}},
+        clients=[{"kind": "bench", "num_prompts": 300, "request_rate": 12.0,
+                  "dataset": {"kind": "random", "input_len": 3000, "output_len": 200,
+                              "range_ratio": 0.2, "output_distribution": "geometric"}}]),
+    # faults: a decode down, a partition with heartbeats, random write errors; probing blacklist
+    "small_faults": _small(
+        blacklist={"strikes": 2, "recovery": "probe", "probe_interval_s": 3.0},
+        transfer={"transfer_timeout_s": 2.0},
+        faults=[{"kind": "decode_unreachable", "decode_rank": 1, "at_s": 3.0, "duration_s": 6.0},
+                {"kind": "partition", "prefill_server": 0, "at_s": 14.0, "duration_s": 8.0,
+                 "heartbeat_interval_s": 2.0},
+                {"kind": "transfer_errors", "probability": 0.05, "from_s": 1.0, "to_s": 30.0}],
+        clients=[{"kind": "bench", "num_prompts": 400, "request_rate": 15.0,
+                  "max_concurrency": 64,
+                  "dataset": {"kind": "random", "input_len": 2048, "output_len": 128}}]),
+    # 0.5.23 blacklist, sgl-model-gateway fan-out, reject_if_busy, operator flushes under load
+    "small_gateway": _small(
+        blacklist={"recovery": "v0_5_23", "probe_interval_s": 2.0, "idle_drop_s": 20.0},
+        router={"flush_handler": "model_gateway", "worker_timeout_s": 0.5},
+        flush={"semantics": "reject_if_busy"},
+        operator_flushes=[{"at_s": 2.0}, {"at_s": 4.0, "timeout_s": 1.0}, {"at_s": 9.0}],
+        clients=[{"kind": "bench", "num_prompts": 300, "max_concurrency": 48,
+                  "flush": {"mode": "timeout", "timeout_s": 5.0},
+                  "dataset": {"kind": "random", "input_len": 2048, "output_len": 128}},
+                 {"kind": "bench", "name": "second", "start_s": 3.0, "num_prompts": 100,
+                  "request_rate": 30.0, "flush": {"mode": "bare"},
+                  "dataset": {"kind": "random", "input_len": 1024, "output_len": 64}}]),
+    # the experimental rust router, forwarded timeouts, raise_for_status, skip_idle_check
+    "small_rust_router": _small(
+        router={"flush_handler": "rust_router", "fanout_concurrency": 2},
+        operator_flushes=[{"at_s": 3.0}, {"at_s": 5.0, "timeout_s": 0.2}],
+        clients=[{"kind": "bench", "num_prompts": 200, "max_concurrency": 64,
+                  "dataset": {"kind": "random", "input_len": 2048, "output_len": 128}},
+                 {"kind": "bench", "name": "strict", "start_s": 2.0, "num_prompts": 50,
+                  "flush": {"mode": "raise_for_status"},
+                  "dataset": {"kind": "random", "input_len": 512, "output_len": 32}}]),
+    # memory pressure: decode retraction and re-admission, pages of 16 tokens, no lockstep
+    "small_pressure": _small(
+        fleet={"gpu": "H20", "model": "dsv3-ci-test",
+               "prefill": {"dp": 2, "tp": 2, "dp_attention": True, "lockstep": False,
+                           "balance": "total_tokens", "chunked_prefill_size": 4096,
+                           "page_size": 16},
+               "decode": {"dp": 2, "tp": 2, "dp_attention": True, "lockstep": False,
+                          "balance": "round_robin", "page_size": 16,
+                          "kv_pool_tokens": 30000, "retract_reserve_tokens": 32}},
+        clients=[{"kind": "bench", "num_prompts": 200, "max_concurrency": 96,
+                  "dataset": {"kind": "random", "input_len": 1024, "output_len": 512}}]),
+    # timeouts everywhere: router, bootstrap, waiting; a decode that stays down; roofline
+    "small_timeouts": _small(
+        router={"request_timeout_s": 2.0},
+        blacklist={"recovery": "probe", "probe_interval_s": 1.0},
+        transfer={"bootstrap_timeout_s": 0.45, "waiting_timeout_s": 0.9,
+                  "transfer_timeout_s": 3.0},
+        predictor={"kind": "roofline"},
+        faults=[{"kind": "decode_unreachable", "decode_rank": 0, "at_s": 1.0,
+                 "duration_s": 2.0}],
+        fleet={"gpu": "H20", "model": "dsv3-ci-test",
+               "prefill": {"dp": 2, "tp": 2, "dp_attention": True, "balance": "total_tokens",
+                           "chunked_prefill_size": 4096, "kv_pool_tokens": 40000},
+               "decode": {"dp": 2, "tp": 2, "dp_attention": True, "balance": "total_tokens",
+                          "max_running_requests": 24}},
+        clients=[{"kind": "bench", "num_prompts": 200, "request_rate": 40.0,
+                  "dataset": {"kind": "random", "input_len": 2048, "output_len": 256}},
+                 {"kind": "eval", "questions": 60, "threads": 8, "start_s": 0.5,
+                  "dataset": {"kind": "random", "input_len": 400, "output_len": 64}}]),
+}
+
+
+def shipped() -> list[Path]:
+    return sorted(SCENARIOS.rglob("*.yaml"))
+
+
+def cases(full: bool = True) -> dict[str, tuple]:
+    """name@seed -> (scenario source, --set overrides): shipped scenarios at their own seed
+    and the next one, then the extra cases at their seed; with ``full``, also the uncut runs
+    of the shortened scenarios (``name:full@seed``), which pytest leaves to this script."""
+    out: dict[str, tuple] = {}
+    for path in shipped():
+        seed = pdsim.load(path).seed
+        rel = path.relative_to(SCENARIOS).with_suffix("").as_posix()
+        cut = SHORTEN.get(rel, [])
+        for s in (seed, seed + 1):
+            sets = [] if s == seed else [f"seed={s}"]
+            out[f"{rel}@{s}"] = (path, cut + sets)
+            if cut and full:
+                out[f"{rel}:full@{s}"] = (path, sets)
+    for name, d in EXTRA.items():
+        out[f"{name}@{d['seed']}"] = (d, [])
+    return out
+
+
+def _sha(data: str) -> str:
+    return hashlib.sha256(data.encode()).hexdigest()[:20]
+
+
+def digest(res: pdsim.Result) -> dict[str, str]:
+    """One hash per output table of a run (performance fields left out)."""
+    summary = {k: v for k, v in res.summary.items() if k not in PERFORMANCE_FIELDS}
+    return {
+        "requests": _sha(res.requests.to_csv(index=False)),
+        "events": _sha(res.events.to_csv(index=False)),
+        "timeseries": _sha(res.timeseries.to_csv(index=False)),
+        "answers": _sha(res.answers.to_csv(index=False)),
+        "flush_calls": _sha(json.dumps(res.flush_calls, sort_keys=True, default=str)),
+        "kv_pools": _sha(json.dumps(res.kv_pools, sort_keys=True)),
+        "summary": _sha(json.dumps(summary, sort_keys=True)),
+    }
+
+
+def compute(name: str) -> dict[str, str]:
+    source, sets = cases()[name]
+    return digest(pdsim.run(source, sets=sets))
+
+
+def load() -> dict[str, dict[str, str]]:
+    return json.loads(GOLDEN.read_text())["cases"] if GOLDEN.exists() else {}
+
+
+def save(recorded: dict[str, dict[str, str]]) -> None:
+    doc = {"how": "python tests/golden.py --update  (see tests/golden.py)",
+           "cases": dict(sorted(recorded.items()))}
+    GOLDEN.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def moved(name: str, want: dict[str, str]) -> list[str]:
+    """Tables of case ``name`` whose hash differs from ``want``."""
+    got = compute(name)
+    return sorted(k for k in set(got) | set(want) if got.get(k) != want.get(k))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--update", action="store_true", help="re-record the hashes")
+    ap.add_argument("names", nargs="*", help="only these cases (default: all)")
+    args = ap.parse_args()
+    every = cases()
+    names = args.names or list(every)
+    unknown = [n for n in names if n not in every]
+    if unknown:
+        print(f"unknown case(s): {', '.join(unknown)}; known: {', '.join(every)}")
+        return 2
+    recorded = load()
+    if args.update:
+        keep = {k: v for k, v in recorded.items() if k in every}
+        for n in names:
+            keep[n] = compute(n)
+            print(f"recorded {n}", file=sys.stderr)
+        save(keep)
+        return 0
+    bad = 0
+    for n in names:
+        if n not in recorded:
+            print(f"{n}: no recorded hashes (run python tests/golden.py --update {n})")
+            bad += 1
+            continue
+        tables = moved(n, recorded[n])
+        print(f"{n}: {'moved: ' + ', '.join(tables) if tables else 'identical'}")
+        bad += bool(tables)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Byte-identical outputs: every shipped scenario (its seed and the next) and the extra cases
+of tests/golden.py hash exactly as recorded in tests/golden.json.
+
+A failure means the model's outputs moved. If that is a bug (an optimisation changed what the
+model computes), fix it. If the change is legitimate, re-record in a commit of its own whose
+message says why the outputs moved:
+
+    python tests/golden.py --update              # every case
+    python tests/golden.py --update healthy@1    # only some
+"""
+
+from __future__ import annotations
+
+import golden
+import pytest
+
+CASES = golden.cases(full=False)  # `python tests/golden.py` also checks the uncut long runs
+RECORDED = golden.load()
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_outputs_match_golden_hashes(name):
+    assert name in RECORDED, f"no golden hashes for {name}: python tests/golden.py --update {name}"
+    moved = golden.moved(name, RECORDED[name])
+    assert not moved, (f"{name}: outputs moved ({', '.join(moved)}); if legitimate, "
+                       f"python tests/golden.py --update {name} in its own commit")
+
+
+def test_no_stale_golden_entries():
+    stale = sorted(set(RECORDED) - set(golden.cases()))
+    assert not stale, (f"recorded cases that no longer exist: {stale}; "
+                       f"python tests/golden.py --update")
+
+
+def test_hash_sees_a_one_ulp_change():
+    """The digest is sensitive to the last bit of a float, not just the printed figures."""
+    import numpy as np
+
+    res = golden.pdsim.run(golden.EXTRA["small_pressure"])
+    before = golden.digest(res)
+    res.requests.loc[0, "t_done"] = np.nextafter(res.requests.loc[0, "t_done"], np.inf)
+    res.summary["events"] += 1  # a performance field: not hashed
+    after = golden.digest(res)
+    assert [k for k in before if before[k] != after[k]] == ["requests"]
