@@ -1,4 +1,4 @@
-"""``pdsim`` command line: a thin layer over :func:`pdsim.run`.
+"""pdsim command line: a thin layer over pdsim.run.
 
 Results go to stdout; progress and notes go to stderr. Every user error exits 2 with one line.
 """
@@ -11,6 +11,91 @@ import sys
 
 from pdsim import scenario as scenario_mod
 
+RAW = argparse.RawDescriptionHelpFormatter
+
+TOP = """\
+pdsim simulates prefill/decode-disaggregated LLM serving (SGLang-style PD fleets, a
+Mooncake-like KV transfer engine with its peer blacklist, mini_lb, bench_serving and gsm8k
+clients), one event per batch step. Replay an incident, ask what-if of a policy, draw a
+postmortem's plots.
+
+Results go to stdout, notes and progress bars to stderr. Run `pdsim COMMAND --help` for a
+command's options and examples."""
+
+TOP_EPILOG = """\
+examples:
+  pdsim run scenarios/drop_timeout.yaml               the incident, bench_serving-style report
+  pdsim run scenarios/drop_timeout.yaml --set blacklist.recovery=probe
+  pdsim sweep scenarios/drop_timeout.yaml --vary blacklist.recovery=none,probe,v0_5_23
+  pdsim validate my.yaml                              check a scenario before running it
+  pdsim profiles dsv3-ci-test                         a model profile, every value's source"""
+
+RUN = """\
+Simulate a scenario and print a bench_serving-style report per client, the fleet's counters
+(transfer failures, blacklisted pairs, wasted prefill), the incident timeline and, when the
+scenario lists reported figures, the run beside them. A run that --set changes (or a file that
+inherits its reported figures through extends:) is a what-if: the figures are then shown for
+context only, without verdicts. A run that reaches horizon_s with requests unfinished ends its
+report with a WARNING line.
+
+--out DIR writes a self-describing run directory: requests, events and timeseries tables,
+summary.json, report.txt, the resolved scenario.yaml (re-run it with pdsim run
+DIR/scenario.yaml) and run.json (pdsim version, seeds, overrides)."""
+
+RUN_EPILOG = """\
+examples:
+  pdsim run scenarios/healthy.yaml
+  pdsim run scenarios/drop_timeout.yaml --verbose          every failed pair in the timeline
+  pdsim run scenarios/drop_timeout.yaml --json | jq .clients.ci_bench.empty_share
+  pdsim run scenarios/drop_timeout.yaml --seed 3 --out runs/dt3
+  pdsim run scenarios/drop_timeout.yaml --set flush.semantics=reject_if_busy
+  pdsim run scenarios/trace_replay.yaml --set clients.0.num_prompts=2000 --progress"""
+
+VALIDATE = """\
+Check a scenario file (after extends: and --set) and exit: 0 and one line when it would run,
+2 and one line naming the key path and what is allowed when it would not."""
+
+VALIDATE_EPILOG = """\
+examples:
+  pdsim validate scenarios/drop_timeout.yaml
+  pdsim validate my.yaml --set fleet.decode.dp=8"""
+
+SWEEP_COLUMNS = """\
+table columns (median over the seeds of each grid point):
+  ret!=0      transfers that failed with ret != 0 because a flush freed pages under them
+              (summary key transfer_failures_by_reason.flush_freed_pages); under the
+              one-strike blacklist each one blacklists its (prefill rank, decode session) pair
+  pairs       most pairs blacklisted at once (blacklisted_pairs_max)
+  failed      requests of all clients answered with a 5xx or an abort (failed)
+  empty       share of --client's requests that got no token (<client>.empty_share)
+  gen tok/s   --client's generated tokens per second, aborts counting 0, unlike
+              bench_serving's printed figure (<client>.true_output_throughput_tok_s)
+  pairs end   pairs still blacklisted when the run ended (blacklisted_pairs_final)
+--out FILE and --json give every summary metric per run, not just these."""
+
+SWEEP = """\
+Run a scenario over the grid of --vary values (their product) and seeds 1..N, in parallel
+processes, and print a table of medians per grid point. Values are YAML scalars."""
+
+SWEEP_EPILOG = SWEEP_COLUMNS + """
+
+examples:
+  pdsim sweep scenarios/drop_timeout.yaml --vary blacklist.recovery=none,probe,v0_5_23 --seeds 5
+  pdsim sweep scenarios/drop_timeout.yaml --vary blacklist.strikes=1,2,3 \\
+      --vary flush.semantics=skip_idle_check,reject_if_busy --out rows.csv
+  pdsim sweep scenarios/healthy.yaml --set predictor.kind=roofline \\
+      --vary predictor.prefill_mfu=0.25,0.35,0.5 --seeds 1"""
+
+PROFILES_EPILOG = """\
+examples:
+  pdsim profiles                 every GPU and model, one line each
+  pdsim profiles H20             one profile, each value with its source"""
+
+SCHEMA_EPILOG = """\
+example:
+  pdsim schema > scenario.schema.json
+  # then, first line of a scenario: # yaml-language-server: $schema=./scenario.schema.json"""
+
 
 def _die(msg: str) -> int:
     print(f"pdsim: error: {msg}", file=sys.stderr)
@@ -18,28 +103,35 @@ def _die(msg: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pdsim", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p = argparse.ArgumentParser(prog="pdsim", description=TOP, epilog=TOP_EPILOG,
+                                formatter_class=RAW)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
-    r = sub.add_parser("run", help="simulate a scenario and print a bench_serving-style summary")
+    r = sub.add_parser("run", help="simulate a scenario and print a bench_serving-style report",
+                       description=RUN, epilog=RUN_EPILOG, formatter_class=RAW)
     r.add_argument("scenario", help="scenario YAML file")
     r.add_argument("--seed", type=int, help="override the scenario's seed")
     r.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario value by dotted key, e.g. router.flush_handler="
                    "mini_lb_fixed or clients.0.num_prompts=200 (repeatable)")
-    r.add_argument("--out", metavar="DIR", help="write requests, events, time series and "
-                   "summary.json into DIR")
+    r.add_argument("--out", metavar="DIR", help="write a self-describing run directory (tables, "
+                   "summary.json, report.txt, scenario.yaml, run.json) into DIR")
     r.add_argument("--format", choices=["csv", "parquet"], default="csv",
                    help="table format for --out (parquet needs pdsim[parquet])")
     r.add_argument("--json", action="store_true", help="print only the summary as JSON")
+    r.add_argument("--verbose", "-v", action="store_true",
+                   help="timeline in full: every ret != 0 failure and blacklisted pair")
     r.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
 
-    v = sub.add_parser("validate", help="check a scenario file and exit")
-    v.add_argument("scenario")
-    v.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    v = sub.add_parser("validate", help="check a scenario file and exit",
+                       description=VALIDATE, epilog=VALIDATE_EPILOG, formatter_class=RAW)
+    v.add_argument("scenario", help="scenario YAML file")
+    v.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario value by dotted key (repeatable)")
 
-    sw = sub.add_parser("sweep", help="run a scenario over a grid of overrides and seeds")
-    sw.add_argument("scenario")
+    sw = sub.add_parser("sweep", help="run a scenario over a grid of overrides and seeds",
+                        description=SWEEP, epilog=SWEEP_EPILOG, formatter_class=RAW)
+    sw.add_argument("scenario", help="scenario YAML file")
     sw.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
                     help="a dotted key and the values to try (repeatable: the grid is the "
                     "product), e.g. blacklist.recovery=none,probe,v0_5_23")
@@ -52,8 +144,13 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--client", help="client whose empty share and throughput the table shows "
                     "(default: the last bench client)")
 
-    sub.add_parser("schema", help="print the JSON Schema of the scenario format")
-    pr = sub.add_parser("profiles", help="list the GPU and model profiles and their sources")
+    sub.add_parser("schema", help="print the JSON Schema of the scenario format",
+                   description="Print the JSON Schema of the scenario format (for editors: "
+                   "completion and checking).", epilog=SCHEMA_EPILOG, formatter_class=RAW)
+    pr = sub.add_parser("profiles", help="list the GPU and model profiles and their sources",
+                        description="List the GPU and model profiles pdsim ships, or show one "
+                        "with the source of every value.", epilog=PROFILES_EPILOG,
+                        formatter_class=RAW)
     pr.add_argument("name", nargs="?", help="show one profile with every value's source")
     return p
 
@@ -144,6 +241,8 @@ def _sweep(args: argparse.Namespace) -> int:
                 f"{u.path}={u.nominal} ({u.describe()})" for u in nominal))
         print(f"median over {args.seeds} seed(s); empty and gen tok/s are {main_client}'s")
         print(table.round(3).to_string())
+    print("\n" + SWEEP_COLUMNS.replace("--client's", f"{main_client}'s")
+          .replace("--client", main_client).split("\n--out")[0])
     return 0
 
 
@@ -190,8 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = dict(res.summary, sim_wall_s=round(res.sim_wall_s, 3))
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
+        for line in report.horizon_warning(res):  # the JSON has it too: stopped_at_horizon
+            print(line, file=sys.stderr)
     else:
-        print(report.render(res))
+        print(report.render(res, verbose=args.verbose))
         sys.stdout.flush()
         print(f"simulated {summary['simulated_s']} s in {summary['sim_wall_s']} s wall "
               f"({summary['events']} events)", file=sys.stderr)

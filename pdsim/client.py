@@ -92,11 +92,17 @@ class Client:
         self.aborted = ""
         self.index = index  # position in the scenario; namespaces this client's prompt blocks
         self.trace_rows: tuple[int, int] | None = None  # (replayed, in the file) for a trace
+        self.planned = 0  # prompts (bench) or questions (eval) it means to send
+        self.sent = 0  # prompts sent (bench) or questions finished (eval)
         env.process(self._main())
 
     def _main(self) -> Generator:
         yield from self.run()
         self.done.succeed()
+
+    def unsent(self) -> int:
+        """Prompts (bench) or questions (eval) it had not finished sending when the run ended."""
+        return max(0, self.planned - self.sent)
 
     def send(self, kind: str, input_len: int, output_len: int, stream: bool,
              blocks: tuple[int, ...] | None = None, question: int = -1,
@@ -159,6 +165,7 @@ class BenchClient(Client):
                 return
             yield env.timeout(1.0)  # bench_serving sleeps 1 s after the flush
         self.t0 = env.now
+        self.planned = len(prompts)
         arrivals = self._arrivals(prompts)
         slots = simpy.Resource(env, capacity=cfg.max_concurrency or len(prompts) or 1)
         procs = [env.process(self._one(p, float(t), slots))
@@ -170,6 +177,7 @@ class BenchClient(Client):
             yield self.env.timeout(at)
         with slots.request() as slot:
             yield slot
+            self.sent += 1
             yield self.send("bench", prompt["input"], prompt["output"], self.cfg.stream,
                             prompt.get("blocks"))
 
@@ -193,6 +201,7 @@ class EvalClient(Client):
                                    ds.output_distribution)
         outs = np.minimum(outs, cfg.max_tokens)
         self._lens = list(zip(ins.tolist(), outs.tolist(), strict=True))
+        self.planned = cfg.questions
         self._next = 0
         yield env.all_of([env.process(self._thread()) for _ in range(cfg.threads)])
 
@@ -217,11 +226,13 @@ class EvalClient(Client):
             if req.status == "completed":
                 self.answers.append({"question": q, "answered": True, "attempts": attempt,
                                      "t_done": env.now})
+                self.sent += 1
                 return
             if k < cfg.tries - 1:
                 yield env.timeout(2.0**k)
         self.answers.append({"question": q, "answered": False, "attempts": attempt,
                              "t_done": env.now})
+        self.sent += 1
 
 
 CLIENTS = {"bench": BenchClient, "eval": EvalClient}

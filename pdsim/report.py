@@ -1,8 +1,14 @@
-"""Human-readable output: bench_serving's layout, the fleet, the incident timeline."""
+"""Human-readable output: bench_serving's layout, the fleet, the incident timeline.
+
+Lines that mirror ``bench_serving`` keep its wording, except where its wording misleads
+("Successful requests" counts HTTP 200s, streamed aborts included); the block "What
+bench_serving hides" says what those numbers leave out.
+"""
 
 from __future__ import annotations
 
 import math
+import textwrap
 
 import pandas as pd
 
@@ -11,7 +17,16 @@ from pdsim.sim import Result
 from pdsim.transfer import DEAD_MSG
 from pdsim.unknowns import block as unknowns_lines
 
-W = 50
+W = 60
+LABEL = 50
+
+DOOMED_VS_FAILED = [
+    "doomed: a KV transfer in flight on pages a flush freed. It fails at its next write",
+    "  (ret != 0, reason flush_freed_pages, which blacklists its pair) or, when its pair is",
+    "  already blacklisted, at the blacklist check (reason blacklisted_session).",
+    "failed: a request answered with a 5xx, or (streaming) a 200 with an empty abort chunk,",
+    "  whatever the cause; bench_serving counts the latter as successful.",
+]
 
 
 def _line(label: str, value: object) -> str:
@@ -19,7 +34,7 @@ def _line(label: str, value: object) -> str:
         value = "n/a" if math.isnan(value) else f"{value:.2f}"
     elif value is None:
         value = "n/a"
-    return f"{label:<41}{value}"
+    return f"{label:<{LABEL}}{value}"
 
 
 def _head(title: str, ch: str = "-") -> str:
@@ -49,8 +64,9 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
         out.append(_line("Trace rows replayed:", _trace_rows(m, cfg)))
     if m.get("aborted"):
         out.append(_line("Aborted:", m["aborted"]))
+    streamed_aborts = m["successful_requests"] - m["completed_requests"]
     out += [
-        _line("Successful requests:", m["completed"]),
+        _line("Successful requests (HTTP 200, as bench_serving):", m["successful_requests"]),
         _line("Benchmark duration (s):", m["duration_s"]),
         _line("Total input tokens:", m["total_input_tokens"]),
         _line("Total generated tokens:", m["total_generated_tokens"]),
@@ -60,10 +76,18 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
         _line("Total token throughput (tok/s):", m["total_throughput_tok_s"]),
         _line("Concurrency:", m["concurrency"]),
         _head("What bench_serving hides"),
-        _line("Failed requests (5xx or abort):", m["failed"]),
+        _line("Completed with all tokens generated:", m["completed_requests"]),
+        _line("Failed (5xx, or 200 with an abort chunk):", m["failed"]),
+    ]
+    if streamed_aborts > 0:
+        out.append(_line("  streamed aborts counted as successful:", streamed_aborts))
+    if m["unfinished"]:
+        out.append(_line("Still running when the run ended:", m["unfinished"]))
+    out += [
         _line("Empty responses:", f"{m['empty_responses']} ({100 * m['empty_share']:.1f}%)"),
         _line("Generated-token throughput (tok/s):", m["true_output_throughput_tok_s"]),
-        _line("Prefix cache hit rate (prompt tokens):", f"{100 * m['prefix_cache_hit_rate']:.1f}%"),
+        _line("Prefix cache hit rate (prompt tokens):",
+              f"{100 * m['prefix_cache_hit_rate']:.1f}%"),
         _head("End-to-End Latency"),
         _line("Mean E2E Latency (ms):", m["mean_e2e_ms"]),
         _line("Median E2E Latency (ms):", m["median_e2e_ms"]),
@@ -81,15 +105,16 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
     return out
 
 
-def fleet_block(s: dict) -> list[str]:
+def fleet_block(s: dict, pairs_total: int | None = None) -> list[str]:
     out = [_head("Fleet", "=")]
     reasons = ", ".join(f"{k} {v}" for k, v in s["transfer_failures_by_reason"].items())
+    of = f" of {pairs_total}" if pairs_total else ""
     out += [
         _line("Transfer failures:", f"{s['transfer_failures']} ({reasons})"),
-        _line("Transfers doomed by flushes:", s["flush_doomed_transfers"]),
+        _line("Transfers doomed by a flush:", s["flush_doomed_transfers"]),
         _line("Blacklisted pairs (max / final):",
-              f"{s['blacklisted_pairs_max']} / {s['blacklisted_pairs_final']}"),
-        _line("Wasted prefill tokens:", s["wasted_prefill_tokens"]),
+              f"{s['blacklisted_pairs_max']} / {s['blacklisted_pairs_final']}{of}"),
+        _line("Wasted prefill tokens (failed requests):", s["wasted_prefill_tokens"]),
         _line("Requests on pages freed by a flush:", s["stale_page_requests"]),
         _line("Retractions:", s["retractions"]),
     ]
@@ -98,11 +123,13 @@ def fleet_block(s: dict) -> list[str]:
         ex = sum(v["executed"] for v in fl.values())
         rj = sum(v["rejected"] for v in fl.values())
         to = sum(v["timed_out"] for v in fl.values())
-        out.append(_line("Rank flushes (exec / rejected / t-out):", f"{ex} / {rj} / {to}"))
+        out.append(_line("Rank flushes (executed / rejected / timed out):", f"{ex} / {rj} / {to}"))
     if s["failed_by_reason"]:
         out.append(_line("Failed requests by reason:",
                          ", ".join(f"{k} {v}" for k, v in s["failed_by_reason"].items())))
     out.append(_line("Simulated s / SimPy events:", f"{s['simulated_s']} / {s['events']}"))
+    if s["flush_doomed_transfers"] or s["failed"]:
+        out += DOOMED_VS_FAILED
     return out
 
 
@@ -114,12 +141,32 @@ def _flush_line(t: str, group: list) -> str:
     busy = any(e.detail.split("; ")[1].startswith("busy") for e in group)
     state = "busy" if busy else "idle"
     ranks = f"r{group[0].rank}" if len(group) == 1 else f"{len(group)} ranks"
-    lost = f"; transfers on freed pages: {doomed}" if doomed else "; nothing in flight"
+    lost = f"; transfers on freed pages (doomed): {doomed}" if doomed else "; nothing in flight"
     return f"{t}{server}: {ranks} flushed ({how}) while {state}{lost}"
 
 
-def timeline(ev: pd.DataFrame, pairs_total: int, limit: int = 40) -> list[str]:
-    """The story a postmortem reader needs, in order and concise."""
+def _ret_line(group: list, pairs: int, pairs_total: int) -> str:
+    """One line for a burst of ``ret != 0`` transfer failures and the blacklist growth."""
+    t0, t1 = group[0].time, group[-1].time
+    span = f"t={t0:9.3f}s" if t1 == t0 else f"t={t0:9.3f}s..{t1:.3f}s"
+    reasons: dict[str, int] = {}
+    for e in group:
+        reasons[e.detail] = reasons.get(e.detail, 0) + 1
+    why = ", ".join(f"{k} {v}" for k, v in reasons.items())
+    grew = sum(1 for e in group if e.value)
+    n = len(group)
+    return (f"{span} {n} transfer{'s' if n > 1 else ''} failed with ret != 0 ({why}); "
+            f"{grew} pair{'s' if grew != 1 else ''} blacklisted, {pairs}/{pairs_total} now "
+            f"(--verbose: each pair)")
+
+
+def timeline(ev: pd.DataFrame, pairs_total: int, limit: int | None = 40,
+             verbose: bool = False) -> list[str]:
+    """The story a postmortem reader needs, in order and concise.
+
+    A burst of ``ret != 0`` failures (and the blacklist growth it causes) is one line; with
+    ``verbose`` every failure and pair gets its own line and nothing is cut.
+    """
     if ev.empty:
         return []
     out = [_head("Incident timeline", "=")]
@@ -128,57 +175,78 @@ def timeline(ev: pd.DataFrame, pairs_total: int, limit: int = 40) -> list[str]:
     fast = 0
     pairs = 0
     flush_group: list = []
+    ret_group: list = []
+    held: list[str] = []  # rows that happened during a ret != 0 burst, shown after its line
 
-    def close_group() -> None:
+    def close_flush() -> None:
         if flush_group:
             rows.append(_flush_line(f"t={flush_group[0].time:9.3f}s ", flush_group))
             flush_group.clear()
+
+    def close_ret() -> None:
+        if ret_group:
+            rows.append(_ret_line(ret_group, pairs, pairs_total))
+            ret_group.clear()
+        rows.extend(held)
+        held.clear()
+
+    def emit(row: str) -> None:
+        (held if ret_group else rows).append(row)
 
     for e in ev.itertuples(index=False):
         t = f"t={e.time:9.3f}s "
         if e.event == "flush_executed":
             if flush_group and (flush_group[0].component != e.component
                                 or flush_group[0].time != e.time):
-                close_group()
+                close_flush()
             flush_group.append(e)
             continue
-        close_group()
+        close_flush()
+        is_ret = e.event == "transfer_failed" and e.detail != "blacklisted_session"
+        if ret_group and not is_ret and e.event not in ("transfer_failed", "blacklist_add"):
+            close_ret()
+        if ret_group and is_ret and e.time - ret_group[-1].time > 1.0:
+            close_ret()
         if e.event == "router_flush":
-            rows.append(f"{t}router: POST /flush_cache from {e.peer}; {e.detail}")
+            emit(f"{t}router: POST /flush_cache from {e.peer}; {e.detail}")
         elif e.event == "router_flush_answer":
-            rows.append(f"{t}router: answered {int(e.value)} to {e.peer} ({e.detail})")
+            emit(f"{t}router: answered {int(e.value)} to {e.peer} ({e.detail})")
         elif e.event == "flush_rejected":
-            rows.append(f"{t}{e.component}{'' if e.rank < 0 else f'.r{e.rank}'}: flush refused "
-                        f"({e.detail})")
+            emit(f"{t}{e.component}{'' if e.rank < 0 else f'.r{e.rank}'}: flush refused "
+                 f"({e.detail})")
         elif e.event == "flush_timed_out":
-            rows.append(f"{t}{e.component}.r{e.rank}: flush timed out waiting for idle "
-                        f"({e.detail})")
+            emit(f"{t}{e.component}.r{e.rank}: flush timed out waiting for idle ({e.detail})")
         elif e.event == "blacklist_add":
             pairs += 1
-        elif e.event == "transfer_failed" and e.detail != "blacklisted_session":
-            grew = f" -> pair blacklisted ({pairs}/{pairs_total})" if e.value else ""
-            rows.append(f"{t}{e.component}.r{e.rank} -> {e.peer}: ret != 0 ({e.detail}), "
-                        f"room {e.room}{grew}")
+        elif is_ret:
+            if verbose:
+                grew = f" -> pair blacklisted ({pairs}/{pairs_total})" if e.value else ""
+                rows.append(f"{t}{e.component}.r{e.rank} -> {e.peer}: ret != 0 ({e.detail}), "
+                            f"room {e.room}{grew}")
+            else:
+                ret_group.append(e)
         elif e.event == "transfer_failed":
             fast += 1
             if first_fast is None:
                 first_fast = e
-                rows.append(f"{t}{e.component}.r{e.rank} -> {e.peer}: first fast-fail, "
-                            f"'{DEAD_MSG}' (room {e.room})")
+                emit(f"{t}{e.component}.r{e.rank} -> {e.peer}: first fast-fail, "
+                     f"'{DEAD_MSG}' (room {e.room})")
         elif e.event == "blacklist_remove":
             pairs -= 1
-            rows.append(f"{t}{e.component}: {e.peer} off the blacklist ({e.detail}); "
-                        f"{pairs}/{pairs_total} pairs left")
+            emit(f"{t}{e.component}: {e.peer} off the blacklist ({e.detail}); "
+                 f"{pairs}/{pairs_total} pairs left")
         elif e.event == "probe":
-            rows.append(f"{t}{e.component}: probe of {e.peer} failed")
+            emit(f"{t}{e.component}: probe of {e.peer} failed")
         elif e.event in ("fault_start", "fault_end", "heartbeat_lost"):
             who = f"{e.component}{'' if e.rank < 0 else f'.r{e.rank}'}"
-            rows.append(f"{t}{who}: {e.detail}{f' ({e.peer})' if e.peer else ''}")
+            emit(f"{t}{who}: {e.detail}{f' ({e.peer})' if e.peer else ''}")
         elif e.event == "client_aborted":
-            rows.append(f"{t}{e.component}: {e.detail}")
-    close_group()
-    if len(rows) > limit:
-        rows = rows[: limit - 1] + [f"... {len(rows) - limit + 1} more lines in the event log"]
+            emit(f"{t}{e.component}: {e.detail}")
+    close_flush()
+    close_ret()
+    if limit is not None and not verbose and len(rows) > limit:
+        rows = rows[: limit - 1] + [f"... {len(rows) - limit + 1} more lines (--verbose shows "
+                                    f"them; Result.events has every event)"]
     out += rows
     if fast:
         out.append(f"{fast} requests failed fast on blacklisted pairs "
@@ -212,36 +280,72 @@ def unknowns_block(res: Result) -> list[str]:
             "pdsim explore samples these ranges and shows which values fit the report"]
 
 
-def reference_block(summary: dict, refs: list[ReferenceFigure]) -> list[str]:
+def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "",
+                    scenario: str = "") -> list[str]:
+    """The scenario's reported figures beside the run's. For a what-if run (``what_if`` says
+    why) they are context only: labelled so, with no within/outside verdict."""
     if not refs:
         return []
-    out = [_head("Compared with the reported figures", "="),
-           f"{'figure':<52}{'simulated':>10}{'reported':>10}"]
+    if what_if:
+        note = (f"This run is a what-if ({what_if}): the reported figures belong to the "
+                f"scenario {scenario!r} as shipped, not to this run, so no verdicts.")
+        out = [_head("Reported figures (context only)", "="),
+               *textwrap.wrap(note, 92),
+               f"{'figure':<52}{'this run':>10}{'reported':>10}"]
+    else:
+        out = [_head("Compared with the reported figures", "="),
+               f"{'figure':<52}{'simulated':>10}{'reported':>10}"]
     for r in refs:
         sim = _get(summary, r.metric) if r.metric else None
         tol = band(r)
-        ok = r.within(sim)
+        ok = None if what_if else r.within(sim)
         verdict = "" if ok is None else ("within" if ok else "outside")
         shown = "" if sim is None else f"{sim:,.3f}".rstrip("0").rstrip(".")
-        out.append(f"{r.label[:51]:<52}{shown:>10}{r.reported:>10,g}{tol:<7} {verdict}")
+        out.append(f"{r.label[:51]:<52}{shown:>10}{r.reported:>10,g}{tol:<7} {verdict}".rstrip())
     return out
 
 
-def render(res: Result) -> str:
+def horizon_warning(res: Result) -> list[str]:
+    """A run that hit ``horizon_s`` before its clients finished says so, with counts."""
+    s = res.summary
+    if not s.get("stopped_at_horizon"):
+        return []
+    running = int((res.requests.status == "unfinished").sum())
+    per = []
+    for name, m in s["clients"].items():
+        bits = [f"{m['unfinished']} in flight"] if m["unfinished"] else []
+        if m.get("unsent"):
+            bits.append(f"{m['unsent']} not sent")
+        if not m.get("finished", True) and not bits:
+            bits.append("not finished")
+        if bits:
+            per.append(f"{name}: {', '.join(bits)}")
+    unsent = sum(m.get("unsent", 0) for m in s["clients"].values())
+    h = res.scenario.horizon_s
+    return [f"WARNING: the run stopped at its horizon (horizon_s={h:g}) before the clients "
+            f"finished: {running} requests still in flight, {unsent} prompts/questions not sent "
+            f"({'; '.join(per)}).",
+            f"  The figures above leave them out: raise the horizon (--set horizon_s={2 * h:g}) "
+            f"or lower the load."]
+
+
+def render(res: Result, verbose: bool = False) -> str:
+    """The whole human report of a run (what ``pdsim run`` prints)."""
     s = res.summary
     lines: list[str] = []
     for c in res.scenario.clients:
         lines += bench_block(c.name, s["clients"][c.name], c)
-    lines += fleet_block(s)
+    sc = res.scenario
+    pairs = (sc.fleet.prefill.servers * sc.fleet.prefill.dp
+             * sc.fleet.decode.servers * sc.fleet.decode.dp)
+    lines += fleet_block(s, pairs)
     ev = res.events
     interesting = ev[~ev.event.isin(["retract", "flush_doomed", "probe", "flush_received",
                                      "flush_answer"])
                      | ((ev.event == "probe") & (ev.detail != "ok"))]
-    sc = res.scenario
-    pairs = (sc.fleet.prefill.servers * sc.fleet.prefill.dp
-             * sc.fleet.decode.servers * sc.fleet.decode.dp)
-    lines += timeline(interesting, pairs)
+    lines += timeline(interesting, pairs, verbose=verbose)
     lines += unknowns_block(res)
-    lines += reference_block(s, res.scenario.reference)
+    lines += reference_block(s, sc.reference, res.what_if, sc.name)
     lines.append("=" * W)
+    lines += horizon_warning(res)
     return "\n".join(lines)

@@ -346,6 +346,9 @@ class Scenario(Strict):
     def unknowns(self) -> list[unknowns.Unknown]:
         """Declared unknowns (pdsim/unknowns.py); this scenario holds their nominal values."""
         return self._unknowns
+    # where it came from (the report tells a what-if from the scenario its figures belong to)
+    _source: str | None = PrivateAttr(None)
+    _overrides: tuple[str, ...] = PrivateAttr(())
 
     @field_validator("clients")
     @classmethod
@@ -532,10 +535,14 @@ def load(source: str | Path | dict | Scenario, sets: list[str] | None = None) ->
     their nominal values after the overrides and before validation; ``Scenario.unknowns``
     lists them.
     """
+    origin, before = None, ()
     if isinstance(source, Scenario):
         if not sets:
             return source
+        origin, before = source._source, source._overrides
         source = unknowns.redeclare(source.model_dump(mode="json"), source.unknowns)
+    elif not isinstance(source, dict):
+        origin = str(source)
     data = dict(source) if isinstance(source, dict) else read_yaml(source)
     if sets:
         data = apply_overrides(data, sets)
@@ -549,6 +556,7 @@ def load(source: str | Path | dict | Scenario, sets: list[str] | None = None) ->
             sc._unknowns = unknowns.finish(data, declared, sc, from_dict)
         except unknowns.UnknownError as err:
             raise ScenarioError(str(err)) from None
+    sc._source, sc._overrides = origin, (*before, *(sets or ()))
     return sc
 
 

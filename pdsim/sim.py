@@ -36,6 +36,7 @@ class Result:
     flush_calls: list = field(default_factory=list)
     sim_wall_s: float = 0.0
     kv_pools: dict = field(default_factory=dict)  # rank -> {capacity, peak, used} in pages
+    what_if: str = ""  # why the scenario's reference figures do not apply to this run, if so
 
     @property
     def unknowns(self) -> list:
@@ -48,7 +49,11 @@ class Result:
         return self.requests[self.requests.kind != "warmup"]
 
     def write(self, out: str | Path, fmt: str = "csv") -> list[Path]:
-        """Write records, events, time series and ``summary.json`` into ``out``."""
+        """Write a self-describing run directory: records, events, time series,
+        ``summary.json``, the resolved ``scenario.yaml`` (after ``extends:`` and ``--set``;
+        ``pdsim run DIR/scenario.yaml`` re-runs it), ``run.json`` (pdsim version, seeds, how it
+        was made) and ``report.txt`` (the human report). Nothing in it depends on the machine
+        or the clock, so the same scenario and seed write the same bytes."""
         import json
 
         out = Path(out)
@@ -68,7 +73,41 @@ class Result:
         path = out / "summary.json"
         path.write_text(json.dumps(self.summary, indent=2, sort_keys=True) + "\n")
         written.append(path)
+        for name, text in self.describe().items():
+            path = out / name
+            path.write_text(text)
+            written.append(path)
         return written
+
+    def describe(self) -> dict[str, str]:
+        """``scenario.yaml``, ``run.json`` and ``report.txt`` of a run directory, as text
+        (independent of where the directory is, so that two runs' directories compare equal)."""
+        import json
+
+        import yaml
+
+        from pdsim import __version__, report, unknowns
+
+        sc = self.scenario
+        # declared unknowns stay declared (at the nominal the run used), so a re-run matches
+        data = unknowns.redeclare(sc.model_dump(mode="python"), sc.unknowns)
+        resolved = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+        head = (f"# Resolved scenario of this run (pdsim {__version__}): {sc._source or 'a dict'}"
+                f" after extends: and overrides {list(sc._overrides) or 'none'}.\n"
+                f"# Re-run: pdsim run RUN_DIR/scenario.yaml\n")
+        meta = {"pdsim_version": __version__, "scenario": sc.name, "source": sc._source,
+                "overrides": list(sc._overrides), "seed": sc.seed,
+                "seeds": {k: v for k, v in sc.seeds.model_dump().items() if v is not None},
+                "what_if": self.what_if or None,
+                "rerun": "pdsim run RUN_DIR/scenario.yaml",
+                "files": {"requests": "one row per HTTP request", "events": "one row per event",
+                          "timeseries": f"gauges every {sc.timeseries_interval_s:g} simulated s",
+                          "summary.json": "the metrics (pdsim run --json)",
+                          "report.txt": "the human report (pdsim run)",
+                          "scenario.yaml": "the scenario exactly as run"}}
+        return {"scenario.yaml": head + resolved,
+                "run.json": json.dumps(meta, indent=2) + "\n",
+                "report.txt": report.render(self) + "\n"}
 
 
 def _records(fleet: Fleet) -> pd.DataFrame:
@@ -121,7 +160,8 @@ def _sim_events(env: simpy.Environment) -> int:
     return next(eid) if eid is not None else -1
 
 
-def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: int) -> dict:
+def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: int,
+             stopped: bool) -> dict:
     stats = fleet.stats
     measured = req[req.kind != "warmup"]
     starts = [c.t0 for c in fleet.clients if np.isfinite(c.t0)]
@@ -136,6 +176,8 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: 
         m["kind"] = c.cfg.kind
         if c.aborted:
             m["aborted"] = c.aborted
+        m["unsent"] = c.unsent()
+        m["finished"] = bool(c.done.triggered)
         if getattr(c, "trace_rows", None) is not None:
             m["trace_rows_replayed"], m["trace_rows"] = c.trace_rows
         if c.cfg.kind == "eval":
@@ -167,6 +209,7 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: 
         "decode_steps": stats.decode_steps,
         "prefill_steps": stats.prefill_steps,
         "simulated_s": round(float(fleet.env.now), 3),
+        "stopped_at_horizon": stopped,
         "clients": clients,
     })
     return clean(top)
@@ -190,7 +233,7 @@ def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | N
     req = _records(fleet)
     events = fleet.log.frame()
     wall = time.perf_counter() - wall0
-    summary = _summary(fleet, req, events, _sim_events(env))
+    summary = _summary(fleet, req, events, _sim_events(env), not all_done.triggered)
     if sc.unknowns:
         summary["unknowns_at_nominal"] = [u.as_dict() for u in sc.unknowns]
     answers = pd.DataFrame([dict(a, client=c.name) for c in fleet.clients
@@ -198,7 +241,28 @@ def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | N
     pools = {f"{r.name}.r{r.index}": {"capacity": r.alloc.capacity, "peak": r.alloc.peak,
                                       "used": r.alloc.used} for r in fleet.ranks}
     return Result(sc, req, events, _timeseries(rows), summary, answers,
-                  fleet.router.flush_calls, wall, pools)
+                  fleet.router.flush_calls, wall, pools, what_if(sc))
+
+
+def what_if(sc: scenario_mod.Scenario) -> str:
+    """Why the scenario's ``reference:`` figures are not this run's own, or "" when they are:
+    overrides other than the seed changed it, or its file inherits them through ``extends:``."""
+    if not sc.reference:
+        return ""
+    changed = [s for s in sc._overrides if not s.startswith("seed=")]
+    if changed:
+        return f"changed by --set {' '.join(changed)}"
+    if sc._source and Path(sc._source).is_file():
+        import yaml
+
+        try:
+            own = yaml.safe_load(Path(sc._source).read_text())
+        except yaml.YAMLError:  # it loaded a moment ago; be safe anyway
+            return ""
+        if isinstance(own, dict) and "extends" in own and "reference" not in own:
+            return (f"{Path(sc._source).name} extends {own['extends']} and inherits its "
+                    f"reported figures")
+    return ""
 
 
 def _run_with_progress(env: simpy.Environment, stop: simpy.Event, horizon: float) -> None:

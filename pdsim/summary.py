@@ -21,9 +21,12 @@ def _q(s: pd.Series, q: float) -> float:
 def request_metrics(df: pd.DataFrame, duration: float) -> dict:
     """bench_serving's numbers over ``df`` (measured requests of one or more clients).
 
-    ``completed`` counts HTTP 200s, so a streamed abort (200 with an empty abort chunk) is a
-    "success"; ``output_throughput_tok_s`` uses the requested output length for streamed
-    successes, as bench_serving does. ``true_output_throughput_tok_s`` counts tokens generated.
+    ``successful_requests`` counts HTTP 200s as bench_serving does (its JSON calls them
+    ``completed``), so a streamed abort (200 with an empty abort chunk) is a "success";
+    ``completed_requests`` counts requests that generated all their tokens. ``requests`` =
+    ``completed_requests + failed + unfinished``. ``output_throughput_tok_s`` uses the
+    requested output length for streamed successes, as bench_serving does;
+    ``true_output_throughput_tok_s`` counts tokens generated.
     ``prefix_cache_hit_rate``: share of the prompt tokens of requests that reached a prefill
     forward that the prefill rank's prefix cache already held.
     """
@@ -44,7 +47,8 @@ def request_metrics(df: pd.DataFrame, duration: float) -> dict:
     looked_in = int(looked.input_len.sum())
     return {
         "requests": n,
-        "completed": int(len(ok)),
+        "successful_requests": int(len(ok)),
+        "completed_requests": int(len(done)),
         "failed": failed,
         "unfinished": int((df.status == "unfinished").sum()),
         "empty_responses": empty,

@@ -15,14 +15,16 @@ def test_run_human_output(capsys):
     assert "Serving Benchmark Result" in out
     assert "Output token throughput (tok/s):" in out
     assert "Mean TPOT (ms):" in out
-    assert "Compared with the reported figures" in out
+    # --set made it a what-if: the healthy run's reported figures are context, not verdicts
+    assert "Reported figures (context only)" in out and "within" not in out
 
 
 def test_run_json_only_summary_on_stdout(capsys):
     assert main(["run", "scenarios/healthy.yaml", "--json", "--seed", "3", *SMALL]) == 0
     cap = capsys.readouterr()
     s = json.loads(cap.out)
-    for key in ("requests", "completed", "failed", "empty_responses", "empty_share",
+    for key in ("requests", "successful_requests", "completed_requests", "failed",
+                "empty_responses", "empty_share",
                 "duration_s", "output_throughput_tok_s", "true_output_throughput_tok_s",
                 "total_throughput_tok_s", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
                 "p99_tpot_ms", "mean_itl_ms", "mean_e2e_ms", "transfer_failures", "events",
@@ -31,6 +33,7 @@ def test_run_json_only_summary_on_stdout(capsys):
         assert key in s, key
     assert {"flush_freed_pages", "blacklisted_session"} <= set(s["transfer_failures_by_reason"])
     assert s["requests"] == 60
+    assert "completed" not in s  # renamed: successful_requests (HTTP 200s), completed_requests
 
 
 def test_run_out_writes_tables(tmp_path, capsys):
@@ -38,10 +41,21 @@ def test_run_out_writes_tables(tmp_path, capsys):
     assert main(["run", "scenarios/drop_timeout.yaml", "--out", str(out), "--json",
                  "--set", "clients.0.num_prompts=300", "--set", "clients.1.num_prompts=300"]) == 0
     names = {p.name for p in out.iterdir()}
-    assert {"requests.csv", "events.csv", "timeseries.csv", "summary.json"} <= names
+    assert {"requests.csv", "events.csv", "timeseries.csv", "summary.json", "scenario.yaml",
+            "run.json", "report.txt"} <= names
     s = json.loads((out / "summary.json").read_text())
     assert s == {k: v for k, v in json.loads(capsys.readouterr().out).items()
                  if k != "sim_wall_s"}
+    # self-describing: version, seed and overrides, and the resolved scenario re-runs as-is
+    import pdsim
+
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["pdsim_version"] == pdsim.__version__ and meta["seed"] == 1
+    assert meta["overrides"] == ["clients.0.num_prompts=300", "clients.1.num_prompts=300"]
+    assert "Serving Benchmark Result: ci_bench" in (out / "report.txt").read_text()
+    assert main(["run", str(out / "scenario.yaml"), "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert {k: v for k, v in again.items() if k != "sim_wall_s"} == s
 
 
 def test_validate_and_schema(capsys):

@@ -40,7 +40,11 @@ def test_every_request_in_exactly_one_terminal_bucket(res):
     s = res.summary
     m = res.measured
     assert s["requests"] == len(m)
-    assert s["failed"] + s["unfinished"] + int((m.status == "completed").sum()) == len(m)
+    assert s["completed_requests"] == int((m.status == "completed").sum())
+    assert s["failed"] + s["unfinished"] + s["completed_requests"] == len(m)
+    # bench_serving's "successful" = HTTP 200 = completed + streamed failures
+    assert s["successful_requests"] == s["completed_requests"] + int(
+        ((m.status != "completed") & (m.http_status == 200)).sum())
 
 
 def test_kv_pages_within_capacity(res):

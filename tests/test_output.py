@@ -1,0 +1,89 @@
+"""What the human output says: labels that say what they count, the truncation warning,
+what-if runs labelled, the one-line blacklist growth and --verbose, --help with examples."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import run_cached, small_fleet
+
+import pdsim
+from pdsim.cli import main
+from pdsim.report import render
+
+
+def test_successful_requests_are_labelled_as_http_200s_beside_completed_and_failed():
+    res = run_cached("drop_timeout")
+    m = res.summary["clients"]["ci_bench"]
+    assert m["successful_requests"] == m["requests"]  # streamed: every abort is an HTTP 200
+    assert m["completed_requests"] + m["failed"] == m["requests"] and m["failed"] > 0
+    out = render(res)
+    assert f"Successful requests (HTTP 200, as bench_serving): {m['successful_requests']}" in out
+    assert f"Completed with all tokens generated:              {m['completed_requests']}" in out
+    assert f"streamed aborts counted as successful:          {m['failed']}" in out
+    assert "doomed: a KV transfer in flight on pages a flush freed" in out
+
+
+def test_blacklist_growth_is_one_line_and_verbose_lists_every_pair():
+    res = run_cached("drop_timeout")
+    ret = res.summary["transfer_failures_by_reason"]["flush_freed_pages"]
+    pairs = res.summary["blacklisted_pairs_max"]
+    short = render(res).splitlines()
+    growth = [ln for ln in short if "failed with ret != 0" in ln]
+    assert len(growth) == 1 and f"{ret} transfers failed" in growth[0]
+    assert f"{pairs}/16 now" in growth[0]
+    assert not any("-> pair blacklisted" in ln for ln in short)
+    full = render(res, verbose=True).splitlines()
+    assert sum("-> pair blacklisted" in ln for ln in full) == pairs
+
+
+def test_reference_verdicts_only_for_the_scenario_they_belong_to(tmp_path):
+    assert "within" in render(run_cached("drop_timeout"))  # the incident itself
+    probe = render(run_cached("drop_timeout", "blacklist.recovery=probe"))
+    assert "Reported figures (context only)" in probe
+    assert "blacklist.recovery=probe" in probe
+    assert "within" not in probe and "outside" not in probe
+    # a file that extends the incident and inherits its reported figures is a what-if too
+    from conftest import SCENARIOS
+
+    (tmp_path / "mine.yaml").write_text(
+        f"extends: {SCENARIOS / 'drop_timeout.yaml'}\nclients:\n  - kind: bench\n"
+        f"    name: ci_bench\n    num_prompts: 40\n")
+    sc = pdsim.load(tmp_path / "mine.yaml")
+    assert "inherits its reported figures" in pdsim.sim.what_if(sc)
+    assert pdsim.sim.what_if(pdsim.load(SCENARIOS / "forward_timeout.yaml")) == ""
+
+
+def test_a_run_cut_by_the_horizon_says_so_in_the_human_output(capsys):
+    d = small_fleet(horizon_s=3.0)
+    res = pdsim.run(d)
+    s = res.summary
+    assert s["stopped_at_horizon"] and s["unfinished"] > 0
+    out = render(res)
+    warn = [ln for ln in out.splitlines() if ln.startswith("WARNING:")]
+    assert len(warn) == 1
+    m = s["clients"]["bench"]
+    assert f"{int((res.requests.status == 'unfinished').sum())} requests still in flight" in warn[0]
+    assert f"{m['unsent']} not sent" in warn[0] and m["unsent"] > 0
+    assert "--set horizon_s=6" in out
+    assert not pdsim.run(small_fleet(horizon_s=600)).summary["stopped_at_horizon"]
+
+
+@pytest.mark.parametrize("cmd", ["run", "validate", "sweep", "schema", "profiles"])
+def test_every_subcommand_has_a_description_and_examples(cmd, capsys):
+    with pytest.raises(SystemExit):
+        main([cmd, "--help"])
+    out = capsys.readouterr().out
+    assert "example" in out and "pdsim " + cmd in out
+    assert "``" not in out  # no raw reStructuredText
+
+
+def test_sweep_help_and_output_explain_the_columns(capsys):
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    helptext = capsys.readouterr().out
+    for col in ("ret!=0", "pairs", "failed", "empty", "gen tok/s", "pairs end"):
+        assert f"  {col} " in helptext
+    assert main(["sweep", "scenarios/healthy.yaml", "--vary", "clients.0.num_prompts=30",
+                 "--seeds", "1", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "table columns" in out and "bench's generated tokens per second" in out
