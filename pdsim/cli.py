@@ -1,15 +1,28 @@
 """pdsim command line: a thin layer over pdsim.run.
 
-Results go to stdout; progress and notes go to stderr. Every user error exits 2 with one line.
+Results go to stdout; progress and notes go to stderr. Every user error exits 2 with one line;
+an unexpected exception exits 70 with one line asking for a bug report (the traceback only with
+``PDSIM_DEBUG=1``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from pathlib import Path
 
 from pdsim import scenario as scenario_mod
+from pdsim.safeio import clip, echo, show_path
+
+MAX_SEEDS = 10_000  # sweep --seeds
+MAX_RUNS = 100_000  # sweep grid points x seeds
+
+
+class UsageError(Exception):
+    """A bad command line (not a bad scenario); ``str()`` is one line."""
+
 
 RAW = argparse.RawDescriptionHelpFormatter
 
@@ -98,8 +111,14 @@ example:
 
 
 def _die(msg: str) -> int:
-    print(f"pdsim: error: {msg}", file=sys.stderr)
+    print(f"pdsim: error: {clip(msg, 2000)}", file=sys.stderr)
     return 2
+
+
+def _outside_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--allow-outside-paths", action="store_true",
+                   help="let the scenario read files (extends:, traces) outside its directory "
+                   "tree")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,12 +141,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--verbose", "-v", action="store_true",
                    help="timeline in full: every ret != 0 failure and blacklisted pair")
     r.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
+    _outside_flag(r)
 
     v = sub.add_parser("validate", help="check a scenario file and exit",
                        description=VALIDATE, epilog=VALIDATE_EPILOG, formatter_class=RAW)
     v.add_argument("scenario", help="scenario YAML file")
     v.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario value by dotted key (repeatable)")
+    _outside_flag(v)
 
     sw = sub.add_parser("sweep", help="run a scenario over a grid of overrides and seeds",
                         description=SWEEP, epilog=SWEEP_EPILOG, formatter_class=RAW)
@@ -143,6 +164,7 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--json", action="store_true", help="print the rows as JSON records")
     sw.add_argument("--client", help="client whose empty share and throughput the table shows "
                     "(default: the last bench client)")
+    _outside_flag(sw)
 
     sub.add_parser("schema", help="print the JSON Schema of the scenario format",
                    description="Print the JSON Schema of the scenario format (for editors: "
@@ -162,7 +184,7 @@ def _profiles(name: str | None) -> int:
     if name:
         entry = gpus.get(name) or models.get(name)
         if entry is None:
-            return _die(f"no profile {name!r}; GPUs: {', '.join(sorted(gpus))}; models: "
+            return _die(f"no profile {echo(name)}; GPUs: {', '.join(sorted(gpus))}; models: "
                         f"{', '.join(sorted(models))}")
 
         def show(node: dict, indent: str = "") -> None:
@@ -191,15 +213,50 @@ def _profiles(name: str | None) -> int:
 
 
 def _parse_vary(items: list[str]) -> dict[str, list]:
-    import yaml
-
     vary: dict[str, list] = {}
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key or not raw:
-            raise scenario_mod.ScenarioError(f"--vary expects KEY=V1,V2,..., got {item!r}")
-        vary[key] = [yaml.safe_load(v) for v in raw.split(",")]
+            raise UsageError(f"--vary expects KEY=V1,V2,..., got {echo(item)}")
+        what = f"--vary {clip(key, 80)}"
+        vary[key] = [scenario_mod.parse_yaml(v, what) for v in raw.split(",")]
     return vary
+
+
+def _check_sweep_args(args: argparse.Namespace, grid_points: int) -> None:
+    if not 1 <= args.seeds <= MAX_SEEDS:
+        raise UsageError(f"--seeds {args.seeds}: give 1..{MAX_SEEDS:,} (runs seeds 1..N per "
+                         f"grid point)")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers {args.workers}: give at least 1")
+    runs = grid_points * args.seeds
+    if runs > MAX_RUNS:
+        raise UsageError(f"the sweep has {runs:,} runs (grid points x seeds); at most "
+                         f"{MAX_RUNS:,}")
+    if args.out:
+        _check_out_file(args.out)
+
+
+def _check_out_file(out: str) -> None:
+    """``sweep --out FILE``: writable before any run starts."""
+    p = Path(out)
+    if p.is_dir():
+        raise UsageError(f"--out {show_path(out)}: is a directory; give a file name")
+    if not p.parent.is_dir():
+        raise UsageError(f"--out {show_path(out)}: directory {show_path(p.parent)} does not "
+                         f"exist")
+
+
+def _prepare_out_dir(out: str) -> None:
+    """``run --out DIR``: an existing directory or one we can create, before the run."""
+    p = Path(out)
+    if p.exists() and not p.is_dir():
+        raise UsageError(f"--out {show_path(out)}: exists and is not a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"--out {show_path(out)}: cannot create the directory "
+                         f"({err.strerror or type(err).__name__})") from None
 
 
 def _sweep(args: argparse.Namespace) -> int:
@@ -209,24 +266,32 @@ def _sweep(args: argparse.Namespace) -> int:
 
     try:
         vary = _parse_vary(args.vary)
-        data = scenario_mod.apply_overrides(scenario_mod.read_yaml(args.scenario), args.sets)
+        points = 1
+        for values in vary.values():
+            points *= len(values)
+        _check_sweep_args(args, points)
+        data = scenario_mod.apply_overrides(
+            scenario_mod.read_yaml(args.scenario, allow_outside_paths=args.allow_outside_paths),
+            args.sets)
         sc = scenario_mod.load(data)
         df = sweep(data, vary, range(1, args.seeds + 1), args.workers,
                    progress=sys.stderr.isatty())
-    except scenario_mod.ScenarioError as err:
-        return _die(str(err))
-    except (ValueError, FileNotFoundError) as err:
+    except (scenario_mod.ScenarioError, UsageError) as err:
         return _die(str(err))
     if args.out:
-        df.to_csv(args.out, index=False)
-        print(f"wrote {args.out}", file=sys.stderr)
+        try:
+            df.to_csv(args.out, index=False)
+        except OSError as err:
+            return _die(f"--out {show_path(args.out)}: cannot write "
+                        f"({err.strerror or type(err).__name__})")
+        print(f"wrote {show_path(args.out)}", file=sys.stderr)
     if args.json:
         print(df.to_json(orient="records", indent=2))
         return 0
     benches = [c.name for c in sc.clients if c.kind == "bench"] or [sc.clients[-1].name]
     main_client = args.client or benches[-1]
     if main_client not in {c.name for c in sc.clients}:
-        return _die(f"--client {main_client!r}: no such client; the scenario has "
+        return _die(f"--client {echo(main_client)}: no such client; the scenario has "
                     f"{', '.join(c.name for c in sc.clients)}")
     cols = {"transfer_failures.flush_freed_pages": "ret!=0", "blacklisted_pairs_max": "pairs",
             "failed": "failed", f"{main_client}.empty_share": "empty",
@@ -250,10 +315,34 @@ def _load(args: argparse.Namespace) -> scenario_mod.Scenario:
     sets = list(args.sets)
     if getattr(args, "seed", None) is not None:
         sets.append(f"seed={args.seed}")
-    return scenario_mod.load(args.scenario, sets)
+    return scenario_mod.load(args.scenario, sets, allow_outside_paths=args.allow_outside_paths)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Entry point; user errors exit 2, an unexpected exception 70 (one line each)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("pdsim: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `pdsim run ... | head`
+        try:
+            sys.stdout = open(os.devnull, "w")  # no second error when Python flushes at exit
+        except OSError:
+            pass
+        return 0
+    except MemoryError:
+        return _die("out of memory; shorten the run (num_prompts, horizon_s) or the sweep")
+    except Exception as err:  # last resort: a bug, not a user error
+        if os.environ.get("PDSIM_DEBUG"):
+            raise
+        print(f"pdsim: internal error: {type(err).__name__}: {clip(str(err), 200)}; this is a "
+              f"bug in pdsim; please report it (PDSIM_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
+        return 70
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
     if args.cmd == "schema":
         print(json.dumps(scenario_mod.json_schema(), indent=2))
@@ -264,10 +353,12 @@ def main(argv: list[str] | None = None) -> int:
         return _profiles(args.name)
     try:
         sc = _load(args)
-    except scenario_mod.ScenarioError as err:
+        if args.cmd == "run" and args.out:
+            _prepare_out_dir(args.out)
+    except (scenario_mod.ScenarioError, UsageError) as err:
         return _die(str(err))
     if args.cmd == "validate":
-        print(f"{args.scenario}: ok ({sc.name}, {len(sc.clients)} client(s), "
+        print(f"{show_path(args.scenario)}: ok ({sc.name}, {len(sc.clients)} client(s), "
               f"horizon {sc.horizon_s:g} s)")
         return 0
 
@@ -284,8 +375,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         return _die(str(err))
     if args.out:
-        for path in res.write(args.out, args.format):
-            print(f"wrote {path}", file=sys.stderr)
+        try:
+            written = res.write(args.out, args.format)
+        except OSError as err:
+            return _die(f"--out {show_path(args.out)}: cannot write "
+                        f"({err.strerror or type(err).__name__})")
+        for path in written:
+            print(f"wrote {show_path(path)}", file=sys.stderr)
     summary = dict(res.summary, sim_wall_s=round(res.sim_wall_s, 3))
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))

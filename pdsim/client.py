@@ -6,18 +6,16 @@ streams, never from the fleet's.
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 from collections.abc import Generator
-from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
 from pdsim.rng import Streams
 from pdsim.scenario import BenchClientConfig, EvalClientConfig
+from pdsim.trace import count_rows, open_trace, read_trace  # noqa: F401 (open_trace: API)
 
 if TYPE_CHECKING:
     from pdsim.fleet import Fleet
@@ -34,48 +32,6 @@ def random_lengths(rng: np.random.Generator, n: int, input_len: int, output_len:
     else:
         outs = rng.integers(max(int(output_len * ratio), 1), output_len + 1, size=n)
     return ins, outs
-
-
-def open_trace(path: str | Path) -> TextIO:
-    """Open a trace as text; gzip data (``.jsonl.gz``, found by its magic bytes) is decompressed
-    on the fly, so the shipped ``scenarios/traces/*.jsonl.gz`` replay without unpacking."""
-    p = Path(path)
-    with p.open("rb") as f:
-        magic = f.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(p, "rt", encoding="utf-8")
-    return p.open(encoding="utf-8")
-
-
-def count_rows(path: str | Path) -> int:
-    """Non-blank lines of a trace (its requests), to say how much of it a run replayed."""
-    with open_trace(path) as f:
-        return sum(1 for line in f if line.strip())
-
-
-def read_trace(path: str, limit: int | None, time_scale: float,
-               max_input_len: int | None) -> list[dict]:
-    """Mooncake FAST'25 trace rows: timestamp (ms), input_length, output_length, hash_ids."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"trace file not found: {p}")
-    rows = []
-    with open_trace(p) as f:
-        for line in f:
-            if limit is not None and len(rows) >= limit:
-                break
-            if line.strip():
-                rows.append(json.loads(line))
-    t0 = rows[0]["timestamp"] if rows else 0
-    out = []
-    for r in rows:
-        inp = int(r["input_length"])
-        if max_input_len:
-            inp = min(inp, max_input_len)
-        out.append({"t": (r["timestamp"] - t0) / 1e3 * time_scale, "input": max(1, inp),
-                    "output": max(1, int(r["output_length"])),
-                    "blocks": tuple(r.get("hash_ids", ()))})
-    return out
 
 
 class Client:
@@ -119,10 +75,9 @@ class BenchClient(Client):
         ds = self.cfg.dataset
         if ds.kind == "trace":
             # every row unless num_prompts or dataset.limit cuts it (the smaller wins)
-            cuts = [n for n in (self.cfg.num_prompts, ds.limit) if n is not None]
-            limit = min(cuts) if cuts else None
-            rows = read_trace(ds.path, limit, ds.time_scale, ds.max_input_len)
-            self.trace_rows = (len(rows), count_rows(ds.path) if limit == len(rows)
+            limit = self.cfg.trace_limit()
+            rows = read_trace(ds.resolved_path, limit, ds.time_scale, ds.max_input_len)
+            self.trace_rows = (len(rows), count_rows(ds.resolved_path) if limit == len(rows)
                                else len(rows))
             return rows
         n = self.cfg.num_prompts

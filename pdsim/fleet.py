@@ -14,7 +14,7 @@ from pdsim.prefill import PrefillRank
 from pdsim.request import Request
 from pdsim.rng import Streams
 from pdsim.router import MiniLB
-from pdsim.scenario import RoleConfig, Scenario
+from pdsim.scenario import Context, Invalid, RoleConfig, Scenario, load_check
 from pdsim.server import Server
 from pdsim.stats import Stats
 from pdsim.transfer import TransferEngine
@@ -32,6 +32,24 @@ def pool_pages(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model) -
                              f"{role_cfg.tp}) do not fit in {gpu.name} memory")
         tokens = int(free / model.kv_bytes_per_token)
     return max(1, tokens // role_cfg.page_size)
+
+
+@load_check
+def _fleet_builds(sc: Scenario, ctx: Context) -> None:
+    """What building the fleet would reject, checked at load time (so ``validate`` sees it)."""
+    gpu, model = profiles.gpu(sc.fleet.gpu), profiles.model(sc.fleet.model)
+    for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode)):
+        try:
+            pool_pages(cfg, gpu, model)
+        except ValueError as err:
+            raise Invalid(f"fleet.{role}", str(err)) from None
+        try:
+            predictor.build(sc.predictor, gpu, model, cfg.tp, cfg.dp if cfg.dp_attention else 1)
+        except ValueError as err:
+            msg = str(err)
+            key = "predictor.coefficients" if msg.startswith("predictor.coefficients") else \
+                "predictor"
+            raise Invalid(key, msg.removeprefix("predictor.coefficients: ")) from None
 
 
 class Fleet:

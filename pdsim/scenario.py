@@ -1,19 +1,43 @@
-"""Scenario format: typed, validated, with one-line errors that name the key path.
+"""Scenario format: typed, validated, bounded, with one-line errors that name the key path.
 
-A scenario is YAML (loaded with ``yaml.safe_load``) or a dict. Unknown keys, wrong types and
-impossible values raise :class:`ScenarioError` with the dotted key path and what is allowed.
+A scenario is YAML or a dict. :func:`load` runs the whole pipeline, and ``pdsim validate`` runs
+exactly what ``pdsim run`` runs, so a scenario that validates does not fail at run time:
+
+1. read YAML safely (:func:`read_yaml`): a size limit, strict UTF-8, a bounded loader (no
+   duplicate keys, bounded nesting and alias expansion, no over-long integers, safe tags only);
+   ``extends:`` merged, every path confined to the scenario's directory tree (``pdsim.safeio``);
+2. apply ``--set`` overrides (:func:`apply_overrides`), parsed with the same loader;
+3. pydantic validation: types, and documented bounds on every size and interval (the
+   ``MAX_*``/``MIN_*`` constants below, shown in the JSON Schema and the README);
+4. cross-field checks: each section may define ``check(self, ctx)``, called after validation
+   with the validated scenario in ``ctx.scenario``; it raises :class:`Invalid` with a key
+   relative to the section (``raise Invalid("decode_rank", "must be < 4 ...", got=7)``) and the
+   message names the full path (``faults.1.decode_rank``). Add a ``check`` to a new fault kind
+   or config section to get the same treatment;
+5. load-time checks owned by other modules (the predictor builds, the KV pool fits, ...):
+   register ``fn(scenario, ctx)`` with :func:`load_check`; it raises :class:`Invalid` with a
+   full key path. File checks read through ``pdsim.safeio`` (``ctx.resolve(rel, what)``).
+
+Every user error is a :class:`ScenarioError` whose ``str()`` is one line; echoed values are
+capped and escaped (:func:`pdsim.safeio.echo`). Numeric fields use the aliases below
+(``PosInt``, ``PosFloat``, ...), which reject ``true``/``false`` where a number is expected.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 import os
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -22,29 +46,142 @@ from pydantic import (
     model_validator,
 )
 
-from pdsim import profiles, unknowns
+from pdsim import profiles, trace, unknowns
+from pdsim.safeio import (
+    UserFileError,
+    clip,
+    decode_utf8,
+    echo,
+    read_user_file,
+    resolve_user_path,
+    show_path,
+)
 
-PosInt = Annotated[int, Field(gt=0)]
-PosFloat = Annotated[float, Field(gt=0)]
-NonNegFloat = Annotated[float, Field(ge=0)]
-Fraction = Annotated[float, Field(gt=0, le=1)]
+# --- limits (documented in the README; each error names the one it hit) ----------------------
+
+MAX_FILE_BYTES = 256 << 10  # a scenario file (each file of an extends chain)
+MAX_YAML_DEPTH = 50  # nesting of mappings and lists
+MAX_YAML_VALUES = 50_000  # values after expanding YAML aliases (billion laughs)
+MAX_INT_DIGITS = 100  # digits of an integer literal
+MAX_EXTENDS = 16  # files in an extends chain
+MAX_TIME_S = 1e7  # any simulated time, duration or timeout (~116 days)
+MIN_INTERVAL_S = 1e-3  # shortest period of a recurring event (samples, heartbeats, probes)
+MAX_TICKS = 200_000  # recurring events one period implies over the horizon (horizon / period)
+MAX_REQUESTS = 1_000_000  # prompts or questions of one client
+MAX_TOTAL_REQUESTS = 4_000_000  # requests all clients can send, counting every retry
+MAX_TOKENS = 10_000_000  # any length or budget in tokens
+MAX_PROMPT_BLOCKS = 20_000_000  # prefix-block ids held by the random prompts of a scenario
+MAX_SERVERS = 1024  # servers per role
+MAX_DP = 1024  # DP ranks per server
+MAX_TP = 1024  # tensor-parallel size
+MAX_RANKS = 4096  # DP ranks per role (servers x dp)
+MAX_RUNNING = 100_000  # max_running_requests per rank, concurrency limits
+MAX_KV_TOKENS = 10**10  # KV pool per rank
+MAX_PAGE_TOKENS = 65_536  # tokens per KV page or prefix block
+MAX_THREADS = 100_000  # eval threads
+MAX_TRIES = 30  # eval tries and SDK retries
+MAX_QUEUES = 64  # transfer queues per prefill rank
+MAX_COUNT = 1_000_000  # other counts (strikes, fan-out, heartbeat misses)
+MAX_LIST = 1000  # entries of faults, operator_flushes, reference, clients
+MAX_SEED = 2**64 - 1
+MAX_MS = MAX_TIME_S * 1e3  # latencies and predictor terms in ms
+MAX_NAME_CHARS = 100
+MAX_TEXT_CHARS = 10_000
 
 
 class ScenarioError(ValueError):
     """A scenario that cannot be run; ``str()`` is the one-line message for the user."""
 
 
+_NOTHING = object()
+
+
+class Invalid(Exception):
+    """Raised by a cross-field ``check``: ``key`` (relative to the section), what is wrong and
+    what is allowed, and the offending value."""
+
+    def __init__(self, key: str, msg: str, got: Any = _NOTHING) -> None:
+        super().__init__(msg)
+        self.key, self.msg, self.got = key, msg, got
+
+
+def _number(v: Any) -> Any:
+    if isinstance(v, bool):
+        raise ValueError(f"expected a number, not {str(v).lower()}")
+    return v
+
+
+_NUM = BeforeValidator(_number)
+Int = Annotated[int, _NUM]
+PosInt = Annotated[int, Field(gt=0), _NUM]
+NonNegInt = Annotated[int, Field(ge=0), _NUM]
+PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False), _NUM]
+NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False), _NUM]
+Fraction = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), _NUM]
+# a duration or timeout; a point in simulated time; the period of a recurring event
+Seconds = Annotated[float, Field(gt=0, le=MAX_TIME_S, allow_inf_nan=False), _NUM]
+Instant = Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False), _NUM]
+Interval = Annotated[float, Field(ge=MIN_INTERVAL_S, le=MAX_TIME_S, allow_inf_nan=False),
+                     _NUM]
+Millis = Annotated[float, Field(ge=0, le=MAX_MS, allow_inf_nan=False), _NUM]
+Tokens = Annotated[int, Field(gt=0, le=MAX_TOKENS), _NUM]
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED), _NUM]
+
+
+def _name(v: Any) -> Any:
+    if isinstance(v, str) and (not v.isprintable() or not v.strip()):
+        raise ValueError("must be printable text: no control characters, escape sequences or "
+                         "line breaks, not blank")
+    return v
+
+
+def _text(v: Any) -> Any:
+    if isinstance(v, str) and not v.replace("\n", "").replace("\t", "").isprintable():
+        raise ValueError("must be printable text (line breaks and tabs allowed; no control "
+                         "characters or escape sequences)")
+    return v
+
+
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS), BeforeValidator(_name)]
+Text = Annotated[str, Field(max_length=MAX_TEXT_CHARS), BeforeValidator(_text)]
+
+
+@dataclass
+class Context:
+    """Where a scenario came from: relative paths resolve against ``base_dir`` and must stay
+    in ``root`` (the scenario's directory tree) unless ``allow_outside``."""
+
+    base_dir: Path
+    root: Path
+    allow_outside: bool = False
+    scenario: Scenario | None = field(default=None, repr=False)  # set for checks
+    path: str = ""  # key path of the section being checked
+
+    @classmethod
+    def cwd(cls, allow_outside: bool = False) -> Context:
+        here = Path.cwd()
+        return cls(here, here, allow_outside)
+
+    def resolve(self, rel: str, what: str) -> Path:
+        """A path named in the scenario, resolved and confined (``pdsim.safeio``)."""
+        return resolve_user_path(self.base_dir, rel, what, self.allow_outside, self.root)
+
+
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False, validate_default=True)
+
+    def check(self, ctx: Context) -> None:
+        """Cross-field checks of this section (step 4); raise :class:`Invalid`."""
 
 
 # --- fleet ---------------------------------------------------------------------------------
 
 
 class RoleConfig(Strict):
-    servers: PosInt = Field(1, description="Servers of this role (each one SGLang process group)")
-    dp: PosInt = Field(1, description="DP ranks per server (one scheduler each)")
-    tp: PosInt = Field(1, description="Tensor-parallel size of the server")
+    servers: PosInt = Field(1, le=MAX_SERVERS,
+                            description="Servers of this role (each one SGLang process group)")
+    dp: PosInt = Field(1, le=MAX_DP, description="DP ranks per server (one scheduler each)")
+    tp: PosInt = Field(1, le=MAX_TP, description="Tensor-parallel size of the server")
     dp_attention: bool = Field(False, description="--enable-dp-attention")
     lockstep: bool | None = Field(
         None, description="DP ranks run each forward together (idle ranks run idle batches); "
@@ -52,33 +189,38 @@ class RoleConfig(Strict):
     balance: Literal["round_robin", "total_tokens", "follow_bootstrap_room"] = Field(
         "round_robin", description="DP load-balance method of the server"
     )
-    max_running_requests: PosInt = Field(256, description="Per DP rank")
+    max_running_requests: PosInt = Field(256, le=MAX_RUNNING, description="Per DP rank")
     kv_pool_tokens: PosInt | None = Field(
-        None, description="KV pool size per rank in tokens; default: derived from GPU memory"
+        None, le=MAX_KV_TOKENS,
+        description="KV pool size per rank in tokens; default: derived from GPU memory"
     )
     mem_fraction_static: Fraction = Field(0.8, description="Used when kv_pool_tokens is unset")
-    page_size: PosInt = Field(1, description="Tokens per KV page")
+    page_size: PosInt = Field(1, le=MAX_PAGE_TOKENS, description="Tokens per KV page")
 
     @model_validator(mode="after")
     def _dp_fits_tp(self) -> RoleConfig:
         if self.dp_attention and self.tp % self.dp:
             raise ValueError(f"with dp_attention, tp ({self.tp}) must be a multiple of dp "
                              f"({self.dp})")
+        if self.servers * self.dp > MAX_RANKS:
+            raise ValueError(f"servers x dp = {self.servers * self.dp:,} DP ranks; at most "
+                             f"{MAX_RANKS:,} per role")
         return self
 
 
 class PrefillConfig(RoleConfig):
-    chunked_prefill_size: PosInt = Field(
+    chunked_prefill_size: Tokens = Field(
         8192, description="Token budget of one prefill forward per rank (--chunked-prefill-size, "
         "already divided by dp under DP attention)"
     )
     prefix_cache: bool = Field(True, description="Radix (prefix) cache on the prefill")
-    prefix_block_tokens: PosInt = Field(512, description="Tokens per prefix-cache block")
+    prefix_block_tokens: PosInt = Field(512, le=MAX_PAGE_TOKENS,
+                                        description="Tokens per prefix-cache block")
 
 
 class DecodeConfig(RoleConfig):
-    retract_reserve_tokens: int = Field(
-        0, ge=0, description="Tokens of growth reserved per request at admission"
+    retract_reserve_tokens: NonNegInt = Field(
+        0, le=MAX_TOKENS, description="Tokens of growth reserved per request at admission"
     )
 
 
@@ -93,7 +235,7 @@ class FleetConfig(Strict):
     def _known_gpu(cls, v: str) -> str:
         if v not in profiles.gpu_names():
             allowed = ", ".join(profiles.gpu_names())
-            raise ValueError(f"unknown GPU profile {v!r}; allowed: {allowed}")
+            raise ValueError(f"unknown GPU profile {echo(v)}; allowed: {allowed}")
         return v
 
     @field_validator("model")
@@ -101,7 +243,7 @@ class FleetConfig(Strict):
     def _known_model(cls, v: str) -> str:
         if v not in profiles.model_names():
             raise ValueError(
-                f"unknown model profile {v!r}; allowed: {', '.join(profiles.model_names())}"
+                f"unknown model profile {echo(v)}; allowed: {', '.join(profiles.model_names())}"
             )
         return v
 
@@ -114,38 +256,50 @@ class RouterConfig(Strict):
     flush_handler: Literal["mini_lb_0.3.2", "mini_lb_fixed", "model_gateway", "rust_router"] = (
         Field("mini_lb_0.3.2", description="What the router's POST /flush_cache does")
     )
-    request_timeout_s: PosFloat = 1800.0
-    fanout_concurrency: PosInt = Field(32, description="Rust routers: concurrent flush fan-out")
-    worker_timeout_s: PosFloat = Field(5.0, description="sgl-model-gateway per-worker timeout")
-    http_latency_ms: NonNegFloat = Field(0.5, description="One router<->server hop")
+    request_timeout_s: Seconds = 1800.0
+    fanout_concurrency: PosInt = Field(32, le=MAX_COUNT,
+                                       description="Rust routers: concurrent flush fan-out")
+    worker_timeout_s: Seconds = Field(5.0, description="sgl-model-gateway per-worker timeout")
+    http_latency_ms: Millis = Field(0.5, description="One router<->server hop")
 
 
 class TransferConfig(Strict):
-    queues_per_rank: PosInt = Field(4, description="Mooncake transfer queues per prefill rank")
-    call_latency_ms: NonNegFloat = Field(1.6, description="Fixed cost per batch write (ref 6)")
-    nic_gbps: PosFloat | None = Field(None, description="NIC line rate; default from GPU profile")
-    gpus_per_nic: PosInt | None = Field(None, description="Default from GPU profile")
+    queues_per_rank: PosInt = Field(4, le=MAX_QUEUES,
+                                    description="Mooncake transfer queues per prefill rank")
+    call_latency_ms: Millis = Field(1.6, description="Fixed cost per batch write (ref 6)")
+    nic_gbps: PosFloat | None = Field(None, ge=1e-3, le=1e6,
+                                      description="NIC line rate; default from GPU profile")
+    gpus_per_nic: PosInt | None = Field(None, le=MAX_TP, description="Default from GPU profile")
     peak_utilisation: Fraction = Field(0.84, description="168 GB/s over 4x400 GbE (ref 6)")
     min_utilisation: Fraction = Field(0.12, description="Utilisation floor for small writes")
-    saturation_mb: PosFloat = Field(100.0, description="Write size reaching peak utilisation")
-    transfer_timeout_s: PosFloat = 30.0
-    bootstrap_timeout_s: PosFloat = 300.0
-    waiting_timeout_s: PosFloat = 300.0
-    base_port: PosInt = Field(17000, description="First decode session rpc port")
+    saturation_mb: PosFloat = Field(100.0, le=1e6,
+                                    description="Write size reaching peak utilisation")
+    transfer_timeout_s: Seconds = 30.0
+    bootstrap_timeout_s: Seconds = 300.0
+    waiting_timeout_s: Seconds = 300.0
+    base_port: PosInt = Field(17000, le=65535, description="First decode session rpc port")
 
 
 class BlacklistConfig(Strict):
-    strikes: PosInt = Field(1, description="Failures before a session is blacklisted")
+    strikes: PosInt = Field(1, le=MAX_COUNT, description="Failures before a session is "
+                            "blacklisted")
     recovery: Literal["none", "probe", "v0_5_23"] = Field(
         "none", description="none: permanent (0.5.14-0.5.22 default); probe: fixed interval; "
         "v0_5_23: probe with backoff and idle drop"
     )
-    probe_interval_s: PosFloat = 30.0
-    probe_max_interval_s: PosFloat = 300.0
-    idle_drop_s: PosFloat = 600.0
+    probe_interval_s: Interval = Field(30.0, description="Probe period; horizon_s / "
+                                       f"probe_interval_s <= {MAX_TICKS:,}")
+    probe_max_interval_s: Interval = 300.0
+    idle_drop_s: Seconds = 600.0
     reregister_on_invalidate: bool = Field(
         True, description="Decode re-registers (and is un-blacklisted) after a waiting timeout"
     )
+
+    def check(self, ctx: Context) -> None:
+        if self.probe_max_interval_s < self.probe_interval_s:
+            raise Invalid("probe_max_interval_s", f"must be >= probe_interval_s "
+                          f"({self.probe_interval_s:g})", self.probe_max_interval_s)
+        _ticks(ctx, "probe_interval_s", self.probe_interval_s, "probes per blacklisted pair")
 
 
 class FlushConfig(Strict):
@@ -156,14 +310,18 @@ class FlushConfig(Strict):
     )
 
 
+Coefficient = Annotated[float, Field(ge=0, le=MAX_MS, allow_inf_nan=False), _NUM]
+
+
 class PredictorConfig(Strict):
     kind: Literal["fitted", "roofline"] = "fitted"
-    coefficients: dict[str, float] = Field(
-        default_factory=dict, description="Override fitted coefficients by name"
+    coefficients: dict[str, Coefficient] = Field(
+        default_factory=dict, description="Override fitted coefficients by name (ms terms, "
+        f"finite, 0..{MAX_MS:g})"
     )
     prefill_mfu: Fraction = Field(0.35, description="Roofline: achieved fraction of peak FLOP/s")
     hbm_derate: Fraction = Field(0.8, description="Roofline: achieved fraction of HBM bandwidth")
-    step_overhead_ms: NonNegFloat = Field(5.0, description="Roofline: per-step launch overhead")
+    step_overhead_ms: Millis = Field(5.0, description="Roofline: per-step launch overhead")
 
 
 # --- workload -------------------------------------------------------------------------------
@@ -171,9 +329,9 @@ class PredictorConfig(Strict):
 
 class RandomDataset(Strict):
     kind: Literal["random"] = "random"
-    input_len: PosInt = 1024
-    output_len: PosInt = 1024
-    range_ratio: Annotated[float, Field(ge=0, le=1)] = 0.0
+    input_len: Tokens = 1024
+    output_len: Tokens = 1024
+    range_ratio: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False), _NUM] = 0.0
     output_distribution: Literal["uniform", "geometric"] = Field(
         "uniform", description="uniform: bench_serving's [len*ratio, len]; geometric: mean "
         "output_len (memoryless, for queueing checks)")
@@ -181,10 +339,18 @@ class RandomDataset(Strict):
 
 class TraceDataset(Strict):
     kind: Literal["trace"]
-    path: str = Field(description="Mooncake-format JSONL (timestamp ms, input/output_length)")
-    limit: PosInt | None = None
-    time_scale: PosFloat = Field(1.0, description="Multiply inter-arrival times")
-    max_input_len: PosInt | None = None
+    path: str = Field(description="Mooncake-format JSONL (timestamp ms, input/output_length), "
+                      "relative to the scenario file; must stay in its directory tree")
+    limit: PosInt | None = Field(None, le=MAX_REQUESTS)
+    time_scale: PosFloat = Field(1.0, le=1e6, description="Multiply inter-arrival times")
+    max_input_len: Tokens | None = None
+    _resolved: Path | None = PrivateAttr(None)
+    _rows: int | None = PrivateAttr(None)
+
+    @property
+    def resolved_path(self) -> Path:
+        """The trace file, resolved against the scenario's directory at load time."""
+        return self._resolved if self._resolved is not None else Path(self.path)
 
 
 Dataset = Annotated[RandomDataset | TraceDataset, Field(discriminator="kind")]
@@ -194,21 +360,23 @@ class ClientFlush(Strict):
     mode: Literal["none", "bare", "raise_for_status", "timeout"] = Field(
         "none", description="bench_serving flush_server_cache after warmup"
     )
-    timeout_s: PosFloat = 60.0
+    timeout_s: Seconds = 60.0
 
 
 class BenchClientConfig(Strict):
     kind: Literal["bench"]
-    name: str = "bench"
-    start_s: NonNegFloat = 0.0
+    name: Name = "bench"
+    start_s: Instant = 0.0
     dataset: Dataset = RandomDataset()
     num_prompts: PosInt | None = Field(
-        None, description="Prompts to send; default: 1000 for a random dataset (bench_serving's "
+        None, le=MAX_REQUESTS,
+        description="Prompts to send; default: 1000 for a random dataset (bench_serving's "
         "default), every row of a trace (a smaller value replays the trace's first rows)")
-    request_rate: float | Literal["inf", "trace"] = Field("inf", description="req/s, inf or trace")
-    max_concurrency: PosInt | None = None
-    warmup_requests: int = Field(1, ge=0)
-    warmup_output_len: PosInt = 32
+    request_rate: Annotated[float, _NUM] | Literal["inf", "trace"] = Field(
+        "inf", description="req/s, inf or trace")
+    max_concurrency: PosInt | None = Field(None, le=MAX_REQUESTS)
+    warmup_requests: NonNegInt = Field(1, le=10_000)
+    warmup_output_len: Tokens = 32
     flush: ClientFlush = ClientFlush()
     stream: bool = True
 
@@ -225,30 +393,73 @@ class BenchClientConfig(Strict):
             self.num_prompts = 1000
         return self
 
+    def trace_limit(self) -> int | None:
+        """Rows of a trace to replay: every row unless num_prompts or dataset.limit cuts it
+        (the smaller wins)."""
+        cuts = [n for n in (self.num_prompts, getattr(self.dataset, "limit", None))
+                if n is not None]
+        return min(cuts) if cuts else None
+
+    def most_requests(self) -> int:
+        prompts = self.num_prompts or getattr(self.dataset, "_rows", None) or 0
+        return prompts + self.warmup_requests
+
+    def check(self, ctx: Context) -> None:
+        ds = self.dataset
+        if self.request_rate == "trace" and ds.kind != "trace":
+            raise Invalid("request_rate", "'trace' needs dataset.kind: trace", "trace")
+        if ds.kind == "trace":
+            try:
+                p = ctx.resolve(ds.path, "trace file")
+                rows = trace.read_trace(p, self.trace_limit(), ds.time_scale, ds.max_input_len)
+            except (UserFileError, trace.TraceError) as err:
+                raise Invalid("dataset.path", str(err)) from None
+            if not rows:
+                raise Invalid("dataset.path", "the trace file holds no requests")
+            ds._resolved, ds._rows = p, len(rows)
+
 
 class EvalClientConfig(Strict):
     kind: Literal["eval"]
-    name: str = "eval"
-    start_s: NonNegFloat = 0.0
-    questions: PosInt = 1400
-    threads: PosInt = 128
+    name: Name = "eval"
+    start_s: Instant = 0.0
+    questions: PosInt = Field(1400, le=MAX_REQUESTS)
+    threads: PosInt = Field(128, le=MAX_THREADS)
     dataset: RandomDataset = RandomDataset(input_len=256, output_len=256, range_ratio=0.5)
-    max_tokens: PosInt = 512
-    tries: PosInt = Field(6, description="Sampler tries with 2^k s sleeps between them")
-    sdk_retries: int = Field(2, ge=0, description="HTTP SDK retries on status >= 500")
-    sdk_backoff_s: NonNegFloat = Field(0.5, description="SDK initial backoff, doubled per retry")
+    max_tokens: Tokens = 512
+    tries: PosInt = Field(6, le=MAX_TRIES,
+                          description="Sampler tries with 2^k s sleeps between them")
+    sdk_retries: NonNegInt = Field(2, le=MAX_TRIES,
+                                   description="HTTP SDK retries on status >= 500")
+    sdk_backoff_s: Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False), _NUM] = Field(
+        0.5, description="SDK initial backoff, doubled per retry")
+
+    def most_requests(self) -> int:
+        return self.questions * self.tries * (self.sdk_retries + 1)
 
 
 ClientConfig = Annotated[BenchClientConfig | EvalClientConfig, Field(discriminator="kind")]
+
+
+def _decode_ranks(sc: Scenario) -> int:
+    return sc.fleet.decode.servers * sc.fleet.decode.dp
 
 
 class DecodeDown(Strict):
     """A decode rank's KV endpoint is unreachable: writes and probes to it fail."""
 
     kind: Literal["decode_unreachable"]
-    decode_rank: int = Field(ge=0, description="Global decode rank index (server*dp + rank)")
-    at_s: NonNegFloat
-    duration_s: PosFloat
+    decode_rank: NonNegInt = Field(description="Global decode rank index (server*dp + rank)")
+    at_s: Instant
+    duration_s: Seconds
+
+    def check(self, ctx: Context) -> None:
+        n = _decode_ranks(ctx.scenario)
+        if self.decode_rank >= n:
+            d = ctx.scenario.fleet.decode
+            raise Invalid("decode_rank", f"must be < {n}, the decode ranks of the fleet "
+                          f"(servers {d.servers} x dp {d.dp}; index = server*dp + rank)",
+                          self.decode_rank)
 
 
 class Partition(Strict):
@@ -260,28 +471,49 @@ class Partition(Strict):
     """
 
     kind: Literal["partition"]
-    prefill_server: int = Field(0, ge=0)
-    at_s: NonNegFloat
-    duration_s: PosFloat
-    heartbeat_interval_s: PosFloat = 5.0
-    heartbeat_misses: PosInt = 2
+    prefill_server: NonNegInt = 0
+    at_s: Instant
+    duration_s: Seconds
+    heartbeat_interval_s: Interval = 5.0
+    heartbeat_misses: PosInt = Field(2, le=MAX_COUNT)
+
+    def check(self, ctx: Context) -> None:
+        n = ctx.scenario.fleet.prefill.servers
+        if self.prefill_server >= n:
+            raise Invalid("prefill_server", f"must be < {n}, the prefill servers of the fleet",
+                          self.prefill_server)
+        span = self.at_s + self.duration_s + self.heartbeat_interval_s * (
+            self.heartbeat_misses + 1)
+        beats = span / self.heartbeat_interval_s * ctx.scenario.fleet.decode.servers
+        if beats > MAX_TICKS:
+            raise Invalid("heartbeat_interval_s", f"implies {beats:,.0f} heartbeats (decode "
+                          f"servers x (at_s + duration_s) / heartbeat_interval_s); at most "
+                          f"{MAX_TICKS:,}: raise the interval", self.heartbeat_interval_s)
 
 
 class TransferErrors(Strict):
     """Random ``ret != 0`` on writes in a window, drawn from the ``faults`` random stream."""
 
     kind: Literal["transfer_errors"]
-    probability: Annotated[float, Field(gt=0, le=1)]
-    from_s: NonNegFloat = 0.0
-    to_s: PosFloat = float("inf")
+    probability: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), _NUM]
+    from_s: Instant = 0.0
+    to_s: Annotated[float, Field(gt=0), _NUM] = Field(
+        float("inf"), description="End of the window (default: never)")
+
+    def check(self, ctx: Context) -> None:
+        if not self.to_s > self.from_s:
+            raise Invalid("to_s", f"must be after from_s ({self.from_s:g})", self.to_s)
 
 
 Fault = Annotated[DecodeDown | Partition | TransferErrors, Field(discriminator="kind")]
 
 
 class OperatorFlush(Strict):
-    at_s: NonNegFloat
-    timeout_s: PosFloat | None = Field(None, description="None: bare POST /flush_cache")
+    at_s: Instant
+    timeout_s: Seconds | None = Field(None, description="None: bare POST /flush_cache")
+
+
+Finite = Annotated[float, Field(allow_inf_nan=False), _NUM]
 
 
 class ReferenceFigure(Strict):
@@ -290,13 +522,15 @@ class ReferenceFigure(Strict):
     Only the report reads these; nothing in the model does.
     """
 
-    label: str
-    reported: float
-    metric: str | None = Field(None, description="Dotted path into the summary, e.g. "
-                               "clients.bench.empty_share; none: shown for context only")
-    tolerance: PosFloat | None = Field(None, description="Allowed absolute difference")
-    rel_tolerance: PosFloat | None = Field(None, description="Allowed relative difference")
-    source: str = ""
+    label: Name
+    reported: Finite
+    metric: Name | None = Field(None, description="Dotted path into the summary, e.g. "
+                                "clients.bench.empty_share; none: shown for context only")
+    tolerance: Annotated[float, Field(gt=0, allow_inf_nan=False), _NUM] | None = Field(
+        None, description="Allowed absolute difference")
+    rel_tolerance: Annotated[float, Field(gt=0, allow_inf_nan=False), _NUM] | None = Field(
+        None, description="Allowed relative difference")
+    source: Text = ""
 
     @property
     def limit(self) -> float | None:
@@ -316,39 +550,44 @@ class ReferenceFigure(Strict):
 
 
 class Seeds(Strict):
-    arrivals: int | None = None
-    lengths: int | None = None
-    routing: int | None = None
-    faults: int | None = None
+    arrivals: Seed | None = None
+    lengths: Seed | None = None
+    routing: Seed | None = None
+    faults: Seed | None = None
 
 
 class Scenario(Strict):
-    name: str = "scenario"
-    description: str = ""
-    seed: int = 0
+    name: Name = "scenario"
+    description: Text = ""
+    seed: Seed = Field(0, description=f"Root seed, 0..2^64-1 ({MAX_SEED})")
     seeds: Seeds = Seeds()
-    horizon_s: PosFloat = Field(3600.0, description="Simulated seconds at most")
-    timeseries_interval_s: PosFloat = 1.0
+    horizon_s: Seconds = Field(3600.0, description="Simulated seconds at most")
+    timeseries_interval_s: Interval = Field(
+        1.0, description=f"Time-series period; horizon_s / timeseries_interval_s <= "
+        f"{MAX_TICKS:,}")
     fleet: FleetConfig
     router: RouterConfig = RouterConfig()
     transfer: TransferConfig = TransferConfig()
     blacklist: BlacklistConfig = BlacklistConfig()
     flush: FlushConfig = FlushConfig()
     predictor: PredictorConfig = PredictorConfig()
-    clients: Annotated[list[ClientConfig], Field(min_length=1)]
-    operator_flushes: list[OperatorFlush] = Field(default_factory=list)
-    faults: list[Fault] = Field(default_factory=list)
+    clients: Annotated[list[ClientConfig], Field(min_length=1, max_length=MAX_LIST)]
+    operator_flushes: list[OperatorFlush] = Field(default_factory=list, max_length=MAX_LIST)
+    faults: list[Fault] = Field(default_factory=list, max_length=MAX_LIST)
     reference: list[ReferenceFigure] = Field(
-        default_factory=list, description="Reported figures to compare against (report only)")
+        default_factory=list, max_length=MAX_LIST,
+        description="Reported figures to compare against (report only)")
+    _context: Context | None = PrivateAttr(None)
     _unknowns: list = PrivateAttr(default_factory=list)
+
+    # where it came from (the report tells a what-if from the scenario its figures belong to)
+    _source: str | None = PrivateAttr(None)
+    _overrides: tuple[str, ...] = PrivateAttr(())
 
     @property
     def unknowns(self) -> list[unknowns.Unknown]:
         """Declared unknowns (pdsim/unknowns.py); this scenario holds their nominal values."""
         return self._unknowns
-    # where it came from (the report tells a what-if from the scenario its figures belong to)
-    _source: str | None = PrivateAttr(None)
-    _overrides: tuple[str, ...] = PrivateAttr(())
 
     @field_validator("clients")
     @classmethod
@@ -357,11 +596,348 @@ class Scenario(Strict):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"client names must be unique (set 'name'); repeated: "
-                             f"{', '.join(sorted(dup))}")
+                             f"{clip(', '.join(sorted(dup)))}")
         return clients
 
+    def check(self, ctx: Context) -> None:
+        _ticks(ctx, "timeseries_interval_s", self.timeseries_interval_s, "time-series samples")
+        total = sum(c.most_requests() for c in self.clients)
+        if total > MAX_TOTAL_REQUESTS:
+            raise Invalid("clients", f"the clients can send up to {total:,} requests (bench: "
+                          f"num_prompts + warmup_requests; eval: questions x tries x "
+                          f"(sdk_retries + 1)); at most {MAX_TOTAL_REQUESTS:,}")
+        blocks = sum(c.num_prompts * math.ceil(c.dataset.input_len / 512)
+                     for c in self.clients if c.kind == "bench" and c.dataset.kind == "random")
+        if blocks > MAX_PROMPT_BLOCKS:
+            raise Invalid("clients", f"the random prompts hold {blocks:,} prefix blocks "
+                          f"(num_prompts x input_len / 512); at most {MAX_PROMPT_BLOCKS:,}")
+        n_decode = _decode_ranks(self)
+        if self.transfer.base_port + n_decode - 1 > 65535:
+            raise Invalid("transfer.base_port", f"base_port + {n_decode} decode ranks passes "
+                          f"port 65535", self.transfer.base_port)
 
-# --- loading and errors -----------------------------------------------------------------------
+
+def _ticks(ctx: Context, key: str, period: float, what: str) -> None:
+    """Bound the recurring events a period implies over the horizon."""
+    horizon = ctx.scenario.horizon_s
+    n = horizon / period
+    if n > MAX_TICKS:
+        raise Invalid(key, f"horizon_s / {key.rsplit('.', 1)[-1]} = {n:,.0f} {what}; at most "
+                      f"{MAX_TICKS:,}: raise the period to >= {horizon / MAX_TICKS:.4g} s or "
+                      f"shorten horizon_s", period)
+
+
+# --- step 5: load-time checks registered by other modules ------------------------------------
+
+LoadCheck = Callable[["Scenario", Context], None]
+_LOAD_CHECKS: list[LoadCheck] = []
+
+
+def load_check(fn: LoadCheck) -> LoadCheck:
+    """Register ``fn(scenario, ctx)`` to run in every :func:`load` (and so in ``validate``).
+
+    It raises :class:`Invalid` whose ``key`` is a full dotted path. Use it for checks that need
+    a module above this one (building a predictor, sizing a KV pool, loading a profile file).
+    """
+    _LOAD_CHECKS.append(fn)
+    return fn
+
+
+# --- reading YAML safely ----------------------------------------------------------------------
+
+
+class _YamlLimit(Exception):
+    def __init__(self, msg: str, mark: Any = None) -> None:
+        super().__init__(msg)
+        self.mark = mark
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` with nesting and node limits applied while composing."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._composed = 0
+
+    def fetch_flow_collection_start(self, token_class: Any) -> None:
+        # the scanner keeps a possible simple key per flow level: deep [[[[ is quadratic
+        if self.flow_level >= MAX_YAML_DEPTH:
+            raise _YamlLimit(f"nested deeper than {MAX_YAML_DEPTH} levels", self.get_mark())
+        super().fetch_flow_collection_start(token_class)
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._composed += 1
+        if self._composed > MAX_YAML_VALUES:
+            raise _YamlLimit(f"more than {MAX_YAML_VALUES:,} values", self.peek_event().start_mark)
+        if self._depth >= MAX_YAML_DEPTH:
+            raise _YamlLimit(f"nested deeper than {MAX_YAML_DEPTH} levels",
+                             self.peek_event().start_mark)
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+_INT_TAG = "tag:yaml.org,2002:int"
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _line(node: yaml.Node) -> str:
+    return f"line {node.start_mark.line + 1}" if node.start_mark else "?"
+
+
+def _key_text(node: yaml.Node) -> str:
+    if isinstance(node, yaml.ScalarNode):
+        return clip(str(node.value), 40)
+    return "<complex key>"
+
+
+def _inspect(root: yaml.Node) -> None:
+    """Walk the composed node graph once (aliases shared, not re-walked): duplicate keys,
+    over-long integers, recursive aliases, and the size of the document with aliases expanded.
+    """
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def walk(node: yaml.Node, path: tuple[str, ...]) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        where = ".".join(path) or "<top>"
+        if key in active:
+            raise _YamlLimit(f"recursive alias at '{clip(where, 80)}'", node.start_mark)
+        active.add(key)
+        size = 1
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag == _INT_TAG and len(node.value) > MAX_INT_DIGITS:
+                raise _YamlLimit(f"invalid value at '{clip(where, 80)}': an integer of "
+                                 f"{len(node.value):,} digits; at most {MAX_INT_DIGITS}",
+                                 node.start_mark)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, child in enumerate(node.value):
+                size += walk(child, (*path, str(i)))
+        elif isinstance(node, yaml.MappingNode):
+            seen: dict[tuple[str, str], yaml.Node] = {}
+            for k, v in node.value:
+                if isinstance(k, yaml.ScalarNode) and k.tag != _MERGE_TAG:
+                    ident = (k.tag, k.value)
+                    if ident in seen:
+                        dup = ".".join((*path, _key_text(k)))
+                        raise _YamlLimit(f"duplicate key '{clip(dup, 80)}' ({_line(k)}; first "
+                                         f"at {_line(seen[ident])})", k.start_mark)
+                    seen[ident] = k
+                size += walk(k, (*path, "<key>"))
+                size += walk(v, (*path, _key_text(k)))
+        active.discard(key)
+        sizes[key] = size
+        if size > MAX_YAML_VALUES:
+            raise _YamlLimit(f"expands to more than {MAX_YAML_VALUES:,} values (YAML aliases "
+                             f"at '{clip(where, 80)}')", node.start_mark)
+        return size
+
+    walk(root, ())
+
+
+_FAST_LOADER = getattr(yaml, "CSafeLoader", None)  # libyaml: linear-time scanning in C
+_OPEN = (yaml.SequenceStartEvent, yaml.MappingStartEvent)
+_CLOSE = (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+_NODE = (yaml.ScalarEvent, yaml.AliasEvent, *_OPEN)
+
+
+def _prescan(text: str, loader: type) -> None:
+    """Stream the parser's events (no recursion, no nodes) to bound nesting and size before
+    anything is composed."""
+    depth = nodes = 0
+    for ev in yaml.parse(text, Loader=loader):
+        if isinstance(ev, _NODE):
+            nodes += 1
+            if nodes > MAX_YAML_VALUES:
+                raise _YamlLimit(f"more than {MAX_YAML_VALUES:,} values", ev.start_mark)
+        if isinstance(ev, _OPEN):
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                raise _YamlLimit(f"nested deeper than {MAX_YAML_DEPTH} levels", ev.start_mark)
+        elif isinstance(ev, _CLOSE):
+            depth -= 1
+
+
+def parse_yaml(text: str, what: str) -> Any:
+    """Parse one YAML document safely (tags of ``yaml.SafeLoader`` only) with bounded nesting,
+    size and alias expansion, no duplicate keys and no over-long integers; errors are one
+    line."""
+    cls = _FAST_LOADER or _BoundedLoader
+    loader = None
+    try:
+        _prescan(text, cls)
+        loader = cls(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _inspect(node)
+        return loader.construct_document(node)
+    except _YamlLimit as err:
+        raise ScenarioError(f"{what}: {err}{_at(err.mark)}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise ScenarioError(f"{what}: not valid YAML{_at(mark)}: {clip(str(problem), 80)}"
+                            ) from None
+    except RecursionError:
+        raise ScenarioError(f"{what}: nested too deeply") from None
+    except (ValueError, TypeError, OverflowError) as err:  # e.g. a constructor's int() or date
+        raise ScenarioError(f"{what}: a value cannot be read ({clip(str(err), 80)})") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def _at(mark: Any) -> str:
+    return f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+
+class ScenarioData(dict):
+    """A scenario as read from a file: the raw mapping plus where it came from (its
+    :class:`Context`), which survives copies and pickling (process pools)."""
+
+    context: Context | None = None
+
+
+def _with_context(data: dict, ctx: Context | None) -> ScenarioData:
+    out = data if isinstance(data, ScenarioData) else ScenarioData(data)
+    out.context = ctx
+    return out
+
+
+# Paths (dotted, '*' for any list index) that hold file names; an extends parent's relative
+# paths are rewritten to stay relative to the top-level file. Add a key here when the format
+# gains a file reference.
+PATH_KEYS: list[tuple[str, ...]] = [("clients", "*", "dataset", "path")]
+
+
+def _rebase_paths(data: Any, src_dir: Path, top_dir: Path) -> None:
+    if src_dir == top_dir:
+        return
+
+    def visit(node: Any, keys: tuple[str, ...]) -> None:
+        if not keys:
+            return
+        head, rest = keys[0], keys[1:]
+        items = (list(enumerate(node)) if head == "*" and isinstance(node, list) else
+                 [(head, node.get(head))] if isinstance(node, dict) and head in node else [])
+        for k, v in items:
+            if not rest:
+                if isinstance(v, str) and v and not Path(v).is_absolute():
+                    node[k] = os.path.relpath(src_dir / v, top_dir)
+            else:
+                visit(v, rest)
+
+    for keys in PATH_KEYS:
+        visit(data, keys)
+
+
+def read_yaml(path: str | Path, _seen: tuple = (), *, allow_outside_paths: bool = False,
+              _ctx: Context | None = None) -> ScenarioData:
+    """Read a scenario file safely; ``extends: other.yaml`` (relative to this file, inside the
+    scenario's directory tree) is merged under it."""
+    p = Path(path)
+    what = show_path(p) if _ctx is None else show_path(p.name)
+    try:
+        if _ctx is None:
+            top = p.parent.resolve()
+            _ctx = Context(top, top, allow_outside_paths)
+        raw = read_user_file(p, "scenario file" if not _seen else what, MAX_FILE_BYTES)
+        text = decode_utf8(raw, what)
+    except UserFileError as err:
+        raise ScenarioError(str(err)) from None
+    except (OSError, RuntimeError, ValueError):
+        raise ScenarioError(f"scenario file: not a usable path: {what}") from None
+    data = parse_yaml(text, what)
+    data = data if data is not None else {}
+    if isinstance(data, dict) and "extends" in data:
+        parent = data.pop("extends")
+        if len(_seen) >= MAX_EXTENDS:
+            raise ScenarioError(f"{what}: 'extends' chain longer than {MAX_EXTENDS} files")
+        try:
+            ppath = resolve_user_path(p.parent, parent, f"{what}: 'extends'",
+                                      _ctx.allow_outside, _ctx.root)
+        except UserFileError as err:
+            raise ScenarioError(str(err)) from None
+        if ppath in (*_seen, p.resolve()):
+            raise ScenarioError(f"{what}: 'extends' loops back to {show_path(ppath.name)}")
+        base = read_yaml(ppath, (*_seen, p.resolve()), _ctx=_ctx)
+        if not isinstance(base, dict):
+            raise ScenarioError(f"{what}: 'extends' file {show_path(parent)} is not a scenario "
+                                f"(its top level is not a mapping)")
+        _rebase_paths(base, ppath.parent, p.parent.resolve())
+        data = _merge(base, data)
+    if not isinstance(data, dict):
+        return data  # from_dict says it must be a mapping
+    return _with_context(data, _ctx)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """Deep-merge ``over`` into ``base``: mappings merge, everything else (lists too) replaces."""
+    out = dict(base)
+    for k, v in over.items():
+        leaf = unknowns.is_declaration(v) or unknowns.is_declaration(out.get(k))
+        out[k] = (_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict)
+                  and not leaf else v)
+    return out
+
+
+def apply_overrides(data: dict, sets: list[str]) -> dict:
+    """Apply ``dotted.key=value`` overrides; values are parsed as YAML (bounded loader)."""
+    ctx = getattr(data, "context", None)
+    data = copy.deepcopy(dict(data))
+    for item in sets:
+        if not isinstance(item, str) or "=" not in item:
+            raise ScenarioError(f"--set expects dotted.key=value, got {echo(item)}")
+        key, raw = item.split("=", 1)
+        shown = clip(key, 80)
+        parts = key.split(".")
+        if not key or any(not p for p in parts):
+            raise ScenarioError(f"--set {shown}: a dotted key has no empty parts, e.g. "
+                                f"clients.0.num_prompts=200")
+        value = parse_yaml(raw, f"--set {shown}") if raw.strip() else None
+        cur: Any = data
+        for i, part in enumerate(parts[:-1]):
+            nxt = parts[i + 1]
+            here = ".".join(parts[: i + 1])
+            if isinstance(cur, list):
+                if not part.isdigit() or int(part) >= len(cur):
+                    raise ScenarioError(f"--set {shown}: '{clip(here, 80)}' is not an index "
+                                        f"into a list of {len(cur)}")
+                child = cur[int(part)]
+                if child is None:
+                    child = cur[int(part)] = [] if nxt.isdigit() else {}
+            elif isinstance(cur, dict):
+                child = cur.get(part)
+                if child is None:
+                    child = cur[part] = [] if nxt.isdigit() else {}
+            else:
+                raise ScenarioError(f"--set {shown}: '{clip('.'.join(parts[:i]), 80)}' is a "
+                                    f"{type(cur).__name__} ({echo(cur)}), not a mapping or list")
+            cur = child
+        last = parts[-1]
+        if isinstance(cur, list):
+            if not last.isdigit() or int(last) > len(cur):
+                raise ScenarioError(f"--set {shown}: {echo(last)} is not an index into a list "
+                                    f"of {len(cur)} (use {len(cur)} to append)")
+            if int(last) == len(cur):
+                cur.append(value)
+            else:
+                cur[int(last)] = value
+        elif isinstance(cur, dict):
+            cur[last] = value
+        else:
+            raise ScenarioError(f"--set {shown}: '{clip('.'.join(parts[:-1]), 80)}' is a "
+                                f"{type(cur).__name__} ({echo(cur)}), not a mapping or list")
+    return _with_context(data, ctx)
+
+
+# --- validation and errors --------------------------------------------------------------------
 
 
 def _allowed_keys(model: type[BaseModel], loc: tuple) -> list[str] | None:
@@ -416,18 +992,22 @@ def _clean(loc: tuple) -> tuple:
     return tuple(p for p in loc if not (isinstance(p, str) and (p in _TAGS or "[" in p)))
 
 
+def _path(loc: tuple) -> str:
+    return clip(".".join(clip(str(p), 40) for p in _clean(loc)), 120)
+
+
 def _format_error(err: ValidationError) -> str:
     errors = err.errors()
     e = errors[0]
     loc = tuple(e["loc"])
-    path = ".".join(str(p) for p in _clean(loc))
+    path = _path(loc)
     same = [x for x in errors if _clean(tuple(x["loc"])) == _clean(loc)]
     rest = len(errors) - len(same)
     more = f" (and {rest} more)" if rest else ""
     if len(same) > 1 and e["type"] != "extra_forbidden":  # a union: list every alternative
-        alts = "; or ".join(x["msg"].removeprefix("Value error, ") for x in same)
+        alts = "; or ".join(dict.fromkeys(x["msg"].removeprefix("Value error, ") for x in same))
         got = e.get("input")
-        return f"invalid value at '{path}': {alts} (got {got!r}){more}"
+        return f"invalid value at '{path}': {alts} (got {echo(got)}){more}"
     if e["type"] == "extra_forbidden":
         allowed = _allowed_keys(Scenario, loc[:-1])
         hint = f"; allowed keys here: {', '.join(allowed)}" if allowed else ""
@@ -436,120 +1016,106 @@ def _format_error(err: ValidationError) -> str:
         return f"missing required key '{path}'{more}"
     msg = e["msg"].removeprefix("Value error, ")
     got = e.get("input")
-    shown = "" if isinstance(got, dict | list) else f" (got {got!r})"
+    shown = "" if isinstance(got, dict | list) else f" (got {echo(got)})"
     return f"invalid value at '{path or '<top>'}': {msg}{shown}{more}"
 
 
-def from_dict(data: Any) -> Scenario:
-    """Validate a plain dict (as loaded from YAML) into a :class:`Scenario`."""
+def _sections(model: BaseModel, path: str) -> Iterator[tuple[Strict, str]]:
+    """Every section of a validated scenario, children before parents, with its key path."""
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        sub = f"{path}.{name}" if path else name
+        if isinstance(value, Strict):
+            yield from _sections(value, sub)
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                if isinstance(item, Strict):
+                    yield from _sections(item, f"{sub}.{i}")
+    if isinstance(model, Strict):
+        yield model, path
+
+
+def _invalid(err: Invalid, prefix: str) -> ScenarioError:
+    path = ".".join(p for p in (prefix, err.key) if p) or "<top>"
+    got = "" if err.got is _NOTHING else f" (got {echo(err.got)})"
+    return ScenarioError(f"invalid value at '{clip(path, 120)}': {err.msg}{got}")
+
+
+def check(sc: Scenario, ctx: Context) -> Scenario:
+    """Steps 4-5: cross-field checks of every section, then the registered load-time checks."""
+    plain = Context(ctx.base_dir, ctx.root, ctx.allow_outside)
+    for section, path in _sections(sc, ""):
+        try:
+            section.check(dataclasses.replace(plain, scenario=sc, path=path))
+        except Invalid as err:
+            raise _invalid(err, path) from None
+    for fn in _LOAD_CHECKS:
+        try:
+            fn(sc, dataclasses.replace(plain, scenario=sc))
+        except Invalid as err:
+            raise _invalid(err, "") from None
+    sc._context = plain
+    return sc
+
+
+def from_dict(data: Any, context: Context | None = None) -> Scenario:
+    """Validate a plain dict (as loaded from YAML) into a :class:`Scenario`, with every check.
+
+    Relative paths resolve against ``context`` (default: where ``data`` was read from, else the
+    current directory, confined to it).
+    """
     if not isinstance(data, dict):
         raise ScenarioError("a scenario must be a mapping of keys to values at the top level")
+    ctx = context or getattr(data, "context", None) or Context.cwd()
     try:
-        return Scenario.model_validate(data)
+        sc = Scenario.model_validate(dict(data))
     except ValidationError as err:
         raise ScenarioError(_format_error(err)) from None
+    except RecursionError:
+        raise ScenarioError("the scenario is nested too deeply") from None
+    return check(sc, ctx)
 
 
-def _merge(base: dict, over: dict) -> dict:
-    """Deep-merge ``over`` into ``base``: mappings merge, everything else (lists too) replaces."""
-    out = dict(base)
-    for k, v in over.items():
-        leaf = unknowns.is_declaration(v) or unknowns.is_declaration(out.get(k))
-        out[k] = (_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict)
-                  and not leaf else v)
-    return out
+def as_data(source: str | Path | dict, allow_outside_paths: bool = False) -> Any:
+    """The raw scenario mapping of a path or dict, carrying where its paths resolve (a dict:
+    its own context if read from a file, else the current directory)."""
+    if isinstance(source, dict):
+        ctx = getattr(source, "context", None) or Context.cwd()
+        ctx = Context(ctx.base_dir, ctx.root, ctx.allow_outside or allow_outside_paths)
+        return _with_context(dict(source), ctx)
+    return read_yaml(source, allow_outside_paths=allow_outside_paths)
 
 
-def _resolve_trace_paths(data: Any, base: Path) -> None:
-    """A trace ``dataset.path`` in a file is relative to that file (as ``extends:`` is)."""
-    clients = data.get("clients") if isinstance(data, dict) else None
-    for c in clients if isinstance(clients, list) else []:
-        ds = c.get("dataset") if isinstance(c, dict) else None
-        if isinstance(ds, dict) and isinstance(ds.get("path"), str) and ds["path"]:
-            ds["path"] = os.path.normpath(base / ds["path"])
-
-
-def read_yaml(path: str | Path, _seen: tuple = ()) -> dict:
-    """Read a scenario file; ``extends: other.yaml`` (relative to this file) is merged under it."""
-    p = Path(path)
-    if not p.is_file():
-        raise ScenarioError(f"scenario file not found: {p}")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ScenarioError(f"{p}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
-    data = data if data is not None else {}
-    _resolve_trace_paths(data, p.parent)
-    if isinstance(data, dict) and "extends" in data:
-        parent = data.pop("extends")
-        if not isinstance(parent, str):
-            raise ScenarioError(f"{p}: 'extends' must be a file name, got {parent!r}")
-        ppath = (p.parent / parent).resolve()
-        if ppath in _seen:
-            raise ScenarioError(f"{p}: 'extends' loops back to {ppath.name}")
-        data = _merge(read_yaml(ppath, (*_seen, p.resolve())), data)
-    return data
-
-
-def apply_overrides(data: dict, sets: list[str]) -> dict:
-    """Apply ``dotted.key=value`` overrides; values are parsed as YAML scalars."""
-    import copy
-
-    data = copy.deepcopy(data)
-    for item in sets:
-        if "=" not in item:
-            raise ScenarioError(f"--set expects dotted.key=value, got {item!r}")
-        key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw) if raw.strip() else None
-        parts = key.split(".")
-        cur: Any = data
-        for i, part in enumerate(parts[:-1]):
-            nxt = parts[i + 1]
-            if isinstance(cur, list):
-                if not part.isdigit() or int(part) >= len(cur):
-                    raise ScenarioError(f"--set {key}: '{'.'.join(parts[:i + 1])}' is not an "
-                                        f"index into a list of {len(cur)}")
-                cur = cur[int(part)]
-            else:
-                cur = cur.setdefault(part, [] if nxt.isdigit() else {})
-        last = parts[-1]
-        if isinstance(cur, list):
-            if not last.isdigit() or int(last) > len(cur):
-                raise ScenarioError(f"--set {key}: {last!r} is not an index into a list of "
-                                    f"{len(cur)} (use {len(cur)} to append)")
-            if int(last) == len(cur):
-                cur.append(value)
-            else:
-                cur[int(last)] = value
-        else:
-            cur[last] = value
-    return data
-
-
-def load(source: str | Path | dict | Scenario, sets: list[str] | None = None) -> Scenario:
+def load(source: str | Path | dict | Scenario, sets: list[str] | None = None, *,
+         allow_outside_paths: bool = False) -> Scenario:
     """Load a scenario from a YAML path, a dict or a Scenario, applying ``--set`` overrides.
 
-    Declared unknowns (``{uniform: [a, b], nominal: x}``, pdsim/unknowns.py) are resolved to
-    their nominal values after the overrides and before validation; ``Scenario.unknowns``
-    lists them.
+    Paths in the scenario (``extends:``, trace files) resolve relative to the scenario file
+    (for a dict: the current directory) and must stay in that directory tree unless
+    ``allow_outside_paths``. Declared unknowns (``{uniform: [a, b], nominal: x}``,
+    pdsim/unknowns.py) are resolved to their nominal values after the overrides and before
+    validation; ``Scenario.unknowns`` lists them.
     """
     origin, before = None, ()
     if isinstance(source, Scenario):
-        if not sets:
+        ctx = source._context
+        if not sets and ctx is not None and (ctx.allow_outside or not allow_outside_paths):
             return source
         origin, before = source._source, source._overrides
-        source = unknowns.redeclare(source.model_dump(mode="json"), source.unknowns)
+        ctx = ctx or Context.cwd()
+        source = _with_context(unknowns.redeclare(source.model_dump(mode="json"),
+                                                  source.unknowns), ctx)
     elif not isinstance(source, dict):
         origin = str(source)
-    data = dict(source) if isinstance(source, dict) else read_yaml(source)
+    data = as_data(source, allow_outside_paths)
+    ctx = getattr(data, "context", None)
     if sets:
         data = apply_overrides(data, sets)
     try:
-        data, declared = unknowns.resolve(data)
+        resolved, declared = unknowns.resolve(data)
     except unknowns.UnknownError as err:
         raise ScenarioError(str(err)) from None
+    data = _with_context(resolved, ctx) if isinstance(resolved, dict) else resolved
     sc = from_dict(data)
     if declared:
         try:
@@ -558,6 +1124,11 @@ def load(source: str | Path | dict | Scenario, sets: list[str] | None = None) ->
             raise ScenarioError(str(err)) from None
     sc._source, sc._overrides = origin, (*before, *(sets or ()))
     return sc
+
+
+def limits() -> dict[str, float]:
+    """The documented limits, by name (for the README and error messages)."""
+    return {k: v for k, v in globals().items() if k.startswith(("MAX_", "MIN_"))}
 
 
 def json_schema() -> dict:
@@ -571,6 +1142,7 @@ def json_schema() -> dict:
         Scenario.model_json_schema(), skip_defs=("ReferenceFigure", "Seeds"))
     schema["properties"]["extends"] = {
         "type": "string", "title": "Extends",
-        "description": "Scenario file (relative to this one) merged under this one"}
+        "description": "Scenario file (relative to this one, inside its directory tree) merged "
+                       "under this one"}
     schema.pop("required", None)
     return schema

@@ -216,9 +216,13 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: 
 
 
 def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | None = None,
-        progress: bool = False) -> Result:
-    """Simulate ``scenario`` (a path, dict or :class:`Scenario`) and return its Result."""
-    sc = scenario_mod.load(scenario, sets)
+        progress: bool = False, *, allow_outside_paths: bool = False) -> Result:
+    """Simulate ``scenario`` (a path, dict or :class:`Scenario`) and return its Result.
+
+    ``allow_outside_paths``: let the scenario name files (``extends:``, traces) outside its
+    directory tree (for a dict: outside the current directory).
+    """
+    sc = scenario_mod.load(scenario, sets, allow_outside_paths=allow_outside_paths)
     wall0 = time.perf_counter()
     fleet = Fleet(sc)
     env = fleet.env

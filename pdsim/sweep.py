@@ -62,10 +62,10 @@ def grid(vary: dict[str, Iterable], seeds: Iterable[int]) -> list[tuple[list[str
 
 
 def sweep(scenario: str | Path | dict, vary: dict[str, Iterable], seeds: Iterable[int] = (0,),
-          workers: int | None = None, progress: bool = True) -> pd.DataFrame:
+          workers: int | None = None, progress: bool = True, *,
+          allow_outside_paths: bool = False) -> pd.DataFrame:
     """Run ``scenario`` over the grid ``vary`` x ``seeds``; one row per run."""
-    data = (scenario_mod.read_yaml(scenario) if not isinstance(scenario, dict)
-            else dict(scenario))
+    data = scenario_mod.as_data(scenario, allow_outside_paths)  # keeps where paths resolve
     jobs = grid(vary, list(seeds))
     for sets, _labels in jobs:  # fail fast, before any process starts, on a bad override
         scenario_mod.load(data, sets)

@@ -39,11 +39,11 @@ def _trace_fleet(path, **client):
 
 def test_a_trace_replays_every_row_unless_cut_and_says_when_cut(tmp_path):
     path = _tiny_trace(tmp_path / "t.jsonl")
-    whole = pdsim.run(_trace_fleet(path))
+    whole = pdsim.run(_trace_fleet(path), allow_outside_paths=True)  # a tmp_path trace
     m = whole.summary["clients"]["bench"]
     assert m["requests"] == 25 and (m["trace_rows_replayed"], m["trace_rows"]) == (25, 25)
     assert "Trace rows replayed:" in render(whole) and "all 25" in render(whole)
-    cut = pdsim.run(_trace_fleet(path, num_prompts=10))
+    cut = pdsim.run(_trace_fleet(path, num_prompts=10), allow_outside_paths=True)
     m = cut.summary["clients"]["bench"]
     assert m["requests"] == 10 and (m["trace_rows_replayed"], m["trace_rows"]) == (10, 25)
     assert "10 of 25 (cut by num_prompts=10)" in render(cut)
@@ -53,7 +53,7 @@ def test_a_trace_replays_every_row_unless_cut_and_says_when_cut(tmp_path):
 
 def test_prefix_cache_hit_rate_is_reported_and_needs_the_cache(tmp_path):
     path = _tiny_trace(tmp_path / "t.jsonl")
-    on = pdsim.run(_trace_fleet(path))
+    on = pdsim.run(_trace_fleet(path), allow_outside_paths=True)
     rate = on.summary["prefix_cache_hit_rate"]
     # every prompt starts with block 1 (512 tokens of 600); later ones also repeat block 2+i%3
     assert 0.5 < rate < 1.0
@@ -61,7 +61,7 @@ def test_prefix_cache_hit_rate_is_reported_and_needs_the_cache(tmp_path):
     assert "Prefix cache hit rate (prompt tokens):" in render(on)
     d = _trace_fleet(path)
     d["fleet"]["prefill"]["prefix_cache"] = False
-    assert pdsim.run(d).summary["prefix_cache_hit_rate"] == 0.0
+    assert pdsim.run(d, allow_outside_paths=True).summary["prefix_cache_hit_rate"] == 0.0
 
 
 def test_trace_path_is_relative_to_the_scenario_file(tmp_path, monkeypatch):
@@ -85,4 +85,4 @@ def test_shipped_trace_replay_scenario_replays_the_conversation_trace():
     assert (m["trace_rows_replayed"], m["trace_rows"]) == (200, 12031)
     assert m["failed"] == 0 and m["unfinished"] == 0
     assert res.measured.t_arrival.max() == pytest.approx(
-        read_trace(c.dataset.path, 200, 1.0, None)[-1]["t"], abs=1e-6)
+        read_trace(c.dataset.resolved_path, 200, 1.0, None)[-1]["t"], abs=1e-6)

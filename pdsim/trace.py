@@ -1,0 +1,162 @@
+"""Mooncake FAST'25 request traces (JSONL): read once, checked line by line.
+
+Each line is a JSON object: ``timestamp`` (ms), ``input_length``, ``output_length`` and
+optionally ``hash_ids`` (prefix-block ids). Scenario loading parses the trace (so ``pdsim
+validate`` catches a bad line, naming its number) and the client reads the same rows from a
+small cache. Files are opened through :mod:`pdsim.safeio` (regular files, size limit), gzip
+by its magic bytes, with the decompressed size bounded too.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import math
+import os
+import zlib
+from functools import lru_cache
+from pathlib import Path
+from typing import BinaryIO
+
+from pdsim.safeio import UserFileError, clip, open_user_file, show_path
+
+MAX_TRACE_BYTES = 256 << 20  # a trace file, and its data after gzip decompression
+MAX_TRACE_ROWS = 1_000_000  # requests replayed from one trace (scenario.MAX_REQUESTS)
+MAX_TRACE_TOKENS = 10_000_000  # input_length / output_length of one row
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be replayed; ``str()`` is one line naming the line number."""
+
+
+def _constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number here")
+
+
+def _count(row: dict, key: str, where: str) -> int:
+    v = row.get(key)
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        raise TraceError(f"{where}: '{key}' must be a number of tokens")
+    if not 0 <= v <= MAX_TRACE_TOKENS:
+        raise TraceError(f"{where}: '{key}' must be 0..{MAX_TRACE_TOKENS:,} tokens")
+    return int(v)
+
+
+def _row(line: bytes, where: str) -> tuple[float, int, int, tuple[int, ...]]:
+    try:
+        row = json.loads(line.decode("utf-8"), parse_constant=_constant)
+    except UnicodeDecodeError:
+        raise TraceError(f"{where}: not UTF-8 text") from None
+    except RecursionError:
+        raise TraceError(f"{where}: JSON nested too deeply") from None
+    except ValueError as err:  # JSONDecodeError, or an integer past Python's digit limit
+        msg = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
+        raise TraceError(f"{where}: not valid JSON ({clip(msg, 80)})") from None
+    if not isinstance(row, dict):
+        raise TraceError(f"{where}: each line must be a JSON object")
+    ts = row.get("timestamp")
+    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+        raise TraceError(f"{where}: 'timestamp' (ms) must be a number")
+    if abs(ts) > 1e15:
+        raise TraceError(f"{where}: 'timestamp' must be within ±1e15 ms")
+    blocks = row.get("hash_ids", ())
+    if not isinstance(blocks, list | tuple) or not all(
+            isinstance(b, int) and not isinstance(b, bool) for b in blocks):
+        raise TraceError(f"{where}: 'hash_ids' must be a list of integers")
+    return (ts, _count(row, "input_length", where), _count(row, "output_length", where),
+            tuple(blocks))
+
+
+class _Bounded(io.RawIOBase):
+    """A binary stream that refuses to yield more than ``limit`` bytes (a gzip bomb stops)."""
+
+    def __init__(self, raw: BinaryIO, limit: int, what: str) -> None:
+        self.raw, self.left, self.what = raw, limit, what
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: bytearray) -> int:
+        try:
+            data = self.raw.read(min(len(b), self.left + 1))
+        except (OSError, EOFError, zlib.error) as err:  # BadGzipFile is an OSError
+            raise TraceError(f"{self.what}: not a readable gzip file "
+                             f"({clip(str(err) or type(err).__name__, 60)})") from None
+        if len(data) > self.left:
+            raise TraceError(f"{self.what}: more than {MAX_TRACE_BYTES:,} bytes of trace data "
+                             f"(decompressed); the limit is {MAX_TRACE_BYTES:,}")
+        self.left -= len(data)
+        b[: len(data)] = data
+        return len(data)
+
+    def close(self) -> None:
+        self.raw.close()
+        super().close()
+
+
+def open_trace(path: str | Path) -> BinaryIO:
+    """Open a trace for reading lines (bytes); gzip data (``.jsonl.gz``, found by its magic
+    bytes) is decompressed on the fly, at most ``MAX_TRACE_BYTES`` either way."""
+    what = f"trace file {show_path(path)}"
+    try:
+        f = open_user_file(path, "trace file", MAX_TRACE_BYTES)
+    except UserFileError as err:
+        raise TraceError(str(err)) from None
+    raw: BinaryIO = f
+    if f.peek(2)[:2] == b"\x1f\x8b":
+        raw = gzip.GzipFile(fileobj=f, mode="rb")
+    return io.BufferedReader(_Bounded(raw, MAX_TRACE_BYTES, what))
+
+
+def _key(path: str | Path) -> tuple:
+    p = os.fspath(path)
+    try:
+        st = os.stat(p)
+        return p, st.st_mtime_ns, st.st_size
+    except (OSError, ValueError):
+        return p, 0, 0
+
+
+@lru_cache(maxsize=4)
+def _parse(key: tuple, limit: int) -> tuple:
+    rows = []
+    name = show_path(key[0])
+    with open_trace(key[0]) as f:
+        for n, line in enumerate(f, 1):
+            if len(rows) >= limit:
+                break
+            if line.strip():
+                rows.append(_row(line, f"trace file {name}, line {n}"))
+    return tuple(rows)
+
+
+@lru_cache(maxsize=4)
+def _count_rows(key: tuple) -> int:
+    with open_trace(key[0]) as f:
+        return sum(1 for line in f if line.strip())
+
+
+def count_rows(path: str | Path) -> int:
+    """Non-blank lines of a trace (its requests), to say how much of it a run replayed."""
+    return _count_rows(_key(path))
+
+
+def read_trace(path: str | Path, limit: int | None, time_scale: float,
+               max_input_len: int | None) -> list[dict]:
+    """Rows of a Mooncake trace: arrival ``t`` (s, from the first row, times ``time_scale``),
+    ``input`` and ``output`` lengths (at least 1; input capped at ``max_input_len``) and
+    prefix ``blocks``. ``limit`` None reads every row (at most ``MAX_TRACE_ROWS``). Raises
+    :class:`TraceError` (one line, naming the line number)."""
+    rows = _parse(_key(path), limit if limit is not None else MAX_TRACE_ROWS + 1)
+    if limit is None and len(rows) > MAX_TRACE_ROWS:
+        raise TraceError(f"trace file {show_path(path)} holds more than {MAX_TRACE_ROWS:,} "
+                         f"requests; replay its first rows with num_prompts")
+    t0 = rows[0][0] if rows else 0
+    out = []
+    for ts, inp, outp, blocks in rows:
+        if max_input_len:
+            inp = min(inp, max_input_len)
+        out.append({"t": (ts - t0) / 1e3 * time_scale, "input": max(1, inp),
+                    "output": max(1, outp), "blocks": blocks})
+    return out
