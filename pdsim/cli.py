@@ -53,7 +53,12 @@ report with a WARNING line.
 
 --out DIR writes a self-describing run directory: requests, events and timeseries tables,
 summary.json, report.txt, the resolved scenario.yaml (re-run it with pdsim run
-DIR/scenario.yaml) and run.json (pdsim version, seeds, overrides)."""
+DIR/scenario.yaml) and run.json (pdsim version, seeds, overrides).
+
+--perfetto FILE writes the run as Chrome trace-event JSON: a track per DP rank (a slice per
+batch step) and per NIC transfer queue (a slice per KV write), instants for flushes, transfer
+failures and blacklist changes, counters for KV use and queues. Recording the steps is off
+otherwise and costs nothing then."""
 
 RUN_EPILOG = """\
 examples:
@@ -62,7 +67,8 @@ examples:
   pdsim run scenarios/drop_timeout.yaml --json | jq .clients.ci_bench.empty_share
   pdsim run scenarios/drop_timeout.yaml --seed 3 --out runs/dt3
   pdsim run scenarios/drop_timeout.yaml --set flush.semantics=reject_if_busy
-  pdsim run scenarios/trace_replay.yaml --set clients.0.num_prompts=2000 --progress"""
+  pdsim run scenarios/trace_replay.yaml --set clients.0.num_prompts=2000 --progress
+  pdsim run scenarios/drop_timeout.yaml --perfetto drop.json   then open it in ui.perfetto.dev"""
 
 VALIDATE = """\
 Check a scenario file (after extends: and --set) and exit: 0 and one line when it would run,
@@ -142,6 +148,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="timeline in full: every ret != 0 failure and blacklisted pair")
     r.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
     _outside_flag(r)
+    r.add_argument("--perfetto", metavar="FILE", help="record every batch step and KV write and "
+                   "write a Chrome trace-event JSON to FILE: open it in https://ui.perfetto.dev")
 
     v = sub.add_parser("validate", help="check a scenario file and exit",
                        description=VALIDATE, epilog=VALIDATE_EPILOG, formatter_class=RAW)
@@ -245,6 +253,16 @@ def _check_out_file(out: str) -> None:
     if not p.parent.is_dir():
         raise UsageError(f"--out {show_path(out)}: directory {show_path(p.parent)} does not "
                          f"exist")
+
+
+def _check_perfetto_file(out: str) -> None:
+    """``run --perfetto FILE``: writable before the run starts."""
+    p = Path(out)
+    if p.is_dir():
+        raise UsageError(f"--perfetto {show_path(out)}: is a directory; give a file name")
+    if not p.parent.is_dir():
+        raise UsageError(f"--perfetto {show_path(out)}: directory {show_path(p.parent)} does "
+                         f"not exist")
 
 
 def _prepare_out_dir(out: str) -> None:
@@ -355,6 +373,8 @@ def _main(argv: list[str] | None) -> int:
         sc = _load(args)
         if args.cmd == "run" and args.out:
             _prepare_out_dir(args.out)
+        if args.cmd == "run" and args.perfetto:
+            _check_perfetto_file(args.perfetto)
     except (scenario_mod.ScenarioError, UsageError) as err:
         return _die(str(err))
     if args.cmd == "validate":
@@ -371,7 +391,7 @@ def _main(argv: list[str] | None) -> int:
         except ImportError:
             return _die("--format parquet needs pyarrow: pip install -e '.[parquet]'")
     try:
-        res = run(sc, progress=args.progress)
+        res = run(sc, progress=args.progress, record_steps=bool(args.perfetto))
     except (ValueError, FileNotFoundError) as err:
         return _die(str(err))
     if args.out:
@@ -382,6 +402,15 @@ def _main(argv: list[str] | None) -> int:
                         f"({err.strerror or type(err).__name__})")
         for path in written:
             print(f"wrote {show_path(path)}", file=sys.stderr)
+    if args.perfetto:
+        from pdsim import perfetto
+
+        try:
+            path = perfetto.write(res, args.perfetto)
+        except OSError as err:
+            return _die(f"--perfetto {show_path(args.perfetto)}: cannot write "
+                        f"({err.strerror or type(err).__name__})")
+        print(f"wrote {show_path(path)} (open it in https://ui.perfetto.dev)", file=sys.stderr)
     summary = dict(res.summary, sim_wall_s=round(res.sim_wall_s, 3))
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))

@@ -10,6 +10,7 @@ from pdsim.decode import DecodeRank
 from pdsim.faults import Faults
 from pdsim.log import EventLog
 from pdsim.nic import NIC
+from pdsim.perfetto import Recorder
 from pdsim.prefill import PrefillRank
 from pdsim.request import Request
 from pdsim.rng import Streams
@@ -53,7 +54,9 @@ def _fleet_builds(sc: Scenario, ctx: Context) -> None:
 
 
 class Fleet:
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, recorder: Recorder | None = None) -> None:
+        """``recorder``: a :class:`pdsim.perfetto.Recorder` to give every rank and transfer
+        engine (their loops read it once, when the run starts)."""
         sc = self.scenario = scenario
         env = self.env = simpy.Environment()
         self.log = EventLog(env)
@@ -124,6 +127,9 @@ class Fleet:
         for d in self.decode_ranks:
             d.on_waiting_timeout = self._on_waiting_timeout
 
+        if recorder is not None:
+            for obj in (*self.prefill_ranks, *self.decode_ranks, *self.engines):
+                obj.recorder = recorder
         for servers, role in ((self.prefill_servers, pc), (self.decode_servers, dc)):
             together = role.dp_attention if role.lockstep is None else role.lockstep
             for server in servers:

@@ -27,12 +27,17 @@ def step_time(ranks: Sequence[Rank], plans: list) -> float:
 
 def run_group(env: simpy.Environment, ranks: Sequence[Rank]) -> Generator:
     """One process stepping all ``ranks`` together (one event per forward)."""
+    rec = ranks[0].recorder
     while True:
         plans = [r.plan_step() for r in ranks]
         if all(p is None for p in plans):
             yield env.any_of([r._sleep() for r in ranks])
             continue
+        t0 = env.now
         yield env.timeout(step_time(ranks, plans))
         for r, p in zip(ranks, plans, strict=True):
             if p is not None:
                 r.commit_step(p)
+        if rec is not None:
+            for r, p in zip(ranks, plans, strict=True):
+                rec.step(r, t0, env.now, p)

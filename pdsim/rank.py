@@ -16,6 +16,7 @@ from pdsim.stats import Stats
 
 class Rank:
     role = "rank"
+    recorder = None  # a pdsim.perfetto.Recorder when the run records its steps (set by the fleet)
 
     def __init__(self, env: simpy.Environment, server: int, index: int,
                  cfg: PrefillConfig | DecodeConfig, predictor: Predictor, pool_pages: int,
@@ -86,10 +87,14 @@ class Rank:
 
     def run_alone(self) -> Generator:
         """One scheduler loop: one event per batch step."""
+        env, rec = self.env, self.recorder
         while True:
             plan = self.plan_step()
             if plan is None:
                 yield self._sleep()
                 continue
-            yield self.env.timeout(self.step_time(plan))
+            t0 = env.now
+            yield env.timeout(self.step_time(plan))
             self.commit_step(plan)
+            if rec is not None:
+                rec.step(self, t0, env.now, plan)

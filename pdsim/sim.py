@@ -13,6 +13,7 @@ import simpy
 
 from pdsim import scenario as scenario_mod
 from pdsim.fleet import Fleet
+from pdsim.perfetto import Recorder
 from pdsim.summary import FLUSH_REASONS, clean, request_metrics
 
 REQUEST_COLUMNS = [
@@ -37,6 +38,7 @@ class Result:
     sim_wall_s: float = 0.0
     kv_pools: dict = field(default_factory=dict)  # rank -> {capacity, peak, used} in pages
     what_if: str = ""  # why the scenario's reference figures do not apply to this run, if so
+    recorder: Recorder | None = None  # batch steps and KV writes, when run with record_steps
 
     @property
     def unknowns(self) -> list:
@@ -216,15 +218,19 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: 
 
 
 def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | None = None,
-        progress: bool = False, *, allow_outside_paths: bool = False) -> Result:
+        progress: bool = False, record_steps: bool = False, *,
+        allow_outside_paths: bool = False) -> Result:
     """Simulate ``scenario`` (a path, dict or :class:`Scenario`) and return its Result.
 
-    ``allow_outside_paths``: let the scenario name files (``extends:``, traces) outside its
-    directory tree (for a dict: outside the current directory).
+    ``record_steps``: keep every batch step and KV write for a Perfetto trace
+    (:mod:`pdsim.perfetto`); it changes nothing that is simulated. ``allow_outside_paths``:
+    let the scenario name files (``extends:``, traces) outside its directory tree (for a
+    dict: outside the current directory).
     """
     sc = scenario_mod.load(scenario, sets, allow_outside_paths=allow_outside_paths)
     wall0 = time.perf_counter()
-    fleet = Fleet(sc)
+    recorder = Recorder() if record_steps else None
+    fleet = Fleet(sc, recorder)
     env = fleet.env
     rows: list = []
     env.process(_sampler(fleet, sc.timeseries_interval_s, rows))
@@ -245,7 +251,7 @@ def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | N
     pools = {f"{r.name}.r{r.index}": {"capacity": r.alloc.capacity, "peak": r.alloc.peak,
                                       "used": r.alloc.used} for r in fleet.ranks}
     return Result(sc, req, events, _timeseries(rows), summary, answers,
-                  fleet.router.flush_calls, wall, pools, what_if(sc))
+                  fleet.router.flush_calls, wall, pools, what_if(sc), recorder)
 
 
 def what_if(sc: scenario_mod.Scenario) -> str:

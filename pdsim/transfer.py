@@ -40,6 +40,8 @@ class Chunk:
 
 
 class TransferEngine:
+    recorder = None  # a pdsim.perfetto.Recorder when the run records its writes (set by the fleet)
+
     def __init__(self, env: simpy.Environment, owner: str, rank: int, nic: NIC,
                  blacklist: Blacklist, call_latency_s: float, timeout_s: float,
                  queues: int, log: EventLog, stats: Stats, reachable: Callable[[str], bool],
@@ -81,6 +83,7 @@ class TransferEngine:
 
     def _worker(self, i: int) -> Generator:
         q = self.queues[i]
+        rec = self.recorder
         while True:
             if not q:
                 self._wake[i] = self.env.event()
@@ -98,6 +101,7 @@ class TransferEngine:
                 continue
             room.state = Poll.Transferring
             self.writing[i] = chunk
+            t0 = self.env.now
             if self.latency:  # per-call cost before the bytes move (1.6 ms + bytes / bw)
                 yield self.env.timeout(self.latency)
             write = self.nic.write(chunk.nbytes)
@@ -115,3 +119,5 @@ class TransferEngine:
                 self.stats.bytes_transferred += chunk.nbytes
                 if chunk.last:
                     room.succeed()
+            if rec is not None:
+                rec.write(self, i, chunk, t0, self.env.now)
