@@ -13,18 +13,6 @@ from pdsim.cli import main
 matplotlib.use("Agg")
 
 
-def test_postmortem_and_compare_figures(tmp_path):
-    import matplotlib.pyplot as plt
-
-    drop = run_cached("drop_timeout")
-    fig = plots.postmortem(drop)
-    assert len(fig.axes) >= 4
-    fig.savefig(tmp_path / "pm.png")
-    fig2 = plots.compare({"healthy": run_cached("healthy"), "drop": drop})
-    assert len(fig2.axes[0].lines) >= 2
-    plt.close("all")
-
-
 def test_sweep_grid_rows_and_labels():
     df = pdsim.sweep(SCENARIOS / "healthy.yaml",
                      vary={"clients.0.num_prompts": [50, 80]}, seeds=[1, 2], workers=1,
@@ -55,3 +43,55 @@ def test_sweep_cli(capsys, tmp_path):
     assert "clients.0.num_prompts" in text and "gen tok/s" in text
     assert out.read_text().count("\n") == 3
     assert main(["sweep", "scenarios/healthy.yaml", "--vary", "nokey"]) == 2
+
+
+def test_postmortem_panels_say_what_the_docstring_promises(tmp_path):
+    """Harmful vs harmless flushes, blacklisted pairs outlined, one outcome panel per client,
+    a bar per blacklisted pair, every legend off the data; compare draws every run."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    drop = run_cached("drop_timeout")
+    s = drop.summary
+    flushes = plots.flush_table(drop)
+    first, second = flushes.itertuples(index=False)
+    assert first.caller == "ci_bench_first" and not first.harmful  # the fleet was idle
+    assert second.caller == "ci_bench" and second.harmful
+    assert second.doomed == s["flush_doomed_transfers"]
+    assert not plots.flush_table(run_cached("forward_timeout")).harmful.any()
+
+    iv = plots.blacklist_intervals(drop)
+    assert len(iv) == s["blacklisted_pairs_max"]  # permanent: one interval per pair
+    assert (iv.cause == "flush_freed_pages").all() and (iv.cleared_by == "").all()
+    assert iv.fast_failed.sum() == s["transfer_failures_by_reason"]["blacklisted_session"]
+
+    fig = plots.postmortem(drop)
+    fig.savefig(tmp_path / "pm.png", dpi=50)  # draws: legend extents are known after this
+    outlined = [p for ax in fig.axes for p in ax.patches
+                if isinstance(p, Rectangle) and not p.get_fill()]
+    assert len(outlined) == s["blacklisted_pairs_max"]
+    clients = [c.name for c in drop.scenario.clients]
+    labelled = [ax for ax in fig.axes if any(c in ax.get_ylabel() for c in clients)]
+    assert len(labelled) == len(clients)
+    bars = [ax for ax in fig.axes if ax.get_ylabel().startswith("pairs (")]
+    assert len(bars) == 1 and len(bars[0].patches) == s["blacklisted_pairs_max"]
+    flush_lines = {(ln.get_color(), ln.get_linestyle()) for ax in fig.axes for ln in ax.lines
+                   if list(ln.get_xdata()) in ([t, t] for t in flushes.t_flush)}
+    assert {(plots.FLUSH, "-"), (plots.HARMLESS, "--")} <= flush_lines
+    for ax in fig.axes:  # every legend sits outside its axes
+        leg = ax.get_legend()
+        if leg is not None:
+            a, b = ax.get_window_extent(), leg.get_window_extent()
+            overlap_w = min(a.x1, b.x1) - max(a.x0, b.x0)
+            overlap_h = min(a.y1, b.y1) - max(a.y0, b.y0)
+            assert overlap_w <= 1 or overlap_h <= 1, ax.get_title(loc="left")
+    fig2 = plots.compare({"healthy": run_cached("healthy"), "drop": drop})
+    assert len([ln for ln in fig2.axes[0].lines if len(ln.get_xdata()) > 2]) == 2
+    plt.close("all")
+
+
+def test_probe_recovery_shows_as_pairs_coming_off_the_blacklist():
+    res = run_cached("drop_timeout", "blacklist.recovery=probe")
+    iv = plots.blacklist_intervals(res)
+    assert len(iv) and (iv.cleared_by == "probe").all()
+    assert (iv.end - iv.start <= 30 + 1e-6).all()  # probe interval 30 s
