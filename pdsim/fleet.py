@@ -15,7 +15,7 @@ from pdsim.prefill import PrefillRank
 from pdsim.request import Request
 from pdsim.rng import Streams
 from pdsim.router import MiniLB
-from pdsim.scenario import Context, Invalid, RoleConfig, Scenario, load_check
+from pdsim.scenario import Context, Invalid, PrefillConfig, RoleConfig, Scenario, load_check
 from pdsim.server import Server
 from pdsim.stats import Stats
 from pdsim.transfer import TransferEngine
@@ -51,6 +51,39 @@ def _fleet_builds(sc: Scenario, ctx: Context) -> None:
             key = "predictor.coefficients" if msg.startswith("predictor.coefficients") else \
                 "predictor"
             raise Invalid(key, msg.removeprefix("predictor.coefficients: ")) from None
+
+
+# SGLang ServerArgs._handle_gpu_memory_settings (python/sglang/srt/server_args.py, 0.5.x): the
+# default --chunked-prefill-size by GPU memory in MiB (CUDA tiers; NPU tiers left out).
+CHUNK_TIERS_MIB = ((20 * 1024, 2048), (35 * 1024, 2048), (60 * 1024, 4096), (90 * 1024, 8192),
+                   (160 * 1024, 8192))
+CHUNK_LARGE = 16384  # B200, MI300 (>= 160 GB)
+
+
+def default_chunked_prefill_size(gpu: profiles.GPU) -> int:
+    """SGLang's default ``--chunked-prefill-size`` for ``gpu`` (before any DP division).
+
+    ``gpu_mem`` is the device's total memory in MiB as ``nvidia-smi`` reports it; a datasheet's
+    "80 GB" A100 reports 81,920 MiB, so ``hbm_gb`` is read as GiB.
+    """
+    mib = gpu.hbm_gb * 1024
+    for limit, size in CHUNK_TIERS_MIB:
+        if mib < limit:
+            return size
+    return CHUNK_LARGE
+
+
+def chunk_budget(role_cfg: PrefillConfig, gpu: profiles.GPU) -> int:
+    """Tokens one prefill forward of one rank may take.
+
+    The server's ``--chunked-prefill-size`` (given, or SGLang's GPU-memory default) is a budget
+    for the whole server: with ``--enable-dp-attention`` SGLang divides it by ``dp_size``
+    (``ServerArgs._handle_data_parallelism``), so 8192 on a DP-4 H20 server is 2048 per rank.
+    """
+    size = role_cfg.chunked_prefill_size or default_chunked_prefill_size(gpu)
+    if role_cfg.dp_attention:
+        size //= role_cfg.dp
+    return max(1, size)
 
 
 class Fleet:
@@ -91,6 +124,7 @@ class Fleet:
         self.engines: list[TransferEngine] = []
         p_pred = predictor.build(sc.predictor, gpu, model, pc.tp, pc.dp if pc.dp_attention else 1)
         p_pages = pool_pages(pc, gpu, model)
+        chunk = self.chunked_prefill_per_rank = chunk_budget(pc, gpu)
         kvb = model.kv_bytes_per_token_sent(pc.tp, pc.dp_attention)
         gpus_per_rank = pc.tp // pc.dp if pc.dp_attention else pc.tp
         gpus_per_nic = tc.gpus_per_nic or gpu.gpus_per_nic
@@ -107,7 +141,7 @@ class Fleet:
                                          tc.peak_utilisation, tc.min_utilisation,
                                          tc.saturation_mb * 1e6))
                 rank = PrefillRank(env, s, r, pc, p_pred, kvb, p_pages, tc.bootstrap_timeout_s,
-                                   sc.flush.semantics, self.log, self.stats)
+                                   sc.flush.semantics, self.log, self.stats, chunk)
                 owner = f"{rank.name}.r{r}"
 
                 def reachable(session: str, s: int = s) -> bool:

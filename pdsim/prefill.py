@@ -29,10 +29,11 @@ class PrefillRank(Rank):
     def __init__(self, env: simpy.Environment, server: int, index: int, cfg: PrefillConfig,
                  predictor: Predictor, kv_bytes_per_token: int, pool_pages: int,
                  bootstrap_timeout_s: float, flush_semantics: str, log: EventLog,
-                 stats: Stats) -> None:
+                 stats: Stats, chunk_budget: int) -> None:
         super().__init__(env, server, index, cfg, predictor, pool_pages, flush_semantics, log,
                          stats)
         self.kvb = kv_bytes_per_token
+        self.chunk_budget = chunk_budget  # per rank, after SGLang's DP division (fleet.py)
         self.bootstrap_timeout = bootstrap_timeout_s
         self.engine: TransferEngine | None = None  # wired by the fleet
         self.bootstrap: dict[int, Request] = {}
@@ -97,7 +98,7 @@ class PrefillRank(Rank):
         return n
 
     def _form_batch(self) -> list[tuple[Request, int, bool]]:
-        budget = self.cfg.chunked_prefill_size
+        budget = self.chunk_budget
         batch: list[tuple[Request, int, bool]] = []
         if self.chunked is not None:
             n = self._take(self.chunked, budget)

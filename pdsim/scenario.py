@@ -209,9 +209,10 @@ class RoleConfig(Strict):
 
 
 class PrefillConfig(RoleConfig):
-    chunked_prefill_size: Tokens = Field(
-        8192, description="Token budget of one prefill forward per rank (--chunked-prefill-size, "
-        "already divided by dp under DP attention)"
+    chunked_prefill_size: Tokens | None = Field(
+        None, description="--chunked-prefill-size of the server (SGLang semantics: under DP "
+        "attention each rank gets size // dp). Unset: SGLang's default from GPU memory (8192 "
+        "for 60-160 GB parts such as H20/H100/H200)"
     )
     prefix_cache: bool = Field(True, description="Radix (prefix) cache on the prefill")
     prefix_block_tokens: PosInt = Field(512, le=MAX_PAGE_TOKENS,

@@ -207,6 +207,7 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: 
         "retractions": stats.retractions,
         "kv_transferred_gb": round(stats.bytes_transferred / 1e9, 3),
         "prefill_tokens_computed": stats.prefill_tokens,
+        "chunked_prefill_size_per_rank": fleet.chunked_prefill_per_rank,
         "tokens_generated_fleet": stats.tokens_out,
         "events": sim_events,
         "logged_events": int(len(events)),

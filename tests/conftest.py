@@ -35,7 +35,7 @@ def small_fleet(**over) -> dict:
         "fleet": {
             "gpu": "H20", "model": "dsv3-ci-test",
             "prefill": {"dp": 2, "tp": 2, "dp_attention": True, "balance": "total_tokens",
-                        "chunked_prefill_size": 4096},
+                        "chunked_prefill_size": 8192},
             "decode": {"dp": 2, "tp": 2, "dp_attention": True, "balance": "total_tokens"},
         },
         "clients": [{"kind": "bench", "num_prompts": 200, "max_concurrency": 64,

@@ -171,3 +171,19 @@ def test_transfer_time_is_call_latency_plus_bytes_over_bandwidth():
     eng.submit(Chunk(req, room, 0.5e9, last=True))
     env.run()
     assert done == [pytest.approx(0.0016 + 0.5)]
+
+
+def test_chunked_prefill_default_follows_sglang():
+    """server_args.py: 8192 for 60-160 GB GPUs, 4096 for 40 GB; DP attention divides by dp."""
+    from pdsim.fleet import chunk_budget, default_chunked_prefill_size
+    from pdsim.scenario import PrefillConfig
+
+    for name in ("H20", "H100", "H200", "A100"):
+        assert default_chunked_prefill_size(profiles.gpu(name)) == 8192, name
+    h20 = profiles.gpu("H20")
+    dpa = dict(dp=4, tp=4, dp_attention=True)
+    assert chunk_budget(PrefillConfig(**dpa), h20) == 2048  # the incident's prefill ranks
+    assert chunk_budget(PrefillConfig(**dpa, chunked_prefill_size=16384), h20) == 4096
+    assert chunk_budget(PrefillConfig(dp=4, tp=4), h20) == 8192  # no DP attention: no division
+    small = profiles.GPU(**{**vars(h20), "name": "40GB", "hbm_gb": 40})
+    assert default_chunked_prefill_size(small) == 4096

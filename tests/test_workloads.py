@@ -10,7 +10,7 @@ import pdsim
 
 def test_trace_replay_hits_the_prefix_cache():
     d = small_fleet()
-    d["fleet"]["prefill"]["chunked_prefill_size"] = 16384
+    d["fleet"]["prefill"]["chunked_prefill_size"] = 32768  # 16384 per rank at dp 2
     d["clients"] = [{"kind": "bench", "num_prompts": 300, "request_rate": "trace",
                      "warmup_requests": 0,
                      "dataset": {"kind": "trace", "path": str(TRACES / "synthetic_trace.jsonl.gz"),
