@@ -11,6 +11,7 @@ Under memory pressure the rank retracts requests (fewest generated tokens first,
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 
 import simpy
@@ -30,9 +31,11 @@ class DecodeRank(Rank):
 
     def __init__(self, env: simpy.Environment, server: int, index: int, cfg: DecodeConfig,
                  predictor: Predictor, pool_pages: int, waiting_timeout_s: float, port: int,
-                 flush_semantics: str, log: EventLog, stats: Stats) -> None:
+                 flush_semantics: str, log: EventLog, stats: Stats,
+                 flush_dooms: str = "source_and_destination") -> None:
         super().__init__(env, server, index, cfg, predictor, pool_pages, flush_semantics, log,
                          stats)
+        self.flush_dooms = flush_dooms  # scenario flush.dooms: which destinations a flush fails
         self.waiting_timeout = waiting_timeout_s
         self.port = port
         self.session = f"decode-{server}.r{index}:{port}"
@@ -263,10 +266,23 @@ class DecodeRank(Rank):
                 f"waiting={len(self.waiting)} running={len(self.running)} "
                 f"retracted={len(self.retracted)}")
 
+    def _doomed_by_flush(self, req: Request) -> bool:
+        """Does freeing this room's pre-allocated destination pages fail its transfer?
+
+        ``flush.dooms`` decides: ``source`` never (only the prefill's freed pages fail
+        transfers), ``source_and_destination`` once the room's prefill has started (a write
+        into the freed pages is under way or queued), ``source_and_unstarted`` always (the
+        prefill will write into pages the decode no longer holds).
+        """
+        if self.flush_dooms == "source":
+            return False
+        return self.flush_dooms == "source_and_unstarted" or not math.isnan(req.t_prefill_start)
+
     def flush_now(self, how: str) -> None:
         doomed = 0
         for req in self.transfer.values():
-            if not req.room.resolved and not req.room.doomed:
+            if (not req.room.resolved and not req.room.doomed
+                    and self._doomed_by_flush(req)):
                 req.room.doomed = f"{self.name}/r{self.index}"
                 doomed += 1
                 self.log("flush_doomed", self.name, self.index, req.rid, req.room.id,

@@ -110,7 +110,7 @@ class Fleet:
             for r in range(dc.dp):
                 port = tc.base_port + len(self.decode_ranks)
                 rank = DecodeRank(env, s, r, dc, d_pred, d_pages, tc.waiting_timeout_s, port,
-                                  sc.flush.semantics, self.log, self.stats)
+                                  sc.flush.semantics, self.log, self.stats, sc.flush.dooms)
                 ranks.append(rank)
                 self.decode_ranks.append(rank)
             self.decode_servers.append(Server(env, "decode", s, ranks, balance.build(dc.balance),

@@ -134,7 +134,10 @@ class PrefillRank(Rank):
             return None
         tokens = 0
         sq = 0.0
-        for req, n, _first in batch:
+        now = self.env.now
+        for req, n, first in batch:
+            if first:  # taken from the waiting queue: its first chunk
+                req.t_prefill_start = now
             ctx = req.cached_tokens + self.progress.get(req.rid, 0)
             tokens += n
             sq += n * (n + ctx)
@@ -192,6 +195,9 @@ class PrefillRank(Rank):
         return [r for r in reqs.values() if not r.room.resolved]
 
     def flush_now(self, how: str) -> None:
+        """Free every page: transfers still reading this rank's pages fail (every
+        ``flush.dooms`` choice includes the source side). Waiting and bootstrapping requests
+        hold no pages yet and are untouched."""
         doomed = 0
         for req in self.holders():
             if not req.room.doomed:

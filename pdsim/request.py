@@ -63,6 +63,7 @@ class Request:
         "http_status", "room", "p_server", "p_rank", "d_server", "d_rank", "prefill_tokens",
         "cached_tokens", "response", "d_pages", "p_pages", "gen_at_join", "join_step",
         "version", "cap_tokens", "stale_pages", "t_prefill_end", "t_transfer_done",
+        "t_prefill_start",
     )
 
     def __init__(self, env: simpy.Environment, rid: int, client: str, kind: str,
@@ -90,6 +91,7 @@ class Request:
         self.room: Room | None = None
         self.p_server = self.p_rank = self.d_server = self.d_rank = -1
         self.prefill_tokens = 0  # prefill forward work spent on this request
+        self.t_prefill_start = float("nan")  # its first prefill forward began
         self.cached_tokens = 0
         self.response = env.event()
         self.d_pages = None

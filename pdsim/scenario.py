@@ -309,6 +309,14 @@ class FlushConfig(Strict):
         description="Immediate path (timeout<=0): flush regardless (incident report) or 400 when "
         "busy (released 0.5.10-0.5.23)",
     )
+    dooms: Literal["source", "source_and_destination", "source_and_unstarted"] = Field(
+        "source_and_destination",
+        description="Which transfers a flush fails (an assumption: the write-up only says the "
+        "engine 'reads a freshly freed buffer'). source: those reading prefill pages the flush "
+        "freed (forward, chunked, in-flight); source_and_destination: also those writing into "
+        "decode pages it freed, once their prefill has started; source_and_unstarted: also "
+        "rooms pre-allocated on the decode whose prefill has not started",
+    )
 
 
 Coefficient = Annotated[float, Field(ge=0, le=MAX_MS, allow_inf_nan=False), _NUM]

@@ -20,7 +20,8 @@ from pdsim.summary import FLUSH_REASONS, clean, request_metrics
 
 REQUEST_COLUMNS = [
     "rid", "client", "kind", "question", "attempt", "input_len", "output_len", "stream",
-    "t_arrival", "t_first_token", "t_prefill_end", "t_transfer_done", "t_done", "generated",
+    "t_arrival", "t_first_token", "t_prefill_start", "t_prefill_end", "t_transfer_done",
+    "t_done", "generated",
     "status", "reason", "http_status", "room", "p_server", "p_rank", "d_server", "d_rank",
     "session", "prefill_tokens", "cached_tokens", "flush_doomed", "stale_pages",
 ]
@@ -121,7 +122,8 @@ def _records(fleet: Fleet) -> pd.DataFrame:
     for r in fleet.requests:
         room = r.room
         rows.append((r.rid, r.client, r.kind, r.question, r.attempt, r.input_len, r.output_len,
-                     r.stream, r.t_arrival, r.t_first_token, r.t_prefill_end, r.t_transfer_done,
+                     r.stream, r.t_arrival, r.t_first_token, r.t_prefill_start, r.t_prefill_end,
+                     r.t_transfer_done,
                      r.t_done, r.generated, r.status, r.reason, r.http_status,
                      room.id if room else -1, r.p_server, r.p_rank, r.d_server, r.d_rank,
                      room.session if room else "", r.prefill_tokens, r.cached_tokens,
