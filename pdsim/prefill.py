@@ -4,7 +4,9 @@ A request waits in the bootstrap queue until its decode rank has pre-allocated K
 bootstrapped), then in the waiting queue. Each forward takes requests FIFO under the
 chunked-prefill token budget; every finished chunk's KV goes to the transfer engine at once.
 After its last chunk the request sits in the in-flight queue until the transfer resolves, and
-then its KV is released (into the prefix cache on success).
+then its KV is released (into the prefix cache on success). A room that fails while its prompt
+is mid-prefill still has its remaining chunks computed, as SGLang does; a failed room still in
+the waiting queue is dropped (SGLang's abort path removes aborted requests from it).
 """
 
 from __future__ import annotations
@@ -67,7 +69,20 @@ class PrefillRank(Rank):
         if req.rid in self.bootstrap and not req.room.resolved:
             req.room.fail("bootstrap_timeout")
 
+    def _prefilling(self, req: Request) -> bool:
+        return req is self.chunked or any(r is req for r, _n, _f in self.batch)
+
     def _on_done(self, req: Request) -> None:
+        if req.room.state == Poll.Failed and self._prefilling(req):
+            # SGLang does not stop a failed room's prefill: the scheduler keeps scheduling the
+            # chunked request (disaggregation/prefill.py process_prefill_chunk and
+            # process_batch_result_disagg_prefill never poll its sender), the transfer engine
+            # drops its chunks (mooncake/conn.py add_transfer_request: "already failed"), and
+            # only after its last chunk does the in-flight poll see Failed and free its KV.
+            return  # commit_step releases it after the last chunk
+        self._release(req)
+
+    def _release(self, req: Request) -> None:
         rid = req.rid
         self.bootstrap.pop(rid, None)
         self._queued.discard(rid)
@@ -160,17 +175,20 @@ class PrefillRank(Rank):
         self.stats.prefill_tokens += plan[0]
         for req, n, first in batch:
             req.prefill_tokens += n
-            if req.room.resolved:
-                continue
             done = self.progress.get(req.rid, 0) + n
             self.progress[req.rid] = done
-            sent = n + (req.cached_tokens if first else 0)
             last = done >= req.input_len - req.cached_tokens
             if last:
                 if self.chunked is req:
                     self.chunked = None
-                self.inflight[req.rid] = req
                 req.t_prefill_end = env.now
+            if req.room.resolved:  # failed mid-prefill: nothing is sent; freed after the last
+                if last:
+                    self._release(req)
+                continue
+            if last:
+                self.inflight[req.rid] = req
+            sent = n + (req.cached_tokens if first else 0)
             self.engine.submit(Chunk(req, req.room, sent * self.kvb, last))
         self._maybe_idle()
 

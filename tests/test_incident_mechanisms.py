@@ -82,11 +82,14 @@ def test_blacklisted_pair_fails_after_prefill_and_touches_no_other_pair():
     fast = req[req.reason == "blacklisted_session"]
     assert len(fast) > 0
     # the blacklist is checked only when a KV chunk reaches a transfer worker: after the
-    # decode pre-allocated and a prefill forward ran (the whole prompt when it fits one chunk)
+    # decode pre-allocated and a prefill forward ran; and SGLang computes the rest of a failed
+    # room's prompt (its chunks are dropped, not sent), so every one burnt its whole prefill
     assert (fast.prefill_tokens > 0).all()
-    one_chunk = fast[fast.t_prefill_end.notna()]
-    assert len(one_chunk) > 0
-    assert (one_chunk.prefill_tokens >= one_chunk.input_len - one_chunk.cached_tokens).all()
+    multi = fast[fast.input_len - fast.cached_tokens > res.summary["chunked_prefill_size_per_rank"]]
+    assert len(multi) > 0  # prompts of more than one chunk failed at their first chunk ...
+    assert (fast.prefill_tokens == fast.input_len - fast.cached_tokens).all()  # ... and finished
+    # the client had its failure while the prefill was still computing the later chunks
+    assert (multi.t_prefill_end > multi.t_done).any()
     assert res.summary["wasted_prefill_tokens"] >= int(fast.prefill_tokens.sum()) > 0
     # every fast-fail is on a pair blacklisted before it
     ev = res.events
