@@ -187,3 +187,30 @@ def test_chunked_prefill_default_follows_sglang():
     assert chunk_budget(PrefillConfig(dp=4, tp=4), h20) == 8192  # no DP attention: no division
     small = profiles.GPU(**{**vars(h20), "name": "40GB", "hbm_gb": 40})
     assert default_chunked_prefill_size(small) == 4096
+
+
+def test_bench_metrics_count_streamed_aborts_as_bench_serving_does():
+    """bench_serving.calculate_metrics: a streamed abort is a success with TTFT 0, output_len
+    the requested length and latency its arrival; it enters TTFT, TPOT and E2E, not ITL."""
+    import pandas as pd
+
+    from pdsim.summary import request_metrics
+
+    rows = [  # arrival, first token, done, generated, output_len, status, http
+        (0.0, 1.0, 3.0, 11, 11, "completed", 200),
+        (0.0, 2.0, 4.0, 21, 21, "completed", 200),
+        (0.0, float("nan"), 5.0, 0, 101, "failed", 200),  # streamed abort after 5 s
+    ]
+    df = pd.DataFrame(rows, columns=["t_arrival", "t_first_token", "t_done", "generated",
+                                     "output_len", "status", "http_status"])
+    df["stream"], df["input_len"], df["prefill_tokens"], df["cached_tokens"] = True, 100, 100, 0
+    m = request_metrics(df, duration=5.0)
+    assert m["successful_requests"] == 3 and m["failed"] == 1 and m["empty_responses"] == 1
+    assert m["mean_ttft_ms"] == pytest.approx((1000 + 2000 + 0) / 3, abs=1e-3)
+    tpots = [(3 - 1) / 10, (4 - 2) / 20, 5 / 100]
+    assert m["mean_tpot_ms"] == pytest.approx(1000 * sum(tpots) / 3, abs=1e-3)
+    assert m["mean_itl_ms"] == pytest.approx(1000 * (2 + 2) / (10 + 20), abs=1e-3)
+    assert m["mean_e2e_ms"] == pytest.approx(1000 * (3 + 4 + 5) / 3, abs=1e-3)
+    assert m["output_throughput_tok_s"] == pytest.approx((11 + 21 + 101) / 5)
+    assert m["true_output_throughput_tok_s"] == pytest.approx((11 + 21) / 5)
+    assert m["completed_mean_ttft_ms"] == pytest.approx(1500, abs=1e-3)
