@@ -138,7 +138,12 @@ class BenchClient(Client):
 
 
 class EvalClient(Client):
-    """gsm8k-style eval: N questions over T threads, non-streaming, with retries."""
+    """gsm8k-style eval: N questions over T threads, non-streaming, with retries.
+
+    Each question: up to ``tries`` sampler tries, each a request the HTTP SDK retries
+    ``sdk_retries`` times on a status >= 500 (with its own backoff, none after its last retry);
+    after a failed try the sampler sleeps ``2**k`` s, after the last one too, then answers empty.
+    """
 
     def __init__(self, *args, **kwargs) -> None:
         self.answers: list[dict] = []
@@ -183,8 +188,10 @@ class EvalClient(Client):
                                      "t_done": env.now})
                 self.sent += 1
                 return
-            if k < cfg.tries - 1:
-                yield env.timeout(2.0**k)
+            # the sampler sleeps 2**trial after every failed try, the last one included, before
+            # its loop test gives up (sglang/test/simple_eval_common.py,
+            # ChatCompletionSampler.__call__: the except branch sleeps, then trial += 1)
+            yield env.timeout(2.0**k)
         self.answers.append({"question": q, "answered": False, "attempts": attempt,
                              "t_done": env.now})
         self.sent += 1

@@ -437,7 +437,8 @@ class EvalClientConfig(Strict):
     dataset: RandomDataset = RandomDataset(input_len=256, output_len=256, range_ratio=0.5)
     max_tokens: Tokens = 512
     tries: PosInt = Field(6, le=MAX_TRIES,
-                          description="Sampler tries with 2^k s sleeps between them")
+                          description="Sampler tries; after failed try k it sleeps 2^k s "
+                          "(after the last one too, then answers empty)")
     sdk_retries: NonNegInt = Field(2, le=MAX_TRIES,
                                    description="HTTP SDK retries on status >= 500")
     sdk_backoff_s: Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False), _NUM] = Field(

@@ -59,45 +59,64 @@ def test_prefix_cache_matches_the_traces_published_hit_rates(trace, unbounded, l
     assert _block_hit_rate(path, 10_000) == pytest.approx(lru10k, abs=0.002)
 
 
-def _eval_fleet(**blacklist):
+HOP = 0.5e-3  # router <-> server, each way (router.http_latency_ms)
+
+
+def _eval_fleet(**eval_cfg):
+    """The eval on a fleet whose decode rank 0 is unreachable for its first 2 s: the writes to
+    it fail, the one-strike blacklist takes both prefill ranks' pairs to it for good, and every
+    later request routed there fails with a 500 after its prefill."""
     d = small_fleet()
     d["clients"] = [{"kind": "eval", "questions": 120, "threads": 16, "sdk_backoff_s": 0.1,
-                     "dataset": {"kind": "random", "input_len": 600, "output_len": 64}},
-                    {"kind": "bench", "name": "flusher", "start_s": 1.0, "num_prompts": 1,
-                     "warmup_requests": 0, "flush": {"mode": "bare"},
-                     "dataset": {"kind": "random", "input_len": 16, "output_len": 4}}]
-    d["blacklist"] = blacklist
+                     "dataset": {"kind": "random", "input_len": 600, "output_len": 64},
+                     **eval_cfg}]
+    d["faults"] = [{"kind": "decode_unreachable", "decode_rank": 0, "at_s": 0.0,
+                    "duration_s": 2.0}]
     return d
 
 
 def test_eval_client_retries_and_answers():
     res = pdsim.run(_eval_fleet())
+    assert res.summary["blacklisted_pairs_max"] == 2  # both prefill ranks -> decode rank 0
     ans = res.answers
     assert len(ans) == 120
-    m = res.measured[res.measured.client == "eval"]
-    assert set(m.http_status) <= {200, 500}
+    m = res.measured[res.measured.client == "eval"].sort_values(["question", "attempt"])
     # non-streaming failures are 500s that the SDK and the sampler retry
     failed = m[m.status == "failed"]
-    if len(failed):
-        assert (failed.http_status == 500).all()
-        retried = m.groupby("question").attempt.max()
-        assert (retried > 0).any()
+    assert len(failed) > 100 and (failed.http_status == 500).all()
+    assert set(m.http_status) == {200, 500}
     assert ans.attempts.sum() == len(m)
-    # a question is answered iff its last attempt completed
-    last = m.sort_values("attempt").groupby("question").tail(1).set_index("question")
-    joined = ans.set_index("question").join(last.status)
+    # a question is answered iff its last attempt completed; retries rescue some questions
+    # (their later tries land on decode rank 1) and not others (18 requests, all failed)
+    last = m.groupby("question").tail(1).set_index("question")
+    joined = ans.set_index("question").join(
+        last[["status", "t_done"]].rename(columns={"t_done": "t_done_req"}))
     assert ((joined.status == "completed") == joined.answered).all()
+    assert ((ans.attempts > 1) & ans.answered).sum() > 10
+    empty = joined[~joined.answered]
+    assert len(empty) > 0 and (empty.attempts == 18).all()
+    # spacing: the SDK backs off 0.1 * 2^j after its j-th 500 within a try; the sampler sleeps
+    # 2^k after failed try k -- after the last (k = 5) too, before the empty answer
+    nxt = m.groupby("question").t_arrival.shift(-1)
+    gap = (nxt - m.t_done - HOP).dropna()
+    a = m.loc[gap.index, "attempt"]
+    expected = (0.1 * 2.0 ** (a % 3)).where(a % 3 < 2, 2.0 ** (a // 3))
+    assert ((gap - expected).abs() < 1e-6).all()
+    assert ((empty.t_done - empty.t_done_req - HOP - 2.0**5).abs() < 1e-6).all()
 
 
 def test_eval_exhausted_retries_give_empty_answers():
-    d = _eval_fleet()
-    d["clients"][0]["tries"] = 1
-    d["clients"][0]["sdk_retries"] = 0
-    res = pdsim.run(d)
+    res = pdsim.run(_eval_fleet(tries=1, sdk_retries=0))
     s = res.summary["clients"]["eval"]
-    if res.summary["blacklisted_pairs_max"]:
-        assert s["empty_answers"] > 0
-        assert s["empty_answers"] == s["failed"]
+    assert res.summary["blacklisted_pairs_max"] == 2
+    assert s["requests"] == 120  # one request per question: no retry of any kind
+    assert s["empty_answers"] == s["failed"] > 0
+    ans = res.answers.set_index("question")
+    m = res.measured.set_index("question")
+    empty = ans[~ans.answered]
+    assert (m.loc[empty.index, "status"] == "failed").all()
+    # even with one try, the sampler sleeps 2^0 s after it before answering empty
+    assert ((empty.t_done - m.loc[empty.index, "t_done"] - HOP - 1.0).abs() < 1e-6).all()
 
 
 def test_model_gateway_reports_partial_success_on_refusals():
