@@ -5,9 +5,11 @@
     >>> res.summary["output_throughput_tok_s"], res.requests.head()
 """
 
+from pdsim.explore import Exploration, explore
 from pdsim.scenario import Scenario, ScenarioError, load
 from pdsim.sim import Result, run
 from pdsim.sweep import sweep
 
-__all__ = ["Result", "Scenario", "ScenarioError", "load", "run", "sweep"]
+__all__ = ["Exploration", "Result", "Scenario", "ScenarioError", "explore", "load", "run",
+           "sweep"]
 __version__ = "0.1.0"

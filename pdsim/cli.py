@@ -110,6 +110,14 @@ examples:
   pdsim profiles                 every GPU and model, one line each
   pdsim profiles H20             one profile, each value with its source"""
 
+EXPLORE_EPILOG = """\
+examples:
+  pdsim explore scenarios/drop_timeout.yaml --samples 64 --seeds 2
+  pdsim explore scenarios/drop_timeout.yaml --samples 128    reuses the first 64 samples' runs
+  pdsim explore my.yaml --set 'clients.0.start_s={uniform: [0, 30], nominal: 10}'
+  pdsim explore my.yaml --backend ray --address auto          pip install -e '.[ray]'
+Killed or interrupted, the same command resumes: stored runs are not run again."""
+
 SCHEMA_EPILOG = """\
 example:
   pdsim schema > scenario.schema.json
@@ -173,6 +181,38 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("--client", help="client whose empty share and throughput the table shows "
                     "(default: the last bench client)")
     _outside_flag(sw)
+
+    sw.add_argument("--backend", choices=["process", "ray"], default="process",
+                    help="where runs go: a local process pool, or Ray (pdsim[ray])")
+    sw.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+
+    ex = sub.add_parser(
+        "explore", help="sample the declared unknowns x seeds and show which values reproduce "
+        "the reported figures, and what moves them",
+        description="Sample the scenario's declared unknowns ({uniform|loguniform|choice: ..., "
+        "nominal: x}) with a space-filling design, run every sample with every seed, and "
+        "compare each run with the scenario's reference figures and their bands. Runs are "
+        "stored one by one under OUT/runs.parquet/; rerunning resumes.",
+        epilog=EXPLORE_EPILOG, formatter_class=RAW)
+    ex.add_argument("scenario")
+    ex.add_argument("--samples", type=int, default=64, help="design points (default 64)")
+    ex.add_argument("--seeds", type=int, default=2, help="seeds 1..N per point (default 2)")
+    ex.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="override (KEY=value pins an unknown; "
+                    "'KEY={uniform: [a, b], nominal: x}' declares one)")
+    ex.add_argument("--design", choices=["sobol", "lhs"], default="sobol",
+                    help="scrambled Sobol (default; more samples extend the same sequence) or "
+                    "Latin hypercube")
+    ex.add_argument("--design-seed", type=int, default=0, help="seed of the design (default 0)")
+    ex.add_argument("--out", metavar="DIR", help="results directory (default: "
+                    "explore-<scenario name>); runs.parquet/, tables and figures go there")
+    ex.add_argument("--workers", type=int, help="processes (default: one per core)")
+    ex.add_argument("--backend", choices=["process", "ray"], default="process",
+                    help="a local process pool, or Ray (pip install -e '.[ray]')")
+    ex.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    ex.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+
+    _outside_flag(ex)
 
     sub.add_parser("schema", help="print the JSON Schema of the scenario format",
                    description="Print the JSON Schema of the scenario format (for editors: "
@@ -293,7 +333,7 @@ def _sweep(args: argparse.Namespace) -> int:
             args.sets)
         sc = scenario_mod.load(data)
         df = sweep(data, vary, range(1, args.seeds + 1), args.workers,
-                   progress=sys.stderr.isatty())
+                   progress=sys.stderr.isatty(), backend=args.backend, address=args.address)
     except (scenario_mod.ScenarioError, UsageError) as err:
         return _die(str(err))
     if args.out:
@@ -326,6 +366,46 @@ def _sweep(args: argparse.Namespace) -> int:
         print(table.round(3).to_string())
     print("\n" + SWEEP_COLUMNS.replace("--client's", f"{main_client}'s")
           .replace("--client", main_client).split("\n--out")[0])
+    return 0
+
+
+def _explore(args: argparse.Namespace) -> int:
+    import signal
+    from pathlib import Path
+
+    from pdsim.explore import explore, render, write_tables
+
+    def _stop(signum: int, frame: object) -> None:  # SIGTERM: stop cleanly, runs are stored
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    out = None
+    try:
+        data = scenario_mod.read_yaml(args.scenario, allow_outside_paths=args.allow_outside_paths)
+        name = scenario_mod.load(scenario_mod.apply_overrides(data, args.sets)).name
+        out = Path(args.out or f"explore-{name}")
+        ex = explore(data, args.samples, args.seeds, args.sets, args.design, args.design_seed,
+                     out, args.backend, args.workers, args.address, progress=True)
+    except (scenario_mod.ScenarioError, UsageError, ValueError) as err:
+        return _die(str(err))
+    except OSError as err:
+        return _die(f"--out {show_path(out) if out else ''}: cannot write "
+                    f"({err.strerror or type(err).__name__})")
+    except KeyboardInterrupt:
+        where = f"in {show_path(out / 'runs.parquet')} " if out else ""
+        print(f"pdsim: interrupted; finished runs are stored {where}and the same command "
+              "resumes", file=sys.stderr)
+        return 130
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 40):
+        print(render(ex))
+    written = write_tables(ex, out)
+    if not args.no_figures:
+        from pdsim import explore_plots
+
+        written += explore_plots.save(ex, out)
+    print(f"wrote {', '.join(p.name for p in written)} in {show_path(out)}", file=sys.stderr)
     return 0
 
 
@@ -367,6 +447,8 @@ def _main(argv: list[str] | None) -> int:
         return 0
     if args.cmd == "sweep":
         return _sweep(args)
+    if args.cmd == "explore":
+        return _explore(args)
     if args.cmd == "profiles":
         return _profiles(args.name)
     try:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
+from pdsim import backends
 from pdsim import scenario as scenario_mod
 
 SKIP = {"flushes", "clients", "transfer_failures_by_reason", "failed_by_reason",
@@ -63,8 +63,12 @@ def grid(vary: dict[str, Iterable], seeds: Iterable[int]) -> list[tuple[list[str
 
 def sweep(scenario: str | Path | dict, vary: dict[str, Iterable], seeds: Iterable[int] = (0,),
           workers: int | None = None, progress: bool = True, *,
-          allow_outside_paths: bool = False) -> pd.DataFrame:
-    """Run ``scenario`` over the grid ``vary`` x ``seeds``; one row per run."""
+          allow_outside_paths: bool = False, backend: str = "process",
+          address: str | None = None) -> pd.DataFrame:
+    """Run ``scenario`` over the grid ``vary`` x ``seeds``; one row per run.
+
+    ``backend``/``address``: where the runs go (pdsim/backends.py: "process" or "ray").
+    """
     data = scenario_mod.as_data(scenario, allow_outside_paths)  # keeps where paths resolve
     jobs = grid(vary, list(seeds))
     for sets, _labels in jobs:  # fail fast, before any process starts, on a bad override
@@ -74,15 +78,10 @@ def sweep(scenario: str | Path | dict, vary: dict[str, Iterable], seeds: Iterabl
     from tqdm import tqdm
 
     bar = tqdm(total=len(tasks), unit="run", disable=not progress, leave=False)
-    rows = []
-    if workers <= 1:
-        for t in tasks:
-            rows.append(_one(t))
+    rows: list = [None] * len(tasks)
+    with backends.get(backend, workers, address) as be:
+        for i, row in be.imap(_one, tasks):
+            rows[i] = row
             bar.update()
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for row in pool.map(_one, tasks):
-                rows.append(row)
-                bar.update()
     bar.close()
     return pd.DataFrame(rows)

@@ -1,0 +1,141 @@
+"""pdsim explore: acceptance, accepted region and sensitivity on a case with a known answer;
+determinism; resume after a kill; the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import ROOT, small_fleet
+
+import pdsim
+from pdsim.cli import main
+from pdsim.explore import WALL, read_runs
+
+
+def tiny() -> dict:
+    """Two unknowns: one sets the figure exactly (num_prompts -> requests), one cannot move it
+    (stream), and a loguniform integer that moves other figures only."""
+    d = small_fleet()
+    d["name"] = "tiny"
+    d["clients"][0].update({
+        "num_prompts": {"uniform": [20, 60], "nominal": 40, "why": "test"},
+        "stream": {"choice": [True, False], "nominal": True},
+        "dataset": {"kind": "random", "input_len": 1024,
+                    "output_len": {"loguniform": [8, 64], "nominal": 32}}})
+    d["reference"] = [
+        {"label": "requests", "metric": "requests", "reported": 40, "tolerance": 10},
+        {"label": "failed", "metric": "failed", "reported": 0, "tolerance": 0.5},
+        {"label": "context only", "reported": 1}]
+    return d
+
+
+def _rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df.drop(columns=WALL).sort_values(["sample", "seed"]).reset_index(drop=True)
+
+
+def test_acceptance_region_and_sensitivity_recover_the_known_answer(tmp_path):
+    ex = pdsim.explore(tiny(), samples=32, seeds=1, workers=1, out=tmp_path, progress=False)
+    runs = ex.runs
+    assert len(runs) == 32 and ex.ran == 32 and ex.resumed == 0
+    n = runs["clients.0.num_prompts"]
+    assert n.map(type).eq(int).all() and n.between(20, 60).all() and n.nunique() > 20
+    assert set(runs["clients.0.stream"]) == {True, False}
+    assert runs["clients.0.dataset.output_len"].between(8, 64).all()
+    assert (runs.requests == n).all()  # the unknown's value reached the simulation
+    acc = ex.acceptance.set_index("figure")
+    assert list(acc.index) == ["F1", "F2", "all"]  # the context-only figure is not judged
+    inside = n.between(30, 50)
+    assert acc.loc["F1", "share_within"] == pytest.approx(inside.mean())
+    assert acc.loc["F2", "share_within"] == 1.0
+    assert acc.loc["all", "share_within"] == pytest.approx(inside.mean())
+    # ABC region: exactly the values that reproduce the figure
+    reg = ex.region.set_index("unknown").loc["clients.0.num_prompts"]
+    assert reg.accepted_runs == inside.sum()
+    assert reg["min"] == n[inside].min() >= 30 and reg["max"] == n[inside].max() <= 50
+    bins = ex.bins[ex.bins.unknown == "clients.0.num_prompts"]
+    assert bins.runs.sum() == 32 and bins.iloc[0]["all"] == 0.0  # [20, 25): none accepted
+    stream = ex.bins[ex.bins.unknown == "clients.0.stream"]
+    assert list(stream.bin) == ["True", "False"]
+    # sensitivity: requests depend on num_prompts alone
+    s = ex.sensitivity.set_index(["figure", "unknown"])
+    assert s.loc[("F1", "clients.0.num_prompts"), "S1"] > 0.8
+    assert s.loc[("F1", "clients.0.num_prompts"), "spearman_rho"] > 0.99
+    assert s.loc[("F1", "clients.0.stream"), "S1"] < 0.2
+    assert abs(s.loc[("F1", "clients.0.stream"), "spearman_rho"]) < 0.3
+    # the store on disk holds the same rows
+    assert _rows(read_runs(tmp_path)).equals(_rows(runs))
+
+    # determinism: the same exploration again gives the same rows (wall time aside);
+    # more Sobol samples extend the same sequence, so the first 32 are reused, not rerun
+    more = pdsim.explore(tiny(), samples=40, seeds=1, workers=2, out=tmp_path, progress=False)
+    assert (more.resumed, more.ran) == (32, 8)
+    assert _rows(more.runs).iloc[:32].equals(_rows(runs))
+    other = pdsim.explore(tiny(), samples=4, seeds=1, design_seed=1, workers=1, progress=False)
+    assert not other.runs["clients.0.num_prompts"].equals(n.iloc[:4])
+
+
+def _cli(out: Path) -> list[str]:
+    return [sys.executable, "-m", "pdsim.cli", "explore", str(out.parent / "tiny.yaml"),
+            "--samples", "4", "--seeds", "2", "--workers", "1", "--out", str(out),
+            "--no-figures"]
+
+
+def test_killed_exploration_resumes_with_only_the_missing_runs(tmp_path):
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny()))
+    out = tmp_path / "ex"
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen(_cli(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, cwd=tmp_path)
+    store = out / "runs.parquet"
+    deadline = time.monotonic() + 60
+    while len(list(store.glob("*.parquet"))) < 2 and time.monotonic() < deadline:
+        assert proc.poll() is None, "finished before it could be interrupted"
+        time.sleep(0.01)
+    proc.terminate()
+    proc.communicate(timeout=30)
+    assert proc.returncode != 0
+    stored = len(read_runs(out))
+    assert 2 <= stored < 8
+
+    rerun = subprocess.run(_cli(out), capture_output=True, text=True, env=env, cwd=tmp_path,
+                           timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"{stored} already stored, {8 - stored} run now" in rerun.stdout
+    files = list(store.glob("*.parquet"))
+    raw = pd.concat([pd.read_parquet(f) for f in files])
+    assert len(raw) == 8 and not raw.duplicated(["sample", "seed"]).any()  # none repeated
+    whole = pdsim.explore(tiny(), samples=4, seeds=2, workers=1, progress=False)
+    assert _rows(read_runs(out)).equals(_rows(whole.runs))  # none lost or changed
+    assert "Sensitivity" in rerun.stdout and "Accepted region" in rerun.stdout
+
+
+def test_cli_tables_and_errors(tmp_path, capsys):
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny()))
+    code = main(["explore", str(tmp_path / "tiny.yaml"), "--samples", "4", "--seeds", "1",
+                 "--workers", "1", "--out", str(tmp_path / "o")])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    for text in ("Reproduces the reported figure", "all figures jointly", "Accepted region",
+                 "per bin", "Sensitivity", "clients.0.num_prompts = 40"):
+        assert text in out
+    assert (tmp_path / "o" / "figures_vs_unknowns.png").is_file()
+    assert (tmp_path / "o" / "accepted_pairs.png").is_file()
+    assert (tmp_path / "o" / "acceptance.csv").is_file()
+    # a scenario without unknowns, a bad design size: one line each
+    assert main(["explore", "scenarios/healthy.yaml", "--out", str(tmp_path / "h")]) == 2
+    assert main(["explore", str(tmp_path / "tiny.yaml"), "--samples", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "declares no unknowns" in err and "--samples must be at least 1" in err
+    assert len(err.strip().splitlines()) == 2
+    # sweep says which inputs stayed at nominal
+    assert main(["sweep", str(tmp_path / "tiny.yaml"), "--vary", "clients.0.num_prompts=21",
+                 "--seeds", "1", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "at nominal" in out and "clients.0.stream=True" in out
+    assert "clients.0.num_prompts=" not in out.split("\n")[0]
