@@ -40,16 +40,27 @@ def client_color(res: Result, name: str) -> str:
 
 
 def _legend(ax: Axes, handles: list | None = None, ncol: int = 4, **kw) -> None:
-    """Legend above the axes, right-aligned: never on the data."""
+    """Legend above the axes, right-aligned: never on the data (the title goes above it)."""
     h, lab = (handles, [x.get_label() for x in handles]) if handles else \
         ax.get_legend_handles_labels()
     if h:
         ax.legend(h, lab, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=ncol,
                   frameon=False, fontsize=8, borderaxespad=0.2, **kw)
+        ax._pdsim_legend_rows = -(-len(h) // ncol)  # noqa: SLF001 (read by _title)
+        _fit_title(ax)
 
 
 def _title(ax: Axes, text: str) -> None:
     ax.set_title(text, loc="left", fontsize=10, fontweight="bold")
+    _fit_title(ax)
+
+
+def _fit_title(ax: Axes) -> None:
+    """Lift the title above a legend row placed over the axes, so neither hides the other."""
+    rows = getattr(ax, "_pdsim_legend_rows", 0)
+    if ax.get_title(loc="left") and rows:
+        ax.set_title(ax.get_title(loc="left"), loc="left", fontsize=10, fontweight="bold",
+                     pad=6 + 13 * rows)
 
 
 # --- flushes ------------------------------------------------------------------------------
@@ -101,7 +112,9 @@ def mark_flushes(res: Result, ax: Axes, annotate: bool = False) -> list[Line2D]:
             ax.annotate(text, xy=(f.t_flush, 0.98 if f.harmful else 0.84),
                         xycoords=("data", "axes fraction"), xytext=(5, 0),
                         textcoords="offset points", va="top",
-                        fontsize=8, color=color, fontweight="bold" if f.harmful else "normal")
+                        fontsize=8, color=color, fontweight="bold" if f.harmful else "normal",
+                        bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none",
+                              "alpha": 0.8})
     return list(handles.values())
 
 
@@ -197,6 +210,24 @@ def outcomes(res: Result, ax: Axes | None = None, bin_s: float = 2.0,
     else:
         ax.set_ylabel(f"{client}\nrequests / {bin_s:g} s", color=client_color(res, client))
     return ax
+
+
+def kv_pool_note(res: Result) -> str:
+    """How big each rank's KV pool is (tokens and GB) and how full it got at its peak."""
+    from pdsim import profiles
+
+    kvb = profiles.model(res.scenario.fleet.model).kv_bytes_per_token
+    parts = []
+    for role, cfg in (("prefill", res.scenario.fleet.prefill),
+                      ("decode", res.scenario.fleet.decode)):
+        pools = [v for k, v in res.kv_pools.items() if k.startswith(role)]
+        if not pools:
+            continue
+        tokens = pools[0]["capacity"] * cfg.page_size
+        peak = max(v["peak"] / v["capacity"] for v in pools)
+        parts.append(f"{role} {tokens / 1e6:.3g}M tokens ≈ {tokens * kvb / 1e9:.0f} GB, "
+                     f"peak {100 * peak:.0f}%")
+    return "pool per rank: " + "; ".join(parts)
 
 
 def kv_use(res: Result, ax: Axes | None = None) -> Axes:
@@ -318,7 +349,7 @@ def pair_matrix(res: Result, ax: Axes | None = None) -> Axes:
     ax.set_xticks(range(share.shape[1]), [_short(s) for s in share.columns],
                   rotation=30, ha="right", fontsize=8)
     ax.set_yticks(range(share.shape[0]), [f"p{p}" for p in share.index], fontsize=8)
-    ax.set_xlabel("decode session")
+    ax.set_xlabel("decode session (outlined: blacklisted pair)")
     ax.set_ylabel("prefill rank")
     iv = blacklist_intervals(res)
     black = {(p.replace("prefill-", ""), s) for p, s in zip(iv.prefill, iv.session, strict=True)}
@@ -331,8 +362,6 @@ def pair_matrix(res: Result, ax: Axes | None = None) -> Axes:
                 ax.add_patch(Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False,
                                        ec="black", lw=2.5))
     _title(ax, "failed / routed requests per pair")
-    ax.text(1.0, 1.01, "outlined: blacklisted pair", transform=ax.transAxes, ha="right",
-            va="bottom", fontsize=8)
     plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="failed share")
     return ax
 
@@ -429,7 +458,7 @@ def postmortem(res: Result, title: str | None = None) -> plt.Figure:
     _title(ax_bl, "blacklisted (prefill rank → decode session) pairs")
     ax_bl.set_xlabel("")
     kv_use(res, ax_kv)
-    _title(ax_kv, "KV use")
+    _title(ax_kv, f"KV use ({kv_pool_note(res)})")
     queue_depth(res, ax_q)
     _title(ax_q, "queue depth")
     ax_q.set_xlabel(TIME)

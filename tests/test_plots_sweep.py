@@ -85,6 +85,9 @@ def test_postmortem_panels_say_what_the_docstring_promises(tmp_path):
             overlap_w = min(a.x1, b.x1) - max(a.x0, b.x0)
             overlap_h = min(a.y1, b.y1) - max(a.y0, b.y0)
             assert overlap_w <= 1 or overlap_h <= 1, ax.get_title(loc="left")
+            if ax.get_title(loc="left") and b.y0 >= a.y1 - 1:  # a legend row above the axes
+                t = ax._left_title.get_window_extent()  # goes under the title, not over it
+                assert t.y0 >= b.y1 - 1, ax.get_title(loc="left")
     fig2 = plots.compare({"healthy": run_cached("healthy"), "drop": drop})
     assert len([ln for ln in fig2.axes[0].lines if len(ln.get_xdata()) > 2]) == 2
     plt.close("all")
