@@ -76,7 +76,9 @@ class Blacklist:
 
     def _probe(self, session: str):
         interval = self.interval
-        added = self.entries[session]
+        added = self.entries.get(session)
+        if added is None:  # dropped (0.5.23 idle drop) before this process first ran
+            return
         while self.entries.get(session) == added:
             yield self.env.timeout(interval)
             if self.entries.get(session) != added:

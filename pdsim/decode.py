@@ -220,17 +220,30 @@ class DecodeRank(Rank):
                 max(p[2] for p in plans))
 
     def commit_step(self, plan: tuple[int, int, int]) -> None:
-        """The step finished: one token for every request in the batch."""
+        """The step finished: one token for every request in the batch.
+
+        Requests that produced their last token leave (and free their pages) before the next
+        step's KV growth is booked, as SGLang frees finished requests before its memory check:
+        a request done at this step is never retracted (it would come back for a token past
+        its output length). Growth then comes before new pre-allocations, as SGLang's
+        ``DecodePreallocQueue._allocatable_tokens`` holds back space for the running requests'
+        decoding (sgl-project/sglang, python/sglang/srt/disaggregation/decode.py).
+        """
         batch = plan[0]
         self.step += 1
         self.ctx_sum += batch
         self.stats.tokens_out += batch
-        self._grow_pages()
         heap = self._finish
+        done = False
         while heap and heap[0][0] <= self.step:
             _s, _q, version, req = heapq.heappop(heap)
             if version == req.version and req.rid in self.running:
-                self._complete(req)
+                self._complete(req, refill=False)
+                done = True
+        self._grow_pages()  # running requests grow first, then new ones are pre-allocated
+        if done:
+            self._try_prealloc()
+            self._maybe_idle()
 
     def _grow_pages(self) -> None:
         heap = self._grow
@@ -246,14 +259,15 @@ class DecodeRank(Rank):
             ctx = req.input_len + req.generated
             self._push(heap, self.step + max(1, req.cap_tokens - ctx), req)
 
-    def _complete(self, req: Request) -> None:
+    def _complete(self, req: Request, refill: bool = True) -> None:
         self._leave(req)
         self.alloc.release(req.d_pages)
         req.d_pages = None
         self.load_tokens -= req.input_len + req.output_len
         self._respond(req, "completed")
-        self._try_prealloc()
-        self._maybe_idle()
+        if refill:
+            self._try_prealloc()
+            self._maybe_idle()
 
     # --- flush -----------------------------------------------------------------------------
 

@@ -308,9 +308,14 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
 def horizon_warning(res: Result) -> list[str]:
     """A run that hit ``horizon_s`` before its clients finished says so, with counts."""
     s = res.summary
+    running = int((res.requests.status == "unfinished").sum())
+    if s.get("stalled_at_s") is not None:  # (robust) the run ended early: nothing could happen
+        return [f"WARNING: the run stopped at {s['stalled_at_s']:g} s, before its horizon "
+                f"(horizon_s={res.scenario.horizon_s:g}): nothing was left to simulate and "
+                f"{running} requests can never finish (a request larger than a KV pool, or one "
+                f"waiting on a timeout past the horizon). The figures above leave them out."]
     if not s.get("stopped_at_horizon"):
         return []
-    running = int((res.requests.status == "unfinished").sum())
     per = []
     for name, m in s["clients"].items():
         bits = [f"{m['unfinished']} in flight"] if m["unfinished"] else []

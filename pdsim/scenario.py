@@ -300,7 +300,8 @@ class BlacklistConfig(Strict):
         if self.probe_max_interval_s < self.probe_interval_s:
             raise Invalid("probe_max_interval_s", f"must be >= probe_interval_s "
                           f"({self.probe_interval_s:g})", self.probe_max_interval_s)
-        _ticks(ctx, "probe_interval_s", self.probe_interval_s, "probes per blacklisted pair")
+        if self.recovery != "none":  # a policy that probes
+            _ticks(ctx, "probe_interval_s", self.probe_interval_s, "probes per blacklisted pair")
 
 
 class FlushConfig(Strict):

@@ -131,14 +131,31 @@ def _records(fleet: Fleet) -> pd.DataFrame:
     return pd.DataFrame.from_records(rows, columns=REQUEST_COLUMNS)
 
 
-def _sampler(fleet: Fleet, interval: float, rows: list) -> Generator:
+def _sampler(fleet: Fleet, interval: float, rows: list, horizon: simpy.Event,
+             stalled: simpy.Event) -> Generator:
+    """Sample the gauges every ``interval`` until the run ends, or until nothing can happen
+    before the horizon (then it ends the run there: an idle horizon does not grow the time
+    series, and a request that can never finish does not keep the clock ticking)."""
     env, stats = fleet.env, fleet.stats
     while True:
         snap = fleet.snapshot()
         rows.append({"time": env.now, "tokens_out": stats.tokens_out,
                      "failed": sum(stats.request_failures.values()),
                      "transfer_failures": sum(stats.transfer_failures.values()), **snap})
+        if _nothing_scheduled(env, horizon):
+            stuck = sum(r.status == "unfinished" for r in fleet.requests)
+            fleet.log("run_stalled", "sim", value=stuck,
+                      detail=f"nothing left to simulate before the horizon; {stuck} requests "
+                      f"unfinished")
+            stalled.succeed()
+            return
         yield env.timeout(interval)
+
+
+def _nothing_scheduled(env: simpy.Environment, horizon: simpy.Event) -> bool:
+    """True when the next event is the horizon: no process wakes before the run would stop."""
+    queue = getattr(env, "_queue", None)  # SimPy's event heap: (time, priority, id, event)
+    return bool(queue) and queue[0][3] is horizon
 
 
 def _timeseries(rows: list) -> pd.DataFrame:
@@ -239,17 +256,22 @@ def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | N
         fleet = Fleet(sc, recorder)
         env = fleet.env
         rows: list = []
-        env.process(_sampler(fleet, sc.timeseries_interval_s, rows))
         all_done = env.all_of([c.done for c in fleet.clients])
         horizon = env.timeout(sc.horizon_s)
+        stalled = env.event()
+        env.process(_sampler(fleet, sc.timeseries_interval_s, rows, horizon, stalled))
+        stop = env.any_of([all_done, horizon, stalled])
         if progress:
-            _run_with_progress(env, all_done | horizon, sc.horizon_s)
+            _run_with_progress(env, stop, sc.horizon_s)
         else:
-            env.run(until=all_done | horizon)
+            env.run(until=stop)
         req = _records(fleet)
         events = fleet.log.frame()
     wall = time.perf_counter() - wall0
-    summary = _summary(fleet, req, events, _sim_events(env), not all_done.triggered)
+    summary = _summary(fleet, req, events, _sim_events(env),
+                       not all_done.triggered and not stalled.triggered)
+    if stalled.triggered and not all_done.triggered:
+        summary["stalled_at_s"] = round(float(env.now), 3)
     if sc.unknowns:
         summary["unknowns_at_nominal"] = [u.as_dict() for u in sc.unknowns]
     answers = pd.DataFrame([dict(a, client=c.name) for c in fleet.clients
@@ -303,9 +325,25 @@ def what_if(sc: scenario_mod.Scenario) -> str:
 
 
 def _run_with_progress(env: simpy.Environment, stop: simpy.Event, horizon: float) -> None:
+    """``env.run(until=stop)`` with a progress bar in simulated seconds.
+
+    It steps the same event queue itself and schedules nothing: no timer event, no condition
+    around ``stop`` (a SimPy condition that triggers removes the callbacks of the conditions
+    nested in it, which once left ``stop`` deaf and ran every progress run to the horizon).
+    """
+    from simpy.core import EmptySchedule, StopSimulation
     from tqdm import tqdm
 
+    if stop.processed:
+        return
+    stop.callbacks.append(StopSimulation.callback)
     with tqdm(total=round(horizon), unit="sim s", leave=False) as bar:
-        while not stop.triggered and env.now < horizon:
-            env.run(until=stop | env.timeout(min(5.0, horizon - env.now)))
-            bar.update(round(env.now) - bar.n)
+        shown = 0
+        try:
+            while True:
+                env.step()
+                if env.now >= shown + 1:
+                    shown = int(env.now)
+                    bar.update(min(shown, bar.total) - bar.n)
+        except (StopSimulation, EmptySchedule):
+            pass

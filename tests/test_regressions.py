@@ -1,0 +1,139 @@
+"""Regressions for the defects issue #9 reported (reproductions in tests/fuzz_found/)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import simpy
+from conftest import SCENARIOS
+
+import pdsim
+from pdsim.blacklist import V0523Blacklist
+from pdsim.cli import main
+from pdsim.log import EventLog
+from pdsim.report import horizon_warning
+
+FOUND = Path(__file__).parent / "fuzz_found"
+
+
+# --- Blacklist._probe KeyError (0.5.23 idle drop before the probe starts) -------------------------
+
+
+def test_an_entry_idle_dropped_before_its_probe_starts_is_not_probed():
+    env = simpy.Environment()
+    log = EventLog(env)
+    bl = V0523Blacklist(env, "prefill-0.r0", 1, 1.0, 8.0, lambda s: True, log, idle_drop_s=0.0)
+    assert bl.record_failure("decode-0.r0:17000")  # blacklisted; its probe process is queued
+    assert not bl.blocked("decode-0.r0:17000")  # the next chunk finds it idle: dropped
+    env.run(until=10)  # the probe process starts on an entry that is gone (was a KeyError)
+    events = [(row[1], row[8]) for row in log.rows]
+    assert events == [("blacklist_add", ""), ("blacklist_remove", "idle_drop")]
+
+
+@pytest.mark.parametrize("name", ["min_blacklist_probe_keyerror.yaml",
+                                  "min_blacklist_probe_keyerror_slow_nic.yaml"])
+def test_fuzz_found_probe_keyerror_runs(name):
+    res = pdsim.run(FOUND / name)
+    ev = res.events
+    assert (ev.event == "blacklist_add").sum() > 0
+    assert ((ev.event == "blacklist_remove") & (ev.detail == "idle_drop")).sum() > 0
+    assert res.summary["blacklisted_pairs_final"] >= 0
+
+
+# --- a request retracted at the step it finishes got output_len + 1 tokens ----------------------
+
+
+def test_fuzz_found_retraction_at_finish_keeps_output_len():
+    res = pdsim.run(FOUND / "min_generated_gt_output_len.yaml")
+    req = res.requests
+    assert (req.status == "completed").all()
+    assert (req.generated == req.output_len).all(), req[["rid", "output_len", "generated"]]
+    assert res.summary["tokens_generated_fleet"] == int(req.generated.sum())
+
+
+def test_retraction_under_pressure_keeps_token_counts():
+    """A pool that forces retractions: every request still ends with exactly output_len."""
+    d = {"seed": 3, "fleet": {"gpu": "H20", "model": "dsv3-ci-test",
+                              "decode": {"kv_pool_tokens": 700, "page_size": 16}},
+         "clients": [{"kind": "bench", "num_prompts": 30, "warmup_requests": 0,
+                      "dataset": {"kind": "random", "input_len": 150, "output_len": 200,
+                                  "range_ratio": 0.3}}]}
+    res = pdsim.run(d)
+    req = res.requests
+    assert res.summary["retractions"] > 0
+    assert (req.status == "completed").all() and (req.generated == req.output_len).all()
+    assert res.summary["tokens_generated_fleet"] == int(req.generated.sum())
+
+
+# --- --progress changed what was simulated ------------------------------------------------------
+
+
+def _frames(res: pdsim.Result) -> dict:
+    return {"summary": json.dumps(res.summary, sort_keys=True),
+            **{k: getattr(res, k).to_csv(index=False)
+               for k in ("requests", "events", "timeseries")}}
+
+
+def test_progress_bar_changes_nothing():
+    sets = ["clients.0.num_prompts=200", "clients.1.num_prompts=200"]
+    plain = pdsim.run(SCENARIOS / "drop_timeout.yaml", sets=sets)
+    shown = pdsim.run(SCENARIOS / "drop_timeout.yaml", sets=sets, progress=True)
+    assert _frames(shown) == _frames(plain)
+    assert plain.summary["simulated_s"] < 0.1 * plain.scenario.horizon_s  # clients done early
+
+
+# --- the time series and an idle horizon ---------------------------------------------------------
+
+
+def _stuck(horizon: float) -> dict:
+    """One request that can never finish: retracted, it never fits the decode pool again."""
+    return {"horizon_s": horizon, "timeseries_interval_s": 10,
+            "router": {"request_timeout_s": 1e7},
+            "fleet": {"gpu": "H20", "model": "dsv3-ci-test", "decode": {"kv_pool_tokens": 100}},
+            "clients": [{"kind": "bench", "num_prompts": 1, "warmup_requests": 0,
+                         "dataset": {"kind": "random", "input_len": 60, "output_len": 200}}]}
+
+
+def test_a_run_that_cannot_progress_stops_and_says_so():
+    far, farther = pdsim.run(_stuck(1e6)), pdsim.run(_stuck(2e6))
+    s = far.summary
+    assert s["stalled_at_s"] == s["simulated_s"] < 1000 and not s["stopped_at_horizon"]
+    assert len(far.timeseries) < 100  # not 1e5 samples
+    assert far.timeseries.equals(farther.timeseries)  # independent of the idle horizon
+    assert (far.events.event == "run_stalled").sum() == 1
+    assert (far.requests.status == "unfinished").all()
+    assert "nothing was left to simulate" in horizon_warning(far)[0]
+
+
+def test_clients_done_ends_the_run_whatever_the_horizon():
+    d = {"fleet": {"gpu": "H20", "model": "dsv3-ci-test"},
+         "clients": [{"kind": "bench", "num_prompts": 20}]}
+    a, b = pdsim.run(dict(d, horizon_s=100)), pdsim.run(dict(d, horizon_s=1e5))
+    assert _frames(a) == _frames(b) and "stalled_at_s" not in a.summary
+
+
+# --- validate catches what run rejects; the CLI's last resort -------------------------------------
+
+
+def test_fuzz_found_negative_seed_fails_validate(capsys):
+    assert main(["validate", str(FOUND / "min_negative_seed.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "'seed'" in err and "greater than or equal to 0" in err and err.count("\n") == 1
+
+
+def test_an_unexpected_exception_is_one_line_asking_for_a_report(monkeypatch, capsys):
+    import pdsim.cli as cli
+
+    def boom(_name):
+        raise RuntimeError("kaboom\nsecond line")
+
+    monkeypatch.setattr(cli, "_profiles", boom)
+    monkeypatch.delenv("PDSIM_DEBUG", raising=False)
+    assert main(["profiles"]) == 70
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "this is a bug in pdsim; please report it" in err
+    monkeypatch.setenv("PDSIM_DEBUG", "1")
+    with pytest.raises(RuntimeError):
+        main(["profiles"])
