@@ -8,6 +8,7 @@ its band shaded, and a pair plot of the accepted samples.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -71,7 +72,7 @@ def figures_vs_unknowns(ex: Exploration) -> plt.Figure:
             if i == nr - 1:
                 ax.set_xlabel(u.path)
             if j == 0:
-                ax.set_ylabel(r.label if len(r.label) < 28 else r.label[:26] + "…", fontsize=8)
+                ax.set_ylabel(textwrap.fill(r.label, 26), fontsize=8)
     if figs:
         axes[0][0].legend(fontsize=7, loc="best")
     fig.suptitle(f"{ex.scenario.name}: reported figures against each declared unknown\n"
