@@ -183,8 +183,8 @@ def decode_utf8(data: bytes, what: str) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        kind = ("UTF-16" if data[:2] in (b"\xff\xfe", b"\xfe\xff") else
-                "binary" if b"\x00" in data[:4096] else "not UTF-8")
-        raise UserFileError(f"{what}: not UTF-8 text ({kind}: undecodable byte 0x"
+        kind = ("looks like UTF-16; " if data[:2] in (b"\xff\xfe", b"\xfe\xff") else
+                "looks binary; " if b"\x00" in data[:4096] else "")
+        raise UserFileError(f"{what}: not UTF-8 text ({kind}undecodable byte 0x"
                             f"{data[err.start]:02x} at offset {err.start}); save it as "
                             f"UTF-8") from None

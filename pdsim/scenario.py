@@ -736,8 +736,8 @@ def _inspect(root: yaml.Node) -> None:
                     ident = (k.tag, k.value)
                     if ident in seen:
                         dup = ".".join((*path, _key_text(k)))
-                        raise _YamlLimit(f"duplicate key '{clip(dup, 80)}' ({_line(k)}; first "
-                                         f"at {_line(seen[ident])})", k.start_mark)
+                        raise _YamlLimit(f"duplicate key '{clip(dup, 80)}' (first at "
+                                         f"{_line(seen[ident])})", k.start_mark)
                     seen[ident] = k
                 size += walk(k, (*path, "<key>"))
                 size += walk(v, (*path, _key_text(k)))
@@ -790,6 +790,10 @@ def parse_yaml(text: str, what: str) -> Any:
         return loader.construct_document(node)
     except _YamlLimit as err:
         raise ScenarioError(f"{what}: {err}{_at(err.mark)}") from None
+    except yaml.reader.ReaderError as err:  # a control character: no line/column mark
+        raise ScenarioError(f"{what}: not valid YAML: {clip(err.reason, 40)} "
+                            f"{echo(chr(err.character)) if isinstance(err.character, int) else ''}"
+                            f" at offset {err.position}") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         problem = getattr(err, "problem", None) or type(err).__name__
@@ -849,7 +853,7 @@ def _rebase_paths(data: Any, src_dir: Path, top_dir: Path) -> None:
 
 
 def read_yaml(path: str | Path, _seen: tuple = (), *, allow_outside_paths: bool = False,
-              _ctx: Context | None = None) -> ScenarioData:
+              _ctx: Context | None = None, _via: str = "scenario file") -> ScenarioData:
     """Read a scenario file safely; ``extends: other.yaml`` (relative to this file, inside the
     scenario's directory tree) is merged under it."""
     p = Path(path)
@@ -858,7 +862,7 @@ def read_yaml(path: str | Path, _seen: tuple = (), *, allow_outside_paths: bool 
         if _ctx is None:
             top = p.parent.resolve()
             _ctx = Context(top, top, allow_outside_paths)
-        raw = read_user_file(p, "scenario file" if not _seen else what, MAX_FILE_BYTES)
+        raw = read_user_file(p, _via, MAX_FILE_BYTES)
         text = decode_utf8(raw, what)
     except UserFileError as err:
         raise ScenarioError(str(err)) from None
@@ -877,7 +881,7 @@ def read_yaml(path: str | Path, _seen: tuple = (), *, allow_outside_paths: bool 
             raise ScenarioError(str(err)) from None
         if ppath in (*_seen, p.resolve()):
             raise ScenarioError(f"{what}: 'extends' loops back to {show_path(ppath.name)}")
-        base = read_yaml(ppath, (*_seen, p.resolve()), _ctx=_ctx)
+        base = read_yaml(ppath, (*_seen, p.resolve()), _ctx=_ctx, _via=f"{what}: 'extends'")
         if not isinstance(base, dict):
             raise ScenarioError(f"{what}: 'extends' file {show_path(parent)} is not a scenario "
                                 f"(its top level is not a mapping)")

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pdsim.safeio import clip, echo
+
 DISTRIBUTIONS = ("uniform", "loguniform", "choice")
 KEYS = (*DISTRIBUTIONS, "nominal", "why")
 # Inputs exploration must not sample: seeds are varied by --seeds; the reference is the report.
@@ -59,11 +61,11 @@ class Unknown:
     @classmethod
     def parse(cls, path: str, node: dict) -> Unknown:
         def bad(msg: str) -> UnknownError:
-            return UnknownError(f"invalid value at '{path}': {msg}")
+            return UnknownError(f"invalid value at '{clip(path, 120)}': {msg}")
 
         extra = [k for k in node if k not in KEYS]
         if extra:
-            raise bad(f"unknown key {extra[0]!r} in a declared unknown; allowed: "
+            raise bad(f"unknown key {echo(extra[0])} in a declared unknown; allowed: "
                       f"{', '.join(KEYS)}")
         dists = [k for k in DISTRIBUTIONS if k in node]
         if len(dists) != 1:
@@ -75,28 +77,29 @@ class Unknown:
                       f"{{{dist}: ..., nominal: x}}")
         nominal, why = node["nominal"], node.get("why", "")
         if not isinstance(why, str):
-            raise bad(f"why must be a short text (the evidence for the range), got {why!r}")
+            raise bad(f"why must be a short text (the evidence for the range), got {echo(why)}")
         spec = node[dist]
         if dist == "choice":
             if not isinstance(spec, list) or not spec:
-                raise bad(f"choice needs a non-empty list of values (got {spec!r})")
+                raise bad(f"choice needs a non-empty list of values (got {echo(spec)})")
             for c in spec:
                 if isinstance(c, dict | list) or (isinstance(c, float) and not math.isfinite(c)):
-                    raise bad(f"choice values must be plain scalars (got {c!r})")
+                    raise bad(f"choice values must be plain scalars (got {echo(c)})")
             if len(set(map(repr, spec))) != len(spec):
-                raise bad(f"choice lists a value twice (got {spec!r})")
+                raise bad(f"choice lists a value twice (got {echo(spec)})")
             if nominal not in spec:
-                raise bad(f"nominal {nominal!r} is not one of the choices {spec!r}")
+                raise bad(f"nominal {echo(nominal)} is not one of the choices {echo(spec)}")
             return cls(path, dist, nominal, choices=tuple(spec), why=why)
         if not (isinstance(spec, list) and len(spec) == 2 and all(map(_num, spec))):
-            raise bad(f"{dist} needs [a, b], two finite numbers (got {spec!r})")
+            raise bad(f"{dist} needs [a, b], two finite numbers (got {echo(spec)})")
         a, b = spec
         if not a < b:
             raise bad(f"{dist} needs a < b (got [{_fmt(a)}, {_fmt(b)}])")
         if dist == "loguniform" and a <= 0:
             raise bad(f"loguniform needs 0 < a < b (got [{_fmt(a)}, {_fmt(b)}])")
         if not _num(nominal):
-            raise bad(f"nominal must be a number in [{_fmt(a)}, {_fmt(b)}] (got {nominal!r})")
+            raise bad(f"nominal must be a number in [{_fmt(a)}, {_fmt(b)}] "
+                      f"(got {echo(nominal)})")
         if not a <= nominal <= b:
             raise bad(f"nominal {_fmt(nominal)} is outside the {dist} range "
                       f"[{_fmt(a)}, {_fmt(b)}]")

@@ -249,10 +249,46 @@ def test_deep_nesting_duplicates_huge_ints_and_encodings(tmp_path):
     assert "nested deeper than 50" in _yaml_err(tmp_path, "a:\n" + "".join(
         " " * i + "b:\n" for i in range(1, 200)))
     msg = _yaml_err(tmp_path, "fleet: {gpu: H20, model: x}\nclients: []\nfleet: 2\n")
-    assert "duplicate key 'fleet' (line 3; first at line 1)" in msg
+    assert "duplicate key 'fleet' (first at line 1) at line 3" in msg
     msg = _yaml_err(tmp_path, "seed: " + "9" * 5000 + "\n")
     assert "'seed'" in msg and "at most 100" in msg
     assert "UTF-16" in _yaml_err(tmp_path, "fleet: 1\n".encode("utf-16"))
     assert "not UTF-8" in _yaml_err(tmp_path, bytes(range(256)))
     assert "recursive alias" in _yaml_err(tmp_path, "a: &a [*a]\n")
     assert "not valid YAML" in _yaml_err(tmp_path, "a: !!python/object/apply:os.system [ls]\n")
+
+
+# --- command-line mistakes are one line too ---------------------------------------------------
+
+
+@pytest.fixture
+def a_file(tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    return f
+
+
+@pytest.mark.parametrize("argv,hint", [
+    (["validate", "scenarios/healthy.yaml", "--set", "name={a: [1"], "--set name: not valid YAML"),
+    (["validate", "scenarios/healthy.yaml", "--set", "name.x=1"],
+     "'name' is a str ('healthy'), not a mapping or list"),
+    (["validate", "scenarios/healthy.yaml", "--set", "fleet..gpu=H20"], "no empty parts"),
+    (["validate", "scenarios/healthy.yaml", "--set", "clients.9.name=x"], "not an index"),
+    (["run", "scenarios/healthy.yaml", "--out", "{afile}"], "exists and is not a directory"),
+    (["run", "scenarios/healthy.yaml", "--out", "{afile}/sub"], "cannot create the directory"),
+    (["sweep", "scenarios/healthy.yaml", "--seeds", "0"], "--seeds 0: give 1..10,000"),
+    (["sweep", "scenarios/healthy.yaml", "--seeds", "-3"], "--seeds -3: give 1..10,000"),
+    (["sweep", "scenarios/healthy.yaml", "--workers", "0"], "--workers 0: give at least 1"),
+    (["sweep", "scenarios/healthy.yaml", "--vary", "seed=[1,"], "--vary seed: not valid YAML"),
+    (["sweep", "scenarios/healthy.yaml", "--vary", "seed"], "--vary expects KEY=V1,V2"),
+    (["sweep", "scenarios/healthy.yaml", "--out", "{afile}/x.csv"], "does not exist"),
+    (["sweep", "scenarios/healthy.yaml", "--vary", "seed=" + ",".join(map(str, range(200))),
+      "--seeds", "1000"], "the sweep has 200,000 runs"),
+    (["run", "scenarios/healthy.yaml", "--seed", "-1"], "'seed'"),
+])
+def test_command_line_mistakes_are_one_line(argv, hint, a_file, capsys):
+    argv = [a.replace("{afile}", str(a_file)) for a in argv]
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.count("\n") == 1 and "Traceback" not in cap.err
+    assert hint in cap.err, cap.err
