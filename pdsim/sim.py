@@ -96,15 +96,21 @@ class Result:
         sc = self.scenario
         # declared unknowns stay declared (at the nominal the run used), so a re-run matches
         data = unknowns.redeclare(sc.model_dump(mode="python"), sc.unknowns)
+        # (robust) trace files as resolved at load time: the run directory holds no traces
+        rerun = "pdsim run RUN_DIR/scenario.yaml"
+        for c, cd in zip(sc.clients, data["clients"], strict=True):
+            if c.dataset.kind == "trace":
+                cd["dataset"]["path"] = str(c.dataset.resolved_path)
+                rerun = "pdsim run RUN_DIR/scenario.yaml --allow-outside-paths"
         resolved = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
         head = (f"# Resolved scenario of this run (pdsim {__version__}): {sc._source or 'a dict'}"
                 f" after extends: and overrides {list(sc._overrides) or 'none'}.\n"
-                f"# Re-run: pdsim run RUN_DIR/scenario.yaml\n")
+                f"# Re-run: {rerun}\n")
         meta = {"pdsim_version": __version__, "scenario": sc.name, "source": sc._source,
                 "overrides": list(sc._overrides), "seed": sc.seed,
                 "seeds": {k: v for k, v in sc.seeds.model_dump().items() if v is not None},
                 "what_if": self.what_if or None,
-                "rerun": "pdsim run RUN_DIR/scenario.yaml",
+                "rerun": rerun,
                 "files": {"requests": "one row per HTTP request", "events": "one row per event",
                           "timeseries": f"gauges every {sc.timeseries_interval_s:g} simulated s",
                           "summary.json": "the metrics (pdsim run --json)",

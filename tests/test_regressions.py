@@ -137,3 +137,14 @@ def test_an_unexpected_exception_is_one_line_asking_for_a_report(monkeypatch, ca
     monkeypatch.setenv("PDSIM_DEBUG", "1")
     with pytest.raises(RuntimeError):
         main(["profiles"])
+
+
+def test_a_trace_run_directory_reruns_with_the_path_flag(tmp_path):
+    res = pdsim.run(SCENARIOS / "trace_replay.yaml", sets=["clients.0.num_prompts=20"])
+    res.write(tmp_path / "run")
+    text = (tmp_path / "run" / "scenario.yaml").read_text()
+    assert "--allow-outside-paths" in text.splitlines()[1]
+    again = pdsim.run(tmp_path / "run" / "scenario.yaml", allow_outside_paths=True)
+    assert again.summary == res.summary
+    with pytest.raises(pdsim.ScenarioError, match="leads outside"):
+        pdsim.load(tmp_path / "run" / "scenario.yaml")
