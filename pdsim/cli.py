@@ -217,46 +217,120 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("schema", help="print the JSON Schema of the scenario format",
                    description="Print the JSON Schema of the scenario format (for editors: "
                    "completion and checking).", epilog=SCHEMA_EPILOG, formatter_class=RAW)
-    pr = sub.add_parser("profiles", help="list the GPU and model profiles and their sources",
-                        description="List the GPU and model profiles pdsim ships, or show one "
-                        "with the source of every value.", epilog=PROFILES_EPILOG,
-                        formatter_class=RAW)
+    pr = sub.add_parser(
+        "profiles", help="list the GPU, model and engine profiles and their sources",
+        description="Without arguments: the shipped profiles. NAME: one profile, every value "
+        "with its source. --scenario: the values a scenario runs with (its profile files, "
+        "calibration and overrides applied) and where each came from.",
+        epilog=PROFILES_EPILOG, formatter_class=RAW)
     pr.add_argument("name", nargs="?", help="show one profile with every value's source")
+    pr.add_argument("--scenario", help="show what this scenario's fleet runs with")
+    pr.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --scenario: overrides, e.g. gpu.hbm_tbps=3.0")
+    _outside_flag(pr)
+
+    ca = sub.add_parser(
+        "calibrate", help="fit the step-time model's efficiency and overhead values to "
+        "measurements and write a profile file",
+        description="DATA.csv: bench_one_batch-style step rows (phase, batch_size, input_len, "
+        "step_ms; optional tp, dp, dp_attention, ep, tbo, expert_imbalance) and/or "
+        "bench_serving rows (input_len, output_len, max_concurrency, ttft_ms and/or tpot_ms; "
+        "optional request_rate, num_prompts, tp). Example: pdsim calibrate steps.csv --gpu H100 "
+        "--model llama-3.1-8b --out h100_llama.yaml, then `profiles: [h100_llama.yaml]` in a "
+        "scenario.")
+    ca.add_argument("data", help="CSV table of measurements")
+    ca.add_argument("--gpu", required=True, help="GPU profile name")
+    ca.add_argument("--model", required=True, help="model profile name")
+    ca.add_argument("--engine", default="sglang", help="engine profile name (default sglang)")
+    ca.add_argument("--fit", help="comma-separated keys to fit, e.g. gpu.gemm_eff,"
+                    "engine.decode_step_ms (default: what the table's rows can pin down)")
+    ca.add_argument("--profiles", action="append", default=[], metavar="FILE",
+                    help="extra profile files (a GPU or model of your own)")
+    ca.add_argument("--out", help="profile file to write (default: DATA.profile.yaml)")
+    ca.add_argument("--plot", help="residual plot PNG (default: DATA.residuals.png)")
+
     return p
 
 
-def _profiles(name: str | None) -> int:
+def _profiles(args: argparse.Namespace) -> int:
     from pdsim import profiles
 
-    gpus, models = profiles.raw_gpus(), profiles.raw_models()
-    if name:
-        entry = gpus.get(name) or models.get(name)
-        if entry is None:
-            return _die(f"no profile {echo(name)}; GPUs: {', '.join(sorted(gpus))}; models: "
-                        f"{', '.join(sorted(models))}")
-
-        def show(node: dict, indent: str = "") -> None:
-            for k, v in node.items():
-                if isinstance(v, dict) and "value" in v:
-                    print(f"{indent}{k:<24}{v['value']!s:<12}{v['source']}")
-                elif isinstance(v, dict):
-                    print(f"{indent}{k}:")
-                    show(v, indent + "  ")
-
-        show(entry)
+    if args.scenario:
+        try:
+            sc = _load(args)
+            res = profiles.for_scenario(sc)
+        except (scenario_mod.ScenarioError, profiles.ProfileError) as err:
+            return _die(str(err))
+        print(f"{args.scenario}: {res.gpu.name} / {res.model.name} / {res.engine.name}"
+              + ("  (calibrated)" if res.calibrated else ""))
+        for key, (value, origin) in res.origins.items():
+            if key == "model.fitted":
+                continue
+            print(f"  {key:<30}{value!s:<12}{origin}")
         return 0
-    print(f"{'GPU':<8}{'BF16 TF':>9}{'FP8 TF':>8}{'HBM GB':>8}{'HBM TB/s':>10}{'NIC Gb/s':>10}")
+    gpus, models = profiles.raw_gpus(), profiles.raw_models()
+    engines = {n: profiles._raw("engines")[n] for n in profiles.engine_names()}
+    if args.name:
+        entry = gpus.get(args.name) or models.get(args.name) or engines.get(args.name)
+        if entry is None:
+            return _die(f"no profile {echo(args.name)}; GPUs: {', '.join(sorted(gpus))}; models: "
+                        f"{', '.join(sorted(models))}; engines: {', '.join(sorted(engines))}")
+        for k, v in entry.items():
+            if k == "fitted" and isinstance(v["value"], dict):
+                print(f"{k}:")
+                for g, coeffs in v["value"].items():
+                    print(f"  {g}: " + ", ".join(f"{c}={x:g}" for c, x in coeffs.items()))
+                continue
+            print(f"{k:<24}{v['value']!s:<12}{v['source']}")
+        return 0
+    print(f"{'GPU':<8}{'BF16 TF':>9}{'FP8 TF':>8}{'HBM GB':>8}{'HBM TB/s':>10}{'NVLink GB/s':>13}"
+          f"{'NIC Gb/s':>10}")
     for g in profiles.gpu_names():
         x = profiles.gpu(g)
         print(f"{g:<8}{x.bf16_tflops:>9g}{x.fp8_tflops:>8g}{x.hbm_gb:>8g}{x.hbm_tbps:>10g}"
-              f"{x.nic_gbps:>10g}")
-    print(f"\n{'model':<18}{'attn':>5}{'layers':>7}{'active B':>9}{'KV B/token':>11}  fitted for")
+              f"{x.nvlink_gbps:>13g}{x.nic_gbps:>10g}")
+    print(f"\n{'model':<24}{'attn':>5}{'layers':>7}{'experts':>8}{'active B':>9}{'total B':>8}"
+          f"{'weights':>8}{'KV B/token':>11}")
     for m in profiles.model_names():
         x = profiles.model(m)
-        fitted = ", ".join(sorted(x.fitted or {})) or "-"
-        print(f"{m:<18}{x.attention:>5}{x.layers:>7}{x.params_active_b:>9g}"
-              f"{x.kv_bytes_per_token:>11,}  {fitted}")
-    print("\npdsim profiles NAME shows every value with its source.")
+        experts = f"{x.experts_per_token}/{x.experts}" if x.is_moe else "-"
+        print(f"{m:<24}{x.attention:>5}{x.layers:>7}{experts:>8}{x.params_active / 1e9:>9.1f}"
+              f"{x.params_total / 1e9:>8.1f}{x.weight_dtype:>8}{x.kv_bytes_per_token:>11,}")
+    cal = profiles._shipped().calibrations
+    print("\nengines: " + ", ".join(profiles.engine_names())
+          + "; calibrated (GPU / model / engine): "
+          + ", ".join("/".join(k) for k in sorted(cal)))
+    print("pdsim profiles NAME shows every value with its source; --scenario FILE shows what a "
+          "scenario runs with and where each value came from.")
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pdsim import calibrate
+
+    try:
+        rows = calibrate.read_table(args.data)
+        keys = [k.strip() for k in args.fit.split(",")] if args.fit else None
+        fit = calibrate.fit(rows, args.gpu, args.model, args.engine, keys,
+                            tuple(args.profiles), source=args.data)
+    except (calibrate.CalibrationError, ValueError) as err:
+        return _die(str(err))
+    stem = Path(args.data).with_suffix("")
+    out = Path(args.out or f"{stem}.profile.yaml")
+    plot = Path(args.plot or f"{stem}.residuals.png")
+    out.write_text(fit.profile_yaml())
+    calibrate.residual_plot(fit, plot)
+    print(f"fitted {len(fit.params)} value(s) of {args.gpu} / {args.model} / {args.engine} to "
+          f"{len(fit.rows)} measurement(s):")
+    for k, v in fit.params.items():
+        print(f"  {k:<28}{fit.start[k]:>10.4g} -> {v:.4g}")
+    print()
+    print(calibrate.text_residuals(fit))
+    print(f"\nmedian |error| {fit.median_abs_error:.1%}")
+    print(f"wrote {out} (load it with `profiles: [{out.name}]`)", file=sys.stderr)
+    print(f"wrote {plot}", file=sys.stderr)
     return 0
 
 
@@ -450,7 +524,9 @@ def _main(argv: list[str] | None) -> int:
     if args.cmd == "explore":
         return _explore(args)
     if args.cmd == "profiles":
-        return _profiles(args.name)
+        return _profiles(args)
+    if args.cmd == "calibrate":
+        return _calibrate(args)
     try:
         sc = _load(args)
         if args.cmd == "run" and args.out:

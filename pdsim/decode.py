@@ -52,6 +52,10 @@ class DecodeRank(Rank):
         self._grow: list[tuple[int, int, int, Request]] = []
         self._seq = 0
         self.growth_pages = max(1, self.alloc.pages_for(GROWTH_TOKENS))
+        # per-request TTFT-path costs (engine profile), set by the fleet: the decode's
+        # bootstrap handshake with the prefill, after both servers tokenized the prompt
+        self.bootstrap_s = 0.0
+        self.tokenize_s_per_token = 0.0
 
     # --- arrivals, pre-allocation, transfer ----------------------------------------------
 
@@ -84,9 +88,19 @@ class DecodeRank(Rank):
             req.cap_tokens = pages.n * self.alloc.page_size
             self.transfer[req.rid] = req
             req.room.state = Poll.WaitingForInput
-            req.room.bootstrapped.succeed(True)
+            delay = self.bootstrap_s + self.tokenize_s_per_token * req.input_len
+            if delay > 0:  # the handshake (and tokenization) before the prefill may run
+                self.env.timeout(delay).callbacks.append(
+                    lambda _e, r=req: self._bootstrapped(r))
+            else:
+                req.room.bootstrapped.succeed(True)
             self.env.timeout(self.waiting_timeout).callbacks.append(
                 lambda _e, r=req: self._waiting_timeout(r))
+
+    @staticmethod
+    def _bootstrapped(req: Request) -> None:
+        if not req.room.bootstrapped.triggered:
+            req.room.bootstrapped.succeed(True)
 
     def _waiting_timeout(self, req: Request) -> None:
         if req.rid in self.transfer and not req.room.resolved:
@@ -208,16 +222,20 @@ class DecodeRank(Rank):
         self.stats.decode_steps += 1
         return len(self.running), self.ctx_sum, recompute
 
-    def step_time(self, plan: tuple[int, int, int]) -> float:
-        batch, ctx, recompute = plan
-        dt = self.predictor.decode(batch, ctx)
-        return dt + self.predictor.prefill(recompute, 0.0) if recompute else dt
+    def step_time(self, plan: tuple) -> float:
+        batch, ctx, recompute = plan[:3]
+        attn = plan[3] if len(plan) > 3 else batch
+        dt = self.predictor.decode(batch, ctx, attn)
+        if recompute:  # re-admitted requests recompute their context (as one extend)
+            dt += self.predictor.prefill(recompute, 0.0, recompute * (recompute + 1) / 2)
+        return dt
 
     @staticmethod
-    def combine(plans: list[tuple[int, int, int]], n_ranks: int) -> tuple[float, int, int]:
-        """Gathered MoE batch at the mean over the ranks; KV reads and recompute at the max."""
+    def combine(plans: list[tuple], n_ranks: int) -> tuple:
+        """Gathered MoE batch at the mean over the ranks; attention batch, KV reads and
+        recompute at the max."""
         return (sum(p[0] for p in plans) / n_ranks, max(p[1] for p in plans),
-                max(p[2] for p in plans))
+                max(p[2] for p in plans), max(p[0] for p in plans))
 
     def commit_step(self, plan: tuple[int, int, int]) -> None:
         """The step finished: one token for every request in the batch.

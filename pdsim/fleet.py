@@ -15,42 +15,61 @@ from pdsim.prefill import PrefillRank
 from pdsim.request import Request
 from pdsim.rng import Streams
 from pdsim.router import MiniLB
-from pdsim.scenario import Context, Invalid, PrefillConfig, RoleConfig, Scenario, load_check
+from pdsim.scenario import (
+    Context,
+    Invalid,
+    PrefillConfig,
+    RoleConfig,
+    Scenario,
+    ScenarioError,
+    load_check,
+)
 from pdsim.server import Server
 from pdsim.stats import Stats
 from pdsim.transfer import TransferEngine
 
 
-def pool_pages(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model) -> int:
-    """KV pages per rank: given, or what ``mem_fraction_static`` of HBM leaves after weights."""
+def pool_pages(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
+               engine: profiles.Engine | None = None) -> int:
+    """KV pages per rank: given, or what ``mem_fraction_static`` of HBM leaves after weights.
+
+    Weights per GPU follow the role's layout (attention replicated under DP attention, experts
+    split under EP); a rank's KV lives on its attention GPUs, each holding its KV heads.
+    """
     if role_cfg.kv_pool_tokens is not None:
         tokens = role_cfg.kv_pool_tokens
     else:
-        weights = model.params_total_b * 1e9 * model.weight_bytes / role_cfg.tp
+        lay = predictor.Layout(tp=role_cfg.tp, dp=role_cfg.dp, dp_attention=role_cfg.dp_attention,
+                               ep=role_cfg.ep)
+        op = predictor.OperatorPredictor(gpu, model, engine or profiles.engine(), lay)
+        weights = op.weights_per_gpu()
         free = gpu.hbm_gb * 1e9 * role_cfg.mem_fraction_static - weights
         if free <= 0:
             raise ValueError(f"{model.name} weights ({weights / 1e9:.0f} GB per GPU at tp "
                              f"{role_cfg.tp}) do not fit in {gpu.name} memory")
-        tokens = int(free / model.kv_bytes_per_token)
+        tokens = int(free / (model.layers * op.kv_layer_bytes))
     return max(1, tokens // role_cfg.page_size)
 
 
 @load_check
 def _fleet_builds(sc: Scenario, ctx: Context) -> None:
-    """What building the fleet would reject, checked at load time (so ``validate`` sees it)."""
-    gpu, model = profiles.gpu(sc.fleet.gpu), profiles.model(sc.fleet.model)
+    """What building the fleet would reject, checked at load time (so ``validate`` sees it):
+    the profiles resolve (files, names, overrides), the weights fit, the predictor builds."""
+    try:
+        prof = profiles.for_scenario(sc, ctx)
+    except profiles.ProfileError as err:
+        raise ScenarioError(str(err)) from None
     for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode)):
         try:
-            pool_pages(cfg, gpu, model)
+            pool_pages(cfg, prof.gpu, prof.model, prof.engine)
         except ValueError as err:
             raise Invalid(f"fleet.{role}", str(err)) from None
+        gather = cfg.dp if cfg.dp_attention else 1
         try:
-            predictor.build(sc.predictor, gpu, model, cfg.tp, cfg.dp if cfg.dp_attention else 1)
+            predictor.build(sc.predictor, prof.gpu, prof.model, cfg.tp, gather, prof.engine,
+                            predictor.layout_for(cfg, sc.predictor, gather))
         except ValueError as err:
-            msg = str(err)
-            key = "predictor.coefficients" if msg.startswith("predictor.coefficients") else \
-                "predictor"
-            raise Invalid(key, msg.removeprefix("predictor.coefficients: ")) from None
+            raise Invalid("predictor", str(err)) from None
 
 
 # SGLang ServerArgs._handle_gpu_memory_settings (python/sglang/srt/server_args.py, 0.5.x): the
@@ -96,21 +115,23 @@ class Fleet:
         self.stats = Stats()
         self.rngs = Streams(sc.seed, sc.seeds.model_dump())
         self.requests: list[Request] = []
-        gpu = self.gpu = profiles.gpu(sc.fleet.gpu)
-        model = self.model = profiles.model(sc.fleet.model)
+        prof = self.profiles = profiles.for_scenario(sc)
+        gpu, model, engine = self.gpu, self.model, self.engine = prof.gpu, prof.model, prof.engine
         pc, dc, tc = sc.fleet.prefill, sc.fleet.decode, sc.transfer
 
         # decode side first: prefill engines need the sessions' liveness
         self.decode_ranks: list[DecodeRank] = []
         self.decode_servers: list[Server] = []
-        d_pred = predictor.build(sc.predictor, gpu, model, dc.tp, dc.dp if dc.dp_attention else 1)
-        d_pages = pool_pages(dc, gpu, model)
+        d_pred = self._predictor(dc)
+        d_pages = pool_pages(dc, gpu, model, engine)
         for s in range(dc.servers):
             ranks = []
             for r in range(dc.dp):
                 port = tc.base_port + len(self.decode_ranks)
                 rank = DecodeRank(env, s, r, dc, d_pred, d_pages, tc.waiting_timeout_s, port,
                                   sc.flush.semantics, self.log, self.stats, sc.flush.dooms)
+                rank.bootstrap_s = engine.bootstrap_ms / 1e3
+                rank.tokenize_s_per_token = engine.tokenize_us_per_token * 1e-6
                 ranks.append(rank)
                 self.decode_ranks.append(rank)
             self.decode_servers.append(Server(env, "decode", s, ranks, balance.build(dc.balance),
@@ -122,8 +143,8 @@ class Fleet:
         self.prefill_ranks: list[PrefillRank] = []
         self.prefill_servers: list[Server] = []
         self.engines: list[TransferEngine] = []
-        p_pred = predictor.build(sc.predictor, gpu, model, pc.tp, pc.dp if pc.dp_attention else 1)
-        p_pages = pool_pages(pc, gpu, model)
+        p_pred = self._predictor(pc)
+        p_pages = pool_pages(pc, gpu, model, engine)
         chunk = self.chunked_prefill_per_rank = chunk_budget(pc, gpu)
         kvb = model.kv_bytes_per_token_sent(pc.tp, pc.dp_attention)
         gpus_per_rank = pc.tp // pc.dp if pc.dp_attention else pc.tp
@@ -179,6 +200,13 @@ class Fleet:
                         for i, c in enumerate(sc.clients)]
         for op in sc.operator_flushes:
             env.process(self._operator_flush(op.at_s, op.timeout_s))
+
+    def _predictor(self, role: RoleConfig) -> predictor.Predictor:
+        """One predictor per role: the ranks of a role share its (pure) step-time function."""
+        gather = role.dp if role.dp_attention else 1
+        lay = predictor.layout_for(role, self.scenario.predictor, gather)
+        return predictor.build(self.scenario.predictor, self.gpu, self.model, role.tp, gather,
+                               self.engine, lay)
 
     def new_request(self, client: str, kind: str, input_len: int, output_len: int,
                     stream: bool, blocks: tuple[int, ...] | None, question: int,

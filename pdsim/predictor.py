@@ -1,24 +1,41 @@
-"""Step-latency predictors: swappable objects mapping a batch to seconds.
+"""Step-latency predictors: swappable objects mapping one forward to seconds.
 
-Both implement ``prefill(tokens, sq_tokens)`` (sum of new tokens and sum of squared chunk
-lengths in the forward) and ``decode(batch, context)`` (requests and summed context tokens).
+Every predictor implements
+
+- ``prefill(tokens, sq_tokens, pairs=None, reqs=1, prefix=0, attn_tokens=None)``: one prefill
+  forward of a rank: ``tokens`` new tokens (under DP-attention lockstep: the mean over the
+  server's ranks, so that ``tokens * dp`` are gathered into the MoE), ``sq_tokens`` =
+  ``sum(len * (len + prefix))``, ``pairs`` = causal (query, key) pairs
+  ``sum(len * prefix + len * (len + 1) / 2)``, ``reqs`` requests (chunks), ``prefix`` cached or
+  earlier-chunk tokens whose KV the chunks attend to, ``attn_tokens`` the tokens of the slowest
+  rank's attention (default ``tokens``);
+- ``decode(batch, context, attn_batch=None)``: one decode step: ``batch`` sequences (mean over
+  lockstep ranks), ``context`` KV tokens read (the slowest rank's), ``attn_batch`` the slowest
+  rank's sequences (default ``batch``).
+
+``operator`` (the default) is an operator-level analytical model of one GPU of the rank;
+``fitted`` (``a + b*... + c*...``) and ``roofline`` are kept selectable.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
-from pdsim.profiles import GPU, Model
-from pdsim.scenario import PredictorConfig
+from pdsim.profiles import GPU, Engine, Model
+from pdsim.scenario import FITTED_KEYS, PredictorConfig
 
-FITTED_KEYS = ("prefill_a_ms", "prefill_b_ms_per_ktok", "prefill_c_ms_per_mtok2",
-               "decode_a_ms", "decode_b_ms_per_ktok", "decode_c_ms_per_seq")
+ACT_BYTES = 2  # activations and the LM head are BF16
+ELEMENTWISE_PASSES = 6  # per token per layer: 2 norms, 2 residual adds, rope, activation quant
 
 
 class Predictor(Protocol):
-    def prefill(self, tokens: int, sq_tokens: float) -> float: ...
-    def decode(self, batch: int, context: int) -> float: ...
+    def prefill(self, tokens: float, sq_tokens: float, pairs: float | None = None,
+                reqs: float = 1, prefix: float = 0, attn_tokens: float | None = None
+                ) -> float: ...
+
+    def decode(self, batch: float, context: float, attn_batch: float | None = None
+               ) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -35,18 +52,19 @@ class FittedPredictor:
     decode_b_ms_per_ktok: float
     decode_c_ms_per_seq: float
 
-    def prefill(self, tokens: int, sq_tokens: float) -> float:
+    def prefill(self, tokens: float, sq_tokens: float, pairs: float | None = None,
+                reqs: float = 1, prefix: float = 0, attn_tokens: float | None = None) -> float:
         return (self.prefill_a_ms + self.prefill_b_ms_per_ktok * tokens / 1e3
                 + self.prefill_c_ms_per_mtok2 * sq_tokens / 1e6) / 1e3
 
-    def decode(self, batch: int, context: int) -> float:
+    def decode(self, batch: float, context: float, attn_batch: float | None = None) -> float:
         return (self.decode_a_ms + self.decode_b_ms_per_ktok * context / 1e3
                 + self.decode_c_ms_per_seq * batch) / 1e3
 
 
 @dataclass(frozen=True)
 class RooflinePredictor:
-    """Analytical roofline for one DP rank.
+    """Analytical roofline for one DP rank (the predictor before ``operator``).
 
     Prefill is compute-bound: ``2*active_params*tokens`` plus attention ``~4*layers*hidden*len^2``
     FLOPs over ``prefill_mfu`` of peak. Decode is memory-bound: weights read once per step plus
@@ -70,38 +88,322 @@ class RooflinePredictor:
         peak = self.gpu.fp8_tflops if self.model.weight_bytes <= 1 else self.gpu.bf16_tflops
         return peak * 1e12
 
-    def prefill(self, tokens: int, sq_tokens: float) -> float:
+    def prefill(self, tokens: float, sq_tokens: float, pairs: float | None = None,
+                reqs: float = 1, prefix: float = 0, attn_tokens: float | None = None) -> float:
         m = self.model
-        flops = 2 * m.params_active_b * 1e9 * tokens * self.dp_gather / self.tp
+        flops = 2 * m.params_active * tokens * self.dp_gather / self.tp
         flops += 4 * m.layers * m.hidden_size * sq_tokens / self.tp
         return self.overhead_s + flops / (self._flops * self.prefill_mfu)
 
-    def decode(self, batch: int, context: int) -> float:
+    def decode(self, batch: float, context: float, attn_batch: float | None = None) -> float:
         m = self.model
-        weights = m.params_total_b * 1e9 * m.weight_bytes / self.tp
+        weights = m.weight_bytes_total / self.tp
         kv = context * m.kv_bytes_per_token
         memory = (weights + kv) / (self.gpu.hbm_tbps * 1e12 * self.hbm_derate)
-        compute = (2 * m.params_active_b * 1e9 * batch * self.dp_gather / self.tp
+        compute = (2 * m.params_active * batch * self.dp_gather / self.tp
                    / (self._flops * self.prefill_mfu))
         return self.overhead_s + max(memory, compute)
 
 
-def build(cfg: PredictorConfig, gpu: GPU, model: Model, tp: int, dp_gather: int = 1) -> Predictor:
+# --- the operator-level model --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one rank's forward is spread over GPUs.
+
+    ``tp`` GPUs per server; with ``dp_attention`` the server's ``dp`` ranks each run attention
+    on their own requests over ``tp // dp`` GPUs, and the MLP/MoE sees the tokens of the
+    ``gather`` ranks stepping together. ``ep > 1``: routed experts are split over ``ep`` GPUs and
+    tokens reach them by all-to-all (DeepEP: normal kernels in prefill, low-latency pure-RDMA
+    kernels in decode); tokens then stay on their DP rank, so dense layers and shared experts
+    run data-parallel (SGLang ``--moe-dense-tp-size 1``). ``tbo``: two-batch overlap (each
+    forward in two micro-batches, communication of one under computation of the other).
+    ``imbalance``: busiest expert-GPU load over the mean (1: balanced).
+    """
+
+    tp: int = 1
+    dp: int = 1
+    dp_attention: bool = False
+    ep: int = 1
+    gather: int = 1
+    tbo: bool = False
+    imbalance: float = 1.0
+
+    @property
+    def attn_tp(self) -> int:
+        return max(1, self.tp // self.dp) if self.dp_attention else self.tp
+
+
+@dataclass
+class OperatorPredictor:
+    """Per forward, per layer, on one GPU of the rank: GEMMs, attention, MoE, communication.
+
+    - GEMMs (attention projections, MLP, shared and routed experts, LM head):
+      ``max(FLOPs / (peak * eff(m)), weight bytes / (HBM * hbm_eff))`` with
+      ``eff(m) = gemm_eff * m / (m + gemm_half_tokens)``, ``m`` the tokens of one GEMM (of one
+      expert in MoE): small batches read weights, large ones compute.
+    - Attention: prefill FLOPs over the causal (query, key) pairs, with prefix reuse; decode as
+      the KV bytes (or, for MLA on FLOP-poor parts, FLOPs) each GPU reads. GQA splits KV heads
+      over attention-TP GPUs (replicated when TP > KV heads); MLA's latent is whole on every
+      attention-TP GPU; under DP attention a rank attends over its own requests only.
+    - MoE: weights of the distinct experts a batch touches (``E * (1 - (1 - k/E)^T)``), expert
+      GEMMs at their real per-expert token counts, EP dispatch/combine bytes over NVLink or RDMA,
+      ``imbalance`` on the busiest GPU.
+    - Communication: two all-reduces per layer over the TP group (TP, or the DP-attention
+      gather and scatter); all-to-all under EP. Two-batch overlap hides it under computation.
+    - Elementwise traffic, per-step and per-layer engine overheads.
+    """
+
+    gpu: GPU
+    model: Model
+    engine: Engine
+    layout: Layout = field(default_factory=Layout)
+
+    def __post_init__(self) -> None:
+        g, m, lay = self.gpu, self.model, self.layout
+        self.bw = g.hbm_tbps * 1e12 * g.hbm_eff
+        wpeak = g.fp8_tflops if m.weight_dtype == "fp8" else g.bf16_tflops
+        self.pk_w = wpeak * 1e12 * g.gemm_eff
+        self.pk_lm = g.bf16_tflops * 1e12 * g.gemm_eff
+        self.pk_attn = g.bf16_tflops * 1e12 * g.attn_eff
+        self.pk_dattn = g.bf16_tflops * 1e12 * g.decode_attn_eff
+        self.half = g.gemm_half_tokens
+        self.wb = m.weight_bytes
+        at = lay.attn_tp
+        h = m.hidden_size
+        if m.attention == "mla":
+            rep, shard = m.attn_params
+            self.attn_w = rep + shard / at
+            self.kv_b_w = m.kv_lora_rank * m.heads * (m.qk_nope_head_dim + m.v_head_dim) / at
+            heads = m.heads / at
+            self.pf_pair_flops = 2 * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim
+                                              + m.v_head_dim)
+            self.dc_ctx_flops = 2 * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+            self.kv_layer_bytes = m.kv_per_layer * m.kv_dtype_bytes
+        else:
+            kvh = max(1.0, m.kv_heads / at)
+            heads = m.heads / at
+            self.attn_w = 2 * h * m.heads * m.head_dim / at + 2 * h * m.head_dim * kvh
+            self.kv_b_w = 0.0
+            self.pf_pair_flops = 4 * heads * m.head_dim
+            self.dc_ctx_flops = 4 * heads * m.head_dim
+            self.kv_layer_bytes = 2 * kvh * m.head_dim * m.kv_dtype_bytes
+        self.ep_mode = lay.ep > 1 and m.is_moe
+        mlp_shard = 1 if self.ep_mode else lay.tp
+        self.dense_w = m.dense_mlp_params / mlp_shard
+        self.shared_w = m.shared_experts * m.expert_params / mlp_shard
+        self.expert_w = m.expert_params / (1 if self.ep_mode else lay.tp)
+        self.local_experts = m.experts / lay.ep if self.ep_mode else m.experts
+        self.lm_w = m.vocab_size * h / (1 if self.ep_mode else lay.tp)
+        # links: one all-reduce moves 2(n-1)/n of the buffer through each GPU's link
+        nic = g.nic_gbps / 8 * 1e9 / g.gpus_per_nic * g.nic_eff
+        nvl = g.nvlink_gbps * 1e9 * g.nvlink_eff
+        self.nic_bw, self.nvl_bw = nic, nvl
+        n = lay.tp
+        self.ar_factor = 2 * (n - 1) / n if n > 1 else 0.0
+        self.ar_bw = nvl if n <= g.gpus_per_node else min(nvl, nic)
+        self.a2a_remote = (lay.ep - 1) / lay.ep if self.ep_mode else 0.0
+        # decode attention per context token per layer: KV bytes read, or MLA's FLOPs
+        self.per_ctx = max(self.dc_ctx_flops / self.pk_dattn, self.kv_layer_bytes / self.bw)
+        self._decode_cache: dict[tuple[float, float], tuple] = {}
+
+    # --- building blocks ----------------------------------------------------------------
+
+    def gemm(self, tokens: float, params: float, wbytes: float | None = None,
+             peak: float | None = None) -> float:
+        """One GEMM of ``params`` weights over ``tokens`` rows on one GPU (seconds)."""
+        if tokens <= 0 or params <= 0:
+            return 0.0
+        wb = self.wb if wbytes is None else wbytes
+        pk = self.pk_w if peak is None else peak
+        compute = 2 * params * (tokens + self.half) / pk
+        memory = params * wb / self.bw
+        return max(compute, memory)
+
+    def experts_touched(self, tokens: float) -> float:
+        """Distinct experts (of all E) a batch of ``tokens`` routes to, balanced routing."""
+        m = self.model
+        if tokens <= 0 or not m.is_moe:
+            return 0.0
+        return m.experts * (1.0 - (1.0 - m.experts_per_token / m.experts) ** tokens)
+
+    def moe(self, routed: float) -> float:
+        """Routed experts on one GPU when ``routed`` tokens (all ranks') pick their experts.
+
+        TP-MoE: every GPU holds 1/tp of each expert and sees every token; EP: a GPU holds
+        E/ep whole experts and gets its share of the assignments (times ``imbalance``).
+        """
+        m = self.model
+        if routed <= 0:
+            return 0.0
+        touched = self.local_experts * self.experts_touched(routed) / m.experts
+        assigned = routed * m.experts_per_token
+        if self.ep_mode:
+            assigned = assigned / self.layout.ep * self.layout.imbalance
+        compute = 2 * self.expert_w * (assigned + self.half * touched) / self.pk_w
+        memory = touched * self.expert_w * self.wb / self.bw
+        return max(compute, memory)
+
+    def allreduce(self, tokens: float) -> float:
+        if self.ar_factor == 0 or tokens <= 0:
+            return 0.0
+        nbytes = tokens * self.model.hidden_size * ACT_BYTES
+        return self.gpu.allreduce_us * 1e-6 + self.ar_factor * nbytes / self.ar_bw
+
+    def all_to_all(self, tokens: float, low_latency: bool) -> float:
+        """DeepEP dispatch (FP8) + combine (BF16) of this rank's ``tokens`` (seconds).
+
+        Low-latency kernels (decode) send every (token, expert) pair over RDMA, intra-node
+        pairs included. Normal kernels (prefill) send a token once to each remote node it
+        routes to (RDMA), then forward it over NVLink; the busier link decides. The busiest
+        receiver carries ``imbalance`` times the mean.
+        """
+        if tokens <= 0:
+            return 0.0
+        m, g, lay = self.model, self.gpu, self.layout
+        per_token = m.hidden_size * (1 + ACT_BYTES) * lay.imbalance
+        k = m.experts_per_token
+        if low_latency:
+            wire = tokens * k * per_token * self.a2a_remote / self.nic_bw
+        else:
+            nodes = max(1.0, lay.ep / g.gpus_per_node)
+            remote_nodes = (nodes - 1) * (1 - (1 - 1 / nodes) ** k) if nodes > 1 else 0.0
+            rdma = tokens * remote_nodes * per_token
+            nvl = tokens * k * per_token * self.a2a_remote
+            wire = max(rdma / self.nic_bw, nvl / self.nvl_bw)
+        return 2 * g.a2a_us * 1e-6 + wire
+
+    def _layers(self, mean: float, attn: float, core: float, low_latency: bool
+                ) -> tuple[float, float, float, float]:
+        """(dense-layer compute, MoE-layer compute, dense comm, MoE comm) per layer, seconds.
+
+        ``mean``: the rank's tokens (mean over lockstep ranks); ``attn``: the slowest rank's
+        tokens; ``core``: attention-core seconds of the slowest rank.
+        """
+        m = self.model
+        routed = mean * self.layout.gather
+        mlp = attn if self.ep_mode else routed  # EP: dense/shared MLP data-parallel
+        a = self.gemm(attn, self.attn_w) + core
+        elem = (attn + mlp) * m.hidden_size * ACT_BYTES * ELEMENTWISE_PASSES / self.bw
+        dense = a + elem + self.gemm(mlp, self.dense_w)
+        moe = a + elem + self.gemm(mlp, self.shared_w) + self.moe(routed) if m.is_moe else 0.0
+        if self.ep_mode:
+            c_dense, c_moe = 0.0, self.all_to_all(attn, low_latency)
+        else:
+            c_dense = c_moe = 2 * self.allreduce(routed)
+        return dense, moe, c_dense, c_moe
+
+    def _body(self, mean: float, attn: float, core: float, low_latency: bool,
+              ctx_attn: float = 0.0) -> float:
+        """All layers. ``ctx_attn``: per-layer attention seconds added to computation."""
+        m = self.model
+        nd, nm = m.dense_mlp_layers, m.moe_layers
+        if self.layout.tbo and mean >= 2:
+            # two micro-batches: communication of one runs under computation of the other
+            d, e, cd, ce = (2 * x for x in self._layers(mean / 2, attn / 2, core / 2,
+                                                         low_latency))
+            return nd * self._overlap(d + ctx_attn, cd) + nm * self._overlap(e + ctx_attn, ce)
+        d, e, cd, ce = self._layers(mean, attn, core, low_latency)
+        return nd * (d + ctx_attn + cd) + nm * (e + ctx_attn + ce)
+
+    def _overlap(self, compute: float, comm: float) -> float:
+        """Two-batch overlap hides ``tbo_overlap`` of the shorter of computation and
+        communication under the longer."""
+        lo, hi = (compute, comm) if compute < comm else (comm, compute)
+        return hi + (1 - self.engine.tbo_overlap) * lo
+
+    def _lm_tokens(self, reqs: float) -> float:
+        return reqs if self.ep_mode else reqs * self.layout.gather
+
+    # --- the predictor interface --------------------------------------------------------
+
+    def prefill(self, tokens: float, sq_tokens: float, pairs: float | None = None,
+                reqs: float = 1, prefix: float = 0, attn_tokens: float | None = None) -> float:
+        eng = self.engine
+        fixed = eng.prefill_step_ms / 1e3
+        if tokens <= 0:
+            return fixed
+        if pairs is None:
+            pairs = sq_tokens / 2
+        at = tokens if attn_tokens is None else attn_tokens
+        core = pairs * self.pf_pair_flops / self.pk_attn
+        if prefix and self.kv_b_w:  # MLA: expand the cached latent of the prefix (MHA path)
+            core += self.gemm(prefix, self.kv_b_w)
+        body = self._body(tokens, at, core, False)
+        lm = self.gemm(self._lm_tokens(reqs), self.lm_w, ACT_BYTES, self.pk_lm)
+        return fixed + self.model.layers * eng.prefill_layer_us * 1e-6 + body + lm
+
+    def _decode_parts(self, batch: float, attn_batch: float) -> tuple:
+        """Everything but the context term, cached per (batch, attn_batch)."""
+        key = (batch, attn_batch)
+        hit = self._decode_cache.get(key)
+        if hit is not None:
+            return hit
+        m, eng = self.model, self.engine
+        fixed = eng.decode_step_ms / 1e3 + m.layers * eng.decode_layer_us * 1e-6
+        fixed += self.gemm(self._lm_tokens(batch), self.lm_w, ACT_BYTES, self.pk_lm)
+        tbo = self.layout.tbo and batch >= 2
+        if tbo:
+            parts = tuple(2 * x for x in self._layers(batch / 2, attn_batch / 2, 0.0, True))
+        else:
+            parts = self._layers(batch, attn_batch, 0.0, True)
+        out = (fixed, tbo, *parts)
+        if len(self._decode_cache) > 200_000:
+            self._decode_cache.clear()
+        self._decode_cache[key] = out
+        return out
+
+    def decode(self, batch: float, context: float, attn_batch: float | None = None) -> float:
+        """One decode step; linear in ``context`` for a given batch (the rest is cached)."""
+        if batch <= 0:
+            return self.engine.decode_step_ms / 1e3
+        ab = batch if attn_batch is None else attn_batch
+        fixed, tbo, dense, moe, c_dense, c_moe = self._decode_parts(batch, ab)
+        attn = self.per_ctx * context
+        nd, nm = self.model.dense_mlp_layers, self.model.moe_layers
+        if tbo:
+            ov = self._overlap
+            return fixed + nd * ov(dense + attn, c_dense) + nm * ov(moe + attn, c_moe)
+        return fixed + nd * (dense + attn + c_dense) + nm * (moe + attn + c_moe)
+
+    def weights_per_gpu(self) -> float:
+        """Weight bytes one GPU of the rank holds (what the KV pool cannot use)."""
+        m = self.model
+        layers = m.layers * self.attn_w * self.wb
+        layers += m.dense_mlp_layers * self.dense_w * self.wb
+        if m.is_moe:
+            layers += m.moe_layers * (self.shared_w + self.local_experts * self.expert_w) * self.wb
+        emb = m.vocab_size * m.hidden_size * ACT_BYTES
+        return layers + emb + self.lm_w * ACT_BYTES
+
+
+def layout_for(role: object, cfg: PredictorConfig, gather: int) -> Layout:
+    """The :class:`Layout` of a scenario role (``fleet.prefill`` / ``fleet.decode``)."""
+    return Layout(tp=role.tp, dp=role.dp, dp_attention=role.dp_attention,
+                  ep=getattr(role, "ep", 1), gather=gather, tbo=cfg.two_batch_overlap,
+                  imbalance=cfg.expert_imbalance)
+
+
+def build(cfg: PredictorConfig, gpu: GPU, model: Model, tp: int, dp_gather: int = 1,
+          engine: Engine | None = None, layout: Layout | None = None) -> Predictor:
     """Make the predictor a scenario asks for (``dp_gather``: dp under DP attention, else 1)."""
+    if cfg.kind == "operator":
+        if engine is None:
+            from pdsim import profiles
+
+            engine = profiles.engine()
+        return OperatorPredictor(gpu, model, engine, layout or Layout(tp=tp, gather=dp_gather))
     if cfg.kind == "roofline":
         return RooflinePredictor(gpu, model, tp, dp_gather, cfg.prefill_mfu, cfg.hbm_derate,
                                  cfg.step_overhead_ms / 1e3)
     fitted = (model.fitted or {}).get(gpu.name)
     coeffs = dict(fitted or {})
     coeffs.update(cfg.coefficients)
-    unknown = set(cfg.coefficients) - set(FITTED_KEYS)
-    if unknown:
-        raise ValueError(f"predictor.coefficients: unknown {sorted(unknown)}; "
-                         f"allowed: {', '.join(FITTED_KEYS)}")
     missing = [k for k in FITTED_KEYS if k not in coeffs]
     if missing:
         raise ValueError(
             f"model '{model.name}' has no fitted coefficients for GPU '{gpu.name}' "
-            f"(missing {', '.join(missing)}); set predictor.kind: roofline or give "
-            f"predictor.coefficients")
+            f"(missing {', '.join(missing)}); set predictor.kind: operator (or roofline) or "
+            f"give predictor.coefficients")
     return FittedPredictor(**{k: float(coeffs[k]) for k in FITTED_KEYS})

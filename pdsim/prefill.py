@@ -142,13 +142,15 @@ class PrefillRank(Rank):
                 break
         return batch
 
-    def plan_step(self) -> tuple[int, float] | None:
-        """Form the next forward; returns its (new tokens, sum len*(len+prefix)) or None."""
+    def plan_step(self) -> tuple | None:
+        """Form the next forward: (new tokens, sum len*(len+prefix), causal attention pairs,
+        requests, prefix tokens attended), or None."""
         batch = self._form_batch()
         if not batch:
             return None
         tokens = 0
-        sq = 0.0
+        sq = pairs = 0.0
+        prefix = 0
         now = self.env.now
         for req, n, first in batch:
             if first:  # taken from the waiting queue: its first chunk
@@ -156,19 +158,23 @@ class PrefillRank(Rank):
             ctx = req.cached_tokens + self.progress.get(req.rid, 0)
             tokens += n
             sq += n * (n + ctx)
+            pairs += n * ctx + n * (n + 1) / 2
+            prefix += ctx
         self.batch = batch
         self.stats.prefill_steps += 1
-        return tokens, sq
+        return tokens, sq, pairs, len(batch), prefix
 
-    def step_time(self, plan: tuple[int, float]) -> float:
+    def step_time(self, plan: tuple) -> float:
         return self.predictor.prefill(*plan)
 
     @staticmethod
-    def combine(plans: list[tuple[int, float]], n_ranks: int) -> tuple[float, float]:
+    def combine(plans: list[tuple], n_ranks: int) -> tuple:
         """Gathered MoE tokens at the mean over the ranks, attention at the slowest rank."""
-        return sum(p[0] for p in plans) / n_ranks, max(p[1] for p in plans)
+        return (sum(p[0] for p in plans) / n_ranks, max(p[1] for p in plans),
+                max(p[2] for p in plans), max(p[3] for p in plans), max(p[4] for p in plans),
+                max(p[0] for p in plans))
 
-    def commit_step(self, plan: tuple[int, float]) -> None:
+    def commit_step(self, plan: tuple) -> None:
         """The forward finished: hand each chunk's KV to the transfer engine."""
         env = self.env
         batch, self.batch = self.batch, []

@@ -196,6 +196,9 @@ class RoleConfig(Strict):
     )
     mem_fraction_static: Fraction = Field(0.8, description="Used when kv_pool_tokens is unset")
     page_size: PosInt = Field(1, le=MAX_PAGE_TOKENS, description="Tokens per KV page")
+    ep: PosInt = Field(1, le=MAX_TP, description="Expert-parallel size (--ep-size with DeepEP): "
+                       "routed experts split over ep GPUs, tokens sent by all-to-all; 1: MoE "
+                       "weights tensor-parallel")
 
     @model_validator(mode="after")
     def _dp_fits_tp(self) -> RoleConfig:
@@ -205,6 +208,9 @@ class RoleConfig(Strict):
         if self.servers * self.dp > MAX_RANKS:
             raise ValueError(f"servers x dp = {self.servers * self.dp:,} DP ranks; at most "
                              f"{MAX_RANKS:,} per role")
+        if self.ep > 1 and self.ep != self.tp:
+            raise ValueError(f"ep ({self.ep}) must be 1 or equal tp ({self.tp}): SGLang splits "
+                             f"experts over the server's tp GPUs")
         return self
 
 
@@ -226,27 +232,12 @@ class DecodeConfig(RoleConfig):
 
 
 class FleetConfig(Strict):
-    gpu: str = Field(description="GPU profile name")
+    gpu: str = Field(description="GPU profile name (pdsim profiles; or one a profile file adds)")
     model: str = Field(description="Model profile name")
     prefill: PrefillConfig = PrefillConfig()
     decode: DecodeConfig = DecodeConfig()
-
-    @field_validator("gpu")
-    @classmethod
-    def _known_gpu(cls, v: str) -> str:
-        if v not in profiles.gpu_names():
-            allowed = ", ".join(profiles.gpu_names())
-            raise ValueError(f"unknown GPU profile {echo(v)}; allowed: {allowed}")
-        return v
-
-    @field_validator("model")
-    @classmethod
-    def _known_model(cls, v: str) -> str:
-        if v not in profiles.model_names():
-            raise ValueError(
-                f"unknown model profile {echo(v)}; allowed: {', '.join(profiles.model_names())}"
-            )
-        return v
+    engine: str = Field("sglang", max_length=MAX_NAME_CHARS,
+                        description="Engine profile name (CPU-side and per-request costs)")
 
 
 # --- router, transfer, blacklist, flush, predictor -------------------------------------------
@@ -321,17 +312,37 @@ class FlushConfig(Strict):
 
 
 Coefficient = Annotated[float, Field(ge=0, le=MAX_MS, allow_inf_nan=False), _NUM]
+FITTED_KEYS = ("prefill_a_ms", "prefill_b_ms_per_ktok", "prefill_c_ms_per_mtok2",
+               "decode_a_ms", "decode_b_ms_per_ktok", "decode_c_ms_per_seq")
 
 
 class PredictorConfig(Strict):
-    kind: Literal["fitted", "roofline"] = "fitted"
+    kind: Literal["operator", "fitted", "roofline"] = Field(
+        "operator", description="operator: per-layer GEMM/attention/MoE/communication model "
+        "from the GPU, model and engine profiles; fitted: a + b*... coefficients from the model "
+        "profile; roofline: one MFU and one HBM derate")
+    two_batch_overlap: bool = Field(
+        False, description="operator: --enable-two-batch-overlap (communication hidden under "
+        "the other micro-batch's computation)")
+    expert_imbalance: Annotated[float, Field(ge=1, le=100, allow_inf_nan=False), _NUM] = Field(
+        1.0, description="operator, EP: busiest expert-GPU load over the mean (1: balanced; "
+        "a measured value from SGLang's expert distribution recorder)")
     coefficients: dict[str, Coefficient] = Field(
-        default_factory=dict, description="Override fitted coefficients by name (ms terms, "
+        default_factory=dict, description="fitted: override coefficients by name (ms terms, "
         f"finite, 0..{MAX_MS:g})"
     )
     prefill_mfu: Fraction = Field(0.35, description="Roofline: achieved fraction of peak FLOP/s")
     hbm_derate: Fraction = Field(0.8, description="Roofline: achieved fraction of HBM bandwidth")
     step_overhead_ms: Millis = Field(5.0, description="Roofline: per-step launch overhead")
+
+    def check(self, ctx: Context) -> None:
+        unknown = sorted(set(self.coefficients) - set(FITTED_KEYS))
+        if unknown:
+            raise Invalid("coefficients", f"unknown {clip(', '.join(unknown))}; allowed: "
+                          f"{', '.join(FITTED_KEYS)}")
+        if self.coefficients and self.kind != "fitted":
+            raise Invalid("coefficients", f"belong to the fitted predictor; set "
+                          f"predictor.kind: fitted (kind is {self.kind!r})")
 
 
 # --- workload -------------------------------------------------------------------------------
@@ -567,6 +578,11 @@ class Seeds(Strict):
     faults: Seed | None = None
 
 
+GPUOverrides = profiles.GPUOverrides
+ModelOverrides = profiles.ModelOverrides
+EngineOverrides = profiles.EngineOverrides
+
+
 class Scenario(Strict):
     name: Name = "scenario"
     description: Text = ""
@@ -582,6 +598,19 @@ class Scenario(Strict):
     blacklist: BlacklistConfig = BlacklistConfig()
     flush: FlushConfig = FlushConfig()
     predictor: PredictorConfig = PredictorConfig()
+    profiles: list[str] = Field(
+        default_factory=list, max_length=MAX_LIST,
+        description="Profile files (relative to this scenario) adding or changing GPU, model and "
+        "engine profiles and calibrations")
+    gpu: GPUOverrides = Field(  # type: ignore[valid-type]
+        default_factory=GPUOverrides, description="Override GPU profile values, e.g. "
+        "hbm_tbps: 3.0 (pdsim profiles NAME lists the keys)")
+    model: ModelOverrides = Field(  # type: ignore[valid-type]
+        default_factory=ModelOverrides, description="Override model profile values, e.g. "
+        "layers: 8")
+    engine: EngineOverrides = Field(  # type: ignore[valid-type]
+        default_factory=EngineOverrides, description="Override engine profile values, e.g. "
+        "bootstrap_ms: 5")
     clients: Annotated[list[ClientConfig], Field(min_length=1, max_length=MAX_LIST)]
     operator_flushes: list[OperatorFlush] = Field(default_factory=list, max_length=MAX_LIST)
     faults: list[Fault] = Field(default_factory=list, max_length=MAX_LIST)
@@ -828,7 +857,7 @@ def _with_context(data: dict, ctx: Context | None) -> ScenarioData:
 # Paths (dotted, '*' for any list index) that hold file names; an extends parent's relative
 # paths are rewritten to stay relative to the top-level file. Add a key here when the format
 # gains a file reference.
-PATH_KEYS: list[tuple[str, ...]] = [("clients", "*", "dataset", "path")]
+PATH_KEYS: list[tuple[str, ...]] = [("clients", "*", "dataset", "path"), ("profiles", "*")]
 
 
 def _rebase_paths(data: Any, src_dir: Path, top_dir: Path) -> None:

@@ -126,9 +126,16 @@ def test_probe_unblacklists_within_one_interval_and_throughput_recovers():
     recovered = probe.summary["clients"]["after"]
     assert recovered["failed"] == 0
     assert recovered["true_output_throughput_tok_s"] >= 0.9 * healthy
-    # control: without the probe the same later run still fails on the blacklisted pairs
-    stuck = run_cached("drop_timeout", *after).summary["clients"]["after"]
-    assert stuck["failed"] > 0.5 * stuck["requests"]
+    # control: without the probe the same later run still fails on the blacklisted pairs, at
+    # least as often as its requests land on them (dead pairs / all 4 x 4 pairs)
+    stuck_run = run_cached("drop_timeout", *after)
+    stuck = stuck_run.summary["clients"]["after"]
+    pairs = stuck_run.summary["blacklisted_pairs_final"]
+    assert pairs > 0
+    assert stuck["failed"] >= pairs / 16 * stuck["requests"]
+    m = stuck_run.measured
+    assert set(m[(m.client == "after") & (m.status == "failed")].reason) == {
+        "blacklisted_session"}
 
 
 def test_v0_5_23_backs_off_on_a_dead_decode():

@@ -26,7 +26,8 @@ class _Decode(DecodeRank):
 
 def test_prefill_step_gathers_tokens_and_waits_for_slowest_attention():
     ranks = [_Prefill() for _ in range(4)]
-    plans = [(4000, 8e6), (2000, 2e6), None, None]
+    # plans: (tokens, sum len*(len+prefix), causal pairs, requests, prefix tokens)
+    plans = [(4000, 8e6, 4e6, 2, 0), (2000, 2e6, 1e6, 1, 0), None, None]
     # mean tokens over all 4 ranks (idle ones count), max attention term
     assert step_time(ranks, plans) == pytest.approx(P.prefill(1500, 8e6))
 
@@ -43,7 +44,7 @@ def _one_at_a_time(lockstep: bool):
     d = small_fleet()
     d["fleet"]["decode"]["lockstep"] = lockstep
     d["clients"][0].update(num_prompts=20, max_concurrency=1)
-    d["predictor"] = {"coefficients": {"decode_c_ms_per_seq": 5.0}}
+    d["predictor"] = {"kind": "fitted", "coefficients": {"decode_c_ms_per_seq": 5.0}}
     return pdsim.run(d).measured
 
 

@@ -21,6 +21,7 @@ def _scenario(n: int) -> dict:
                   "prefill": {"dp": 1, "tp": 1, "max_running_requests": 1},
                   "decode": {"dp": 1, "tp": 1, "max_running_requests": 1}},
         "router": {"http_latency_ms": 0},
+        "engine": {"bootstrap_ms": 0, "tokenize_us_per_token": 0},  # no fixed TTFT-path cost
         "transfer": {"call_latency_ms": 0},
         "predictor": {"kind": "fitted", "coefficients": {
             "prefill_a_ms": 0.0, "prefill_b_ms_per_ktok": 0.0, "prefill_c_ms_per_mtok2": 0.0,

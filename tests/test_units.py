@@ -123,6 +123,8 @@ def test_every_profile_value_names_its_source():
     from importlib import resources
 
     def walk(node, path):
+        if path.endswith(".extends") and isinstance(node, str):
+            return  # names the entry this one copies; its values carry their own sources
         if isinstance(node, dict) and "value" in node:
             assert node.get("source"), f"{path} has no source"
         elif isinstance(node, dict):
@@ -131,9 +133,13 @@ def test_every_profile_value_names_its_source():
         else:
             raise AssertionError(f"{path} is a bare value without a source")
 
-    for fname in ("gpus.yaml", "models.yaml"):
+    for fname in ("gpus.yaml", "models.yaml", "engines.yaml"):
         data = yaml.safe_load(resources.files("pdsim").joinpath("profiles", fname).read_text())
-        walk(data, fname)
+        walk({k: v for k, v in data.items() if not k.startswith("_")}, fname)
+    cal = yaml.safe_load(resources.files("pdsim").joinpath("profiles",
+                                                         "calibrations.yaml").read_text())
+    for i, entry in enumerate(cal["calibrations"]):
+        walk(entry["set"], f"calibrations.yaml.{i}")
     assert {"A100", "H100", "H200", "H20"} <= set(profiles.gpu_names())
     assert {"llama-3.1-8b", "qwen3-8b", "deepseek-v2-lite", "deepseek-v3",
             "dsv3-ci-test"} <= set(profiles.model_names())

@@ -1,0 +1,85 @@
+"""pdsim calibrate: recovers known parameters, reproduces the shipped calibration from its
+published table, and writes a profile a scenario loads."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import ROOT
+
+import pdsim
+from pdsim import calibrate, profiles
+from pdsim.cli import main
+
+TRUTH = {"gpu.gemm_eff": 0.55, "gpu.attn_eff": 0.45, "engine.prefill_step_ms": 3.0,
+         "gpu.hbm_eff": 0.72, "engine.decode_step_ms": 2.2}
+
+
+def _synthetic() -> pd.DataFrame:
+    rows = [dict(phase="prefill", batch_size=b, input_len=n, tp=tp)
+            for b, n, tp in itertools.product((1, 4, 16), (128, 512, 2048, 8192), (1, 2))]
+    rows += [dict(phase="decode", batch_size=b, input_len=c, tp=tp)
+             for b, c, tp in itertools.product((1, 8, 32, 128, 256), (512, 4096), (1, 2))]
+    df = pd.DataFrame(rows)
+    res = profiles.resolve("H100", "llama-3.1-8b")
+    df["step_ms"] = calibrate.predict_steps(df, res, TRUTH)
+    return df
+
+
+def test_calibrate_recovers_synthetic_parameters():
+    fit = calibrate.fit(_synthetic(), "H100", "llama-3.1-8b")
+    assert set(fit.params) == set(TRUTH)
+    for key, value in TRUTH.items():
+        assert fit.start[key] != pytest.approx(value, rel=0.02)  # it had to move
+        assert fit.params[key] == pytest.approx(value, rel=0.02), key
+    assert fit.rows.error.abs().max() < 1e-3
+
+
+def test_calibrate_reproduces_the_shipped_h100_deepseek_calibration_from_its_table():
+    """The real table: LMSYS's per-node throughputs as step times (validation/)."""
+    rows = calibrate.read_table(ROOT / "validation" / "lmsys_dsv3_h100_steps.csv")
+    fit = calibrate.fit(rows, "H100", "deepseek-v3",
+                        keys=["gpu.gemm_eff", "engine.tbo_overlap"],
+                        start={"gpu.gemm_eff": 0.7, "engine.tbo_overlap": 0.3})
+    shipped = profiles.resolve("H100", "deepseek-v3")
+    assert fit.params["gpu.gemm_eff"] == pytest.approx(shipped.gpu.gemm_eff, rel=0.02)
+    assert fit.params["engine.tbo_overlap"] == pytest.approx(shipped.engine.tbo_overlap,
+                                                             rel=0.02)
+    assert fit.rows.error.abs().max() < 0.05
+
+
+def test_cli_writes_a_profile_a_scenario_loads(tmp_path, capsys):
+    data = tmp_path / "pr5624.csv"
+    data.write_text((ROOT / "validation" / "pr5624_bench_one_batch.csv").read_text())
+    code = main(["calibrate", str(data), "--gpu", "H20", "--model", "dsv3-ci-test", "--fit",
+                 "engine.decode_step_ms,engine.prefill_step_ms"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "decode_step_ms" in out and "median |error|" in out
+    prof = tmp_path / "pr5624.profile.yaml"
+    assert prof.is_file() and (tmp_path / "pr5624.residuals.png").stat().st_size > 1000
+    sc = tmp_path / "sc.yaml"
+    sc.write_text("profiles: [pr5624.profile.yaml]\n"
+                  "fleet: {gpu: H20, model: dsv3-ci-test}\nclients: [{kind: bench}]\n")
+    res = profiles.for_scenario(pdsim.load(sc))
+    assert "pdsim calibrate" in res.origins["engine.decode_step_ms"][1]
+    assert str(prof) in res.origins["engine.decode_step_ms"][1]
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("a,b\n1,2\n", "needs step columns"),
+    ("phase,batch_size,input_len,step_ms\nverify,1,1,1\n", "prefill or decode"),
+    ("phase,batch_size,input_len,step_ms\n", "no rows"),
+])
+def test_calibrate_bad_tables_are_one_line(tmp_path, capsys, text, needle):
+    f = tmp_path / "t.csv"
+    f.write_text(text)
+    assert main(["calibrate", str(f), "--gpu", "H100", "--model", "llama-3.1-8b"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
+    assert main(["calibrate", str(Path(tmp_path, "none.csv")), "--gpu", "H100", "--model",
+                 "llama-3.1-8b"]) == 2
+    assert "not found" in capsys.readouterr().err

@@ -1,0 +1,140 @@
+"""User profile files, inline overrides, one-line errors, and where each value came from."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import small_fleet
+
+import pdsim
+from pdsim import profiles
+from pdsim.cli import main
+from pdsim.scenario import ScenarioError
+
+MY_PROFILES = """
+gpus:
+  H100-slowmem:            # an H100 with an HBM2e-class memory
+    extends: H100
+    hbm_tbps: {value: 2.0, source: "my lab's measurement"}
+models:
+  tiny-moe:
+    extends: deepseek-v2-lite
+    layers: 4
+"""
+
+
+def _scenario(tmp_path, body: str, profile_text: str = MY_PROFILES, name="my.yaml"):
+    (tmp_path / "prof").mkdir(exist_ok=True)
+    (tmp_path / "prof" / name).write_text(profile_text)
+    f = tmp_path / "sc.yaml"
+    f.write_text(body)
+    return f
+
+
+BODY = """profiles: [prof/my.yaml]
+fleet: {gpu: H100-slowmem, model: tiny-moe, prefill: {tp: 1}, decode: {tp: 1}}
+clients: [{kind: bench, num_prompts: 20, max_concurrency: 4,
+           dataset: {kind: random, input_len: 512, output_len: 32}}]
+"""
+
+
+def test_a_user_profile_file_loads_relative_to_the_scenario(tmp_path):
+    f = _scenario(tmp_path, BODY)
+    res = profiles.for_scenario(pdsim.load(f))
+    assert res.gpu.name == "H100-slowmem" and res.gpu.hbm_tbps == 2.0
+    assert res.gpu.bf16_tflops == 989  # the rest comes from H100
+    assert res.model.layers == 4 and res.model.kv_lora_rank == 512
+    assert "my lab's measurement" in res.origins["gpu.hbm_tbps"][1]
+    assert res.origins["gpu.bf16_tflops"][1].startswith("pdsim/profiles/gpus.yaml")
+    out = pdsim.run(f)
+    assert out.summary["completed_requests"] == 20
+
+
+def test_overrides_apply_and_move_the_step_time(tmp_path):
+    f = _scenario(tmp_path, BODY)
+    base = pdsim.run(f).summary["mean_tpot_ms"]
+    faster = pdsim.run(f, sets=["gpu.hbm_tbps=8"]).summary["mean_tpot_ms"]
+    assert faster < base  # decode reads weights and KV: more bandwidth, shorter steps
+    res = profiles.for_scenario(pdsim.load(f, ["gpu.hbm_tbps=8", "model.layers=2"]))
+    assert res.gpu.hbm_tbps == 8 and res.model.layers == 2
+    assert res.origins["gpu.hbm_tbps"] == (8, "scenario override")
+    inline = small_fleet(engine={"bootstrap_ms": 0.0})
+    assert profiles.for_scenario(pdsim.load(inline)).engine.bootstrap_ms == 0.0
+
+
+def test_a_calibration_applies_to_its_gpu_and_model_only(tmp_path):
+    cal = MY_PROFILES + """calibrations:
+  - gpu: H100-slowmem
+    model: tiny-moe
+    set:
+      gpu.gemm_eff: {value: 0.33, source: fitted on my table}
+"""
+    f = _scenario(tmp_path, BODY, cal)
+    res = profiles.for_scenario(pdsim.load(f))
+    assert res.calibrated and res.gpu.gemm_eff == 0.33
+    other = profiles.for_scenario(pdsim.load(f, ["fleet.model=deepseek-v2-lite"]))
+    assert not other.calibrated and other.gpu.gemm_eff == 0.7
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("gpus: {X: {extends: H100, hbm_tb: 3}}", "unknown key 'gpus.X.hbm_tb'; allowed keys here"),
+    ("gpus: {X: {extends: H100, hbm_tbps: .inf}}", "gpu.hbm_tbps"),
+    ("gpus: {X: {extends: H100, hbm_tbps: .nan}}", "gpu.hbm_tbps"),
+    ("gpus: {X: {extends: H100, hbm_tbps: -3}}", "greater than 0"),
+    ("gpus: {X: {bf16_tflops: 100}}", "missing required key 'gpus.X."),
+    ("gpus: {X: {extends: H9000}}", "no gpu 'H9000'"),
+    ("gpus: [1, 2]", "must be a mapping"),
+    ("nodes: {}", "unknown key 'nodes'"),
+    ("gpus: {X: {extends: H100\n", "not valid YAML"),
+    ("gpus: {X: {extends: H100}}\ncalibrations: [{gpu: X, model: deepseek-v2-lite, "
+     "set: {gpu.gemm: 1}}]", "unknown key 'calibrations.0.set.gpu.gemm'"),
+])
+def test_a_malformed_profile_is_one_line(tmp_path, text, needle):
+    body = BODY.replace("H100-slowmem", "X").replace("tiny-moe", "deepseek-v2-lite")
+    f = _scenario(tmp_path, body, text)
+    with pytest.raises(ScenarioError) as err:
+        pdsim.load(f)
+    msg = str(err.value)
+    assert needle in msg and "\n" not in msg
+
+
+def test_profile_paths_stay_inside_the_scenario_directory(tmp_path):
+    f = _scenario(tmp_path, BODY.replace("prof/my.yaml", "../elsewhere.yaml"))
+    with pytest.raises(ScenarioError, match="outside the scenario's directory"):
+        pdsim.load(f)
+    f = _scenario(tmp_path, BODY.replace("prof/my.yaml", "prof/missing.yaml"))
+    with pytest.raises(ScenarioError, match="not found"):
+        pdsim.load(f)
+
+
+def test_inline_override_errors_name_the_key():
+    with pytest.raises(ScenarioError, match="unknown key 'gpu.hbm_tb'"):
+        pdsim.load(small_fleet(gpu={"hbm_tb": 3}))
+    with pytest.raises(ScenarioError, match="gpu.hbm_eff"):
+        pdsim.load(small_fleet(gpu={"hbm_eff": 1.5}))
+    with pytest.raises(ScenarioError, match="model.layers"):
+        pdsim.load(small_fleet(model={"layers": "many"}))
+    with pytest.raises(ScenarioError, match="fleet.gpu"):
+        pdsim.load(small_fleet(), ["fleet.gpu=H9000"])
+
+
+def test_cli_profiles_shows_origins(capsys, tmp_path):
+    f = _scenario(tmp_path, BODY)
+    assert main(["profiles", "--scenario", str(f), "--set", "engine.bootstrap_ms=5"]) == 0
+    out = capsys.readouterr().out
+    assert "gpu.hbm_tbps" in out and "my lab's measurement" in out
+    assert "engine.bootstrap_ms" in out and "scenario override" in out
+    assert main(["validate", str(f), "--set", "gpu.hbm_tbps=-1"]) == 2
+    err = capsys.readouterr().err
+    assert "gpu.hbm_tbps" in err and len(err.strip().splitlines()) == 1
+
+
+def test_shipped_catalog_covers_the_issue_list():
+    assert {"A10", "A100", "H100", "H800", "H20", "H20-3e", "H200", "B200"} <= set(
+        profiles.gpu_names())
+    assert {"llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "qwen3-8b", "qwen3-235b-a22b",
+            "deepseek-v2-lite", "deepseek-v3", "dsv3-ci-test", "llama-3.1-70b-awq-int4",
+            "qwen2.5-7b-gptq-int4", "llama-3.1-8b-fp8"} <= set(profiles.model_names())
+    for name in profiles.model_names():  # the architectures add up to the published sizes
+        m = profiles.model(name)
+        if m.params_total_b:
+            assert m.params_total / 1e9 == pytest.approx(m.params_total_b, rel=0.02), name
