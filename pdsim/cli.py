@@ -249,6 +249,16 @@ def _parser() -> argparse.ArgumentParser:
     ca.add_argument("--out", help="profile file to write (default: DATA.profile.yaml)")
     ca.add_argument("--plot", help="residual plot PNG (default: DATA.residuals.png)")
 
+    vm = sub.add_parser(
+        "validate-model", help="published measurements vs pdsim, per row (validation/)",
+        description="Runs every case in validation/cases.yaml against validation/"
+        "published.csv and prints published vs simulated vs error.")
+    vm.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
+    vm.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="override applied to every case's scenario")
+    vm.add_argument("--csv", help="also write the rows to this CSV")
+    vm.add_argument("--write-readme", metavar="README", help="replace the table between the "
+                    "validate-model markers in this file")
     return p
 
 
@@ -331,6 +341,33 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(f"\nmedian |error| {fit.median_abs_error:.1%}")
     print(f"wrote {out} (load it with `profiles: [{out.name}]`)", file=sys.stderr)
     print(f"wrote {plot}", file=sys.stderr)
+    return 0
+
+
+def _validate_model(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import pandas as pd
+
+    from pdsim import validation
+
+    try:
+        df = validation.validate(args.case or None, extra_sets=args.sets,
+                                 progress=sys.stderr.isatty())
+    except (scenario_mod.ScenarioError, ValueError) as err:
+        return _die(str(err))
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        shown = df.assign(error=[f"{e:+.1%}" for e in df.error])
+        print(shown.drop(columns=["unit", "source"]).to_string(index=False))
+    s = validation.summary(df)
+    print(f"\n{s['rows']} rows: median |error| {s['median_abs_error']:.1%}, max "
+          f"{s['max_abs_error']:.1%}, {s['within_25pct']} within +-25%")
+    if args.csv:
+        df.to_csv(args.csv, index=False)
+        print(f"wrote {args.csv}", file=sys.stderr)
+    if args.write_readme:
+        validation.write_readme(df, Path(args.write_readme))
+        print(f"wrote the table into {args.write_readme}", file=sys.stderr)
     return 0
 
 
@@ -527,6 +564,8 @@ def _main(argv: list[str] | None) -> int:
         return _profiles(args)
     if args.cmd == "calibrate":
         return _calibrate(args)
+    if args.cmd == "validate-model":
+        return _validate_model(args)
     try:
         sc = _load(args)
         if args.cmd == "run" and args.out:

@@ -1,0 +1,42 @@
+"""The validation suite: every published row is reproduced, and the median error stays low."""
+
+from __future__ import annotations
+
+import pytest
+
+import pdsim
+from pdsim import validation
+
+
+def test_every_published_case_has_a_setup_that_validates():
+    specs = validation._load_cases(validation.ROOT)
+    pub = validation.published()
+    assert set(pub.case) == set(specs)
+    for case, spec in specs.items():
+        sc = pdsim.load(validation.ROOT / spec["scenario"], list(spec.get("sets", [])))
+        assert sc.fleet.gpu and spec["measure"] in ("run", "prefill_step", "decode_step"), case
+    # every row names a source the validation README describes
+    text = (validation.ROOT / "README.md").read_text()
+    for src in set(pub.source):
+        assert f"- {src}:" in text, src
+
+
+@pytest.mark.slow
+def test_median_error_on_the_shipped_cases_is_at_most_10_percent():
+    df = validation.validate()
+    assert len(df) == len(validation.published())
+    s = validation.summary(df)
+    assert s["median_abs_error"] <= 0.10, validation.markdown(df)
+
+
+def test_cli_validate_model_prints_rows(capsys, tmp_path):
+    from pdsim.cli import main
+
+    out_csv = tmp_path / "rows.csv"
+    assert main(["validate-model", "--case", "lmsys_dsv3_h100_decode", "--case",
+                 "lmsys_dsv3_h100_decode_no_tbo", "--csv", str(out_csv)]) == 0
+    out = capsys.readouterr().out
+    assert "decode_tok_s_per_node" in out and "median |error|" in out
+    assert len(out_csv.read_text().splitlines()) == 3
+    assert main(["validate-model", "--case", "nope"]) == 2
+    assert "unknown case" in capsys.readouterr().err
