@@ -28,17 +28,28 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
 from pdsim.safeio import UserFileError, decode_utf8, echo, read_user_file, show_path
 
 MAX_PROFILE_BYTES = 1 << 20  # a profile file is a few kB; refuse anything past 1 MB
 
-Pos = Annotated[float, Field(gt=0, allow_inf_nan=False)]
-NonNeg = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Frac = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
-PosInt = Annotated[int, Field(gt=0)]
-NonNegInt = Annotated[int, Field(ge=0)]
+MAX_VALUE = 1e9  # any profile number (TFLOP/s, GB, us, tokens, sizes): far above real parts
+MAX_DIM = 10_000_000  # layers, heads, widths, experts, vocabulary
+
+
+def _number(v: Any) -> Any:
+    if isinstance(v, bool):
+        raise ValueError(f"expected a number, not {str(v).lower()}")
+    return v
+
+
+_NUM = BeforeValidator(_number)
+Pos = Annotated[float, Field(gt=0, le=MAX_VALUE, allow_inf_nan=False), _NUM]
+NonNeg = Annotated[float, Field(ge=0, le=MAX_VALUE, allow_inf_nan=False), _NUM]
+Frac = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), _NUM]
+PosInt = Annotated[int, Field(gt=0, le=MAX_DIM), _NUM]
+NonNegInt = Annotated[int, Field(ge=0, le=MAX_DIM), _NUM]
 Dtype = Literal["bf16", "fp8", "int4"]
 
 DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5}
@@ -233,25 +244,16 @@ SECTION = {"gpu": "gpus", "model": "models", "engine": "engines"}
 
 
 def _override_model(cls: type[_Profile], name: str) -> type[BaseModel]:
-    """The same fields, all optional: what a scenario's inline override may set."""
+    """The same fields and constraints, all optional: what a scenario's inline override may
+    set."""
     fields: dict[str, Any] = {}
     for fname, f in cls.model_fields.items():
         if fname in ("name", "fitted"):
             continue
-        fields[fname] = (f.annotation | None, Field(None, description=f.description,
-                                                     json_schema_extra=None,
-                                                     **_constraints(f)))
+        typ = Annotated.__class_getitem__((f.annotation, *f.metadata)) if f.metadata else \
+            f.annotation
+        fields[fname] = (typ | None, Field(None, description=f.description))
     return create_model(name, __config__=ConfigDict(extra="forbid"), **fields)
-
-
-def _constraints(f: Any) -> dict:
-    out = {}
-    for m in f.metadata:
-        for attr in ("gt", "ge", "le", "lt", "allow_inf_nan"):
-            v = getattr(m, attr, None)
-            if v is not None:
-                out[attr] = v
-    return out
 
 
 GPUOverrides = _override_model(GPU, "GPUOverrides")
