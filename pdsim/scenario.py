@@ -338,7 +338,7 @@ class PredictorConfig(Strict):
     def check(self, ctx: Context) -> None:
         unknown = sorted(set(self.coefficients) - set(FITTED_KEYS))
         if unknown:
-            raise Invalid("coefficients", f"unknown {clip(', '.join(unknown))}; allowed: "
+            raise Invalid("coefficients", f"unknown {echo(unknown)}; allowed: "
                           f"{', '.join(FITTED_KEYS)}")
         if self.coefficients and self.kind != "fitted":
             raise Invalid("coefficients", f"belong to the fitted predictor; set "
