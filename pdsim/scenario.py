@@ -67,6 +67,7 @@ MAX_EXTENDS = 16  # files in an extends chain
 MAX_TIME_S = 1e7  # any simulated time, duration or timeout (~116 days)
 MIN_INTERVAL_S = 1e-3  # shortest period of a recurring event (samples, heartbeats, probes)
 MAX_TICKS = 200_000  # recurring events one period implies over the horizon (horizon / period)
+MAX_PROBES = 50_000_000  # blacklist probes if every (prefill rank, decode session) pair probed
 MAX_REQUESTS = 1_000_000  # prompts or questions of one client
 MAX_TOTAL_REQUESTS = 4_000_000  # requests all clients can send, counting every retry
 MAX_TOKENS = 10_000_000  # any length or budget in tokens
@@ -293,6 +294,14 @@ class BlacklistConfig(Strict):
                           f"({self.probe_interval_s:g})", self.probe_max_interval_s)
         if self.recovery != "none":  # a policy that probes
             _ticks(ctx, "probe_interval_s", self.probe_interval_s, "probes per blacklisted pair")
+            f = ctx.scenario.fleet
+            pairs = f.prefill.servers * f.prefill.dp * f.decode.servers * f.decode.dp
+            probes = pairs * ctx.scenario.horizon_s / self.probe_interval_s
+            if probes > MAX_PROBES:
+                raise Invalid("probe_interval_s", f"{pairs:,} (prefill rank, decode session) "
+                              f"pairs x horizon_s / probe_interval_s = {probes:,.0f} probes if "
+                              f"all were blacklisted; at most {MAX_PROBES:,}",
+                              self.probe_interval_s)
 
 
 class FlushConfig(Strict):
