@@ -835,6 +835,9 @@ def parse_yaml(text: str, what: str) -> Any:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         problem = getattr(err, "problem", None) or type(err).__name__
+        if "nesting depth" in str(problem):  # libyaml >= 0.2.6 stops deep [[[[ itself
+            raise ScenarioError(f"{what}: nested deeper than {MAX_YAML_DEPTH} levels"
+                                f"{_at(mark)}") from None
         raise ScenarioError(f"{what}: not valid YAML{_at(mark)}: {clip(str(problem), 80)}"
                             ) from None
     except RecursionError:
