@@ -279,7 +279,7 @@ def _profiles(args: argparse.Namespace) -> int:
             print(f"  {key:<30}{value!s:<12}{origin}")
         return 0
     gpus, models = profiles.raw_gpus(), profiles.raw_models()
-    engines = {n: profiles._raw("engines")[n] for n in profiles.engine_names()}
+    engines = profiles.raw_engines()
     if args.name:
         entry = gpus.get(args.name) or models.get(args.name) or engines.get(args.name)
         if entry is None:
@@ -306,10 +306,9 @@ def _profiles(args: argparse.Namespace) -> int:
         experts = f"{x.experts_per_token}/{x.experts}" if x.is_moe else "-"
         print(f"{m:<24}{x.attention:>5}{x.layers:>7}{experts:>8}{x.params_active / 1e9:>9.1f}"
               f"{x.params_total / 1e9:>8.1f}{x.weight_dtype:>8}{x.kv_bytes_per_token:>11,}")
-    cal = profiles._shipped().calibrations
     print("\nengines: " + ", ".join(profiles.engine_names())
           + "; calibrated (GPU / model / engine): "
-          + ", ".join("/".join(k) for k in sorted(cal)))
+          + ", ".join("/".join(k) for k in profiles.calibrated()))
     print("pdsim profiles NAME shows every value with its source; --scenario FILE shows what a "
           "scenario runs with and where each value came from.")
     return 0

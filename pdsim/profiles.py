@@ -577,6 +577,15 @@ def raw_models() -> dict[str, dict[str, Any]]:
     return _raw("models")
 
 
+def raw_engines() -> dict[str, dict[str, Any]]:
+    return _raw("engines")
+
+
+def calibrated() -> list[tuple[str, str, str]]:
+    """The shipped (GPU, model, engine) combinations that have a calibration."""
+    return sorted(_shipped().calibrations)
+
+
 def _raw(section: str) -> dict[str, dict[str, Any]]:
     return {n: {k: {"value": v, "source": o} for k, (v, o) in e.values.items()}
             for n, e in _shipped().entries[section].items()}

@@ -102,6 +102,10 @@ class Result:
             if c.dataset.kind == "trace":
                 cd["dataset"]["path"] = str(c.dataset.resolved_path)
                 rerun = "pdsim run RUN_DIR/scenario.yaml --allow-outside-paths"
+        if sc.profiles and sc._context is not None:  # (steptime) profile files likewise
+            data["profiles"] = [str(sc._context.resolve(rel, f"'profiles.{i}'"))
+                                for i, rel in enumerate(sc.profiles)]
+            rerun = "pdsim run RUN_DIR/scenario.yaml --allow-outside-paths"
         resolved = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
         head = (f"# Resolved scenario of this run (pdsim {__version__}): {sc._source or 'a dict'}"
                 f" after extends: and overrides {list(sc._overrides) or 'none'}.\n"

@@ -138,3 +138,12 @@ def test_shipped_catalog_covers_the_issue_list():
         m = profiles.model(name)
         if m.params_total_b:
             assert m.params_total / 1e9 == pytest.approx(m.params_total_b, rel=0.02), name
+
+
+def test_a_run_directory_reruns_with_its_profile_files(tmp_path):
+    f = _scenario(tmp_path, BODY)
+    first = pdsim.run(f)
+    first.write(tmp_path / "out")
+    again = pdsim.run(tmp_path / "out" / "scenario.yaml", allow_outside_paths=True)
+    assert again.summary["mean_tpot_ms"] == first.summary["mean_tpot_ms"]
+    assert "--allow-outside-paths" in (tmp_path / "out" / "scenario.yaml").read_text()
