@@ -322,15 +322,16 @@ def what_if(sc: scenario_mod.Scenario) -> str:
     if changed:
         return f"changed by --set {' '.join(changed)}"
     if sc._source and Path(sc._source).is_file():
-        import yaml
+        from pdsim.safeio import UserFileError, clip, decode_utf8, read_user_file
 
-        try:
-            own = yaml.safe_load(Path(sc._source).read_text())
-        except yaml.YAMLError:  # it loaded a moment ago; be safe anyway
+        try:  # the same safe reading as the load a moment ago (the file may have changed)
+            raw = read_user_file(sc._source, "scenario file", scenario_mod.MAX_FILE_BYTES)
+            own = scenario_mod.parse_yaml(decode_utf8(raw, "scenario file"), "scenario file")
+        except (UserFileError, scenario_mod.ScenarioError):
             return ""
         if isinstance(own, dict) and "extends" in own and "reference" not in own:
-            return (f"{Path(sc._source).name} extends {own['extends']} and inherits its "
-                    f"reported figures")
+            return (f"{Path(sc._source).name} extends {clip(str(own['extends']), 80)} and "
+                    f"inherits its reported figures")
     return ""
 
 
