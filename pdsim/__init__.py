@@ -9,7 +9,8 @@ from pdsim.explore import Exploration, explore
 from pdsim.scenario import Scenario, ScenarioError, load
 from pdsim.sim import Result, run
 from pdsim.sweep import sweep
+from pdsim.whatif import WhatIf, whatif
 
-__all__ = ["Exploration", "Result", "Scenario", "ScenarioError", "explore", "load", "run",
-           "sweep"]
+__all__ = ["Exploration", "Result", "Scenario", "ScenarioError", "WhatIf", "explore", "load",
+           "run", "sweep", "whatif"]
 __version__ = "0.1.0"

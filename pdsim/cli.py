@@ -38,8 +38,9 @@ command's options and examples."""
 TOP_EPILOG = """\
 examples:
   pdsim run scenarios/drop_timeout.yaml               the incident, bench_serving-style report
-  pdsim run scenarios/drop_timeout.yaml --set blacklist.recovery=probe
-  pdsim sweep scenarios/drop_timeout.yaml --vary blacklist.recovery=none,probe,v0_5_23
+  pdsim run scenarios/drop_timeout.yaml --set blacklist.policy=probe
+  pdsim sweep scenarios/drop_timeout.yaml --vary blacklist.policy=permanent,probe,v0_5_23
+  pdsim whatif scenarios/whatif_base.yaml --seeds 3   blacklist policies x fault library
   pdsim validate my.yaml                              check a scenario before running it
   pdsim profiles dsv3-ci-test                         a model profile, every value's source"""
 
@@ -99,11 +100,31 @@ processes, and print a table of medians per grid point. Values are YAML scalars.
 SWEEP_EPILOG = SWEEP_COLUMNS + """
 
 examples:
-  pdsim sweep scenarios/drop_timeout.yaml --vary blacklist.recovery=none,probe,v0_5_23 --seeds 5
+  pdsim sweep scenarios/drop_timeout.yaml --vary blacklist.policy=permanent,probe,v0_5_23 --seeds 5
   pdsim sweep scenarios/drop_timeout.yaml --vary blacklist.strikes=1,2,3 \\
       --vary flush.semantics=skip_idle_check,reject_if_busy --out rows.csv
   pdsim sweep scenarios/healthy.yaml --set predictor.kind=roofline \\
       --vary predictor.prefill_mfu=0.25,0.35,0.5 --seeds 1"""
+
+WHATIF = """\
+Run blacklist policies (with parameter grids) under every fault of a library, seeds 1..N each,
+in parallel, and print one decision table (a row per policy and fault: medians over the seeds
+with 10-90% intervals) and a ranking of the policies by their worst-case regret across the
+faults. Every seed also runs without faults: goodput lost and recovery are measured against it.
+
+Policies: NAME, or NAME:KEY=V1,V2:KEY2=V (lists are a grid), e.g. ttl:ttl_s=10,30,120.
+Default: every registered policy at its defaults. Faults: names from the library (`pdsim
+faults`), or your own sets in a YAML file (name: a fault or a list of faults)."""
+
+WHATIF_EPILOG = """\
+{columns}
+
+examples:
+  pdsim whatif scenarios/whatif_base.yaml --seeds 3
+  pdsim whatif scenarios/whatif_base.yaml --policy permanent --policy never \\
+      --policy ttl:ttl_s=5,30,120,600 --faults flush_race,decode_hang --param ttl_s --plots
+  pdsim whatif scenarios/whatif_base.yaml --faults-file my_faults.yaml --out runs/wi \\
+      --format csv,parquet,json --timeline nic_flaps"""
 
 PROFILES_EPILOG = """\
 examples:
@@ -171,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     sw.add_argument("scenario", help="scenario YAML file")
     sw.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
                     help="a dotted key and the values to try (repeatable: the grid is the "
-                    "product), e.g. blacklist.recovery=none,probe,v0_5_23")
+                    "product), e.g. blacklist.policy=permanent,probe,v0_5_23")
     sw.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="fixed overrides applied to every run")
     sw.add_argument("--seeds", type=int, default=3, help="seeds 1..N per grid point")
@@ -214,9 +235,50 @@ def _parser() -> argparse.ArgumentParser:
 
     _outside_flag(ex)
 
-    sub.add_parser("schema", help="print the JSON Schema of the scenario format",
-                   description="Print the JSON Schema of the scenario format (for editors: "
-                   "completion and checking).", epilog=SCHEMA_EPILOG, formatter_class=RAW)
+    sc = sub.add_parser("schema", help="print the JSON Schema of the scenario format",
+                        description="Print the JSON Schema of the scenario format (for "
+                        "editors: completion and checking).", epilog=SCHEMA_EPILOG,
+                        formatter_class=RAW)
+    wi = sub.add_parser("whatif", help="blacklist policies x fault library x seeds: a "
+                        "decision table", description=WHATIF, formatter_class=RAW,
+                        epilog=WHATIF_EPILOG.format(columns=_legend()))
+    wi.add_argument("scenario", help="base scenario (its blacklist and faults are replaced), "
+                    "e.g. scenarios/whatif_base.yaml")
+    wi.add_argument("--policy", dest="policies", action="append", default=[],
+                    metavar="NAME[:KEY=V1,V2...]", help="a policy and its parameter grid "
+                    "(repeatable)")
+    wi.add_argument("--faults", default="all", metavar="NAME,NAME|all",
+                    help="library faults to run (default: all)")
+    wi.add_argument("--faults-file", metavar="FILE", help="YAML: fault-set name -> a fault "
+                    "(or a list); replaces --faults")
+    wi.add_argument("--seeds", type=int, default=3, help="seeds 1..N per policy and fault")
+    wi.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a base-scenario value (repeatable)")
+    wi.add_argument("--workers", type=int, help="processes (default: one per core)")
+    wi.add_argument("--backend", choices=["process", "ray"], default="process",
+                    help="a local process pool, or Ray (pip install -e '.[ray]')")
+    wi.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    _outside_flag(wi)
+    wi.add_argument("--out", metavar="DIR", help="write table, ranking, runs, healthy, "
+                    "timelines and columns.json (and --plots) into DIR")
+    wi.add_argument("--format", default="csv", metavar="csv,parquet,json",
+                    help="table formats for --out (comma-separated)")
+    wi.add_argument("--plots", action="store_true", help="with --out: heatmap.png, "
+                    "timeline_<fault>.png, vs_<param>.png")
+    wi.add_argument("--timeline", metavar="FAULT", help="fault whose recovery timelines to "
+                    "plot (default: the first)")
+    wi.add_argument("--param", metavar="KEY", help="policy parameter to plot goodput against "
+                    "(default: the first one a grid varies)")
+    wi.add_argument("--json", action="store_true", help="print table, ranking and column "
+                    "meanings as JSON")
+    fl = sub.add_parser("faults", help="list the fault kinds and the fault library",
+                        description="Fault kinds (faults: items, kind: selects one) and the "
+                        "library presets (faults: [{preset: NAME}]) that pdsim whatif runs.",
+                        formatter_class=RAW)
+    for sp in (r, v, sw, ex, sc, wi, fl):
+        sp.add_argument("--plugin", dest="plugins", action="append", default=[],
+                        metavar="MODULE|FILE.py", help="import a module that registers "
+                        "policies or faults (pdsim.registry) before reading the scenario")
     pr = sub.add_parser(
         "profiles", help="list the GPU, model and engine profiles and their sources",
         description="Without arguments: the shipped profiles. NAME: one profile, every value "
@@ -519,6 +581,129 @@ def _explore(args: argparse.Namespace) -> int:
     return 0
 
 
+def _legend() -> str:
+    from pdsim.whatif import legend
+
+    return legend().replace("columns:", "table columns (each a median over seeds, with _lo/_hi "
+                            "the 10th/90th percentiles):", 1)
+
+
+def _parse_policy(spec: str) -> dict:
+    import yaml
+
+    name, *params = spec.split(":")
+    out: dict = {"policy": name}
+    for item in params:
+        key, sep, raw = item.partition("=")
+        if not sep or not key or not raw:
+            raise ValueError(f"--policy expects NAME[:KEY=V1,V2...], got {spec!r}")
+        values = [yaml.safe_load(v) for v in raw.split(",")]
+        out[key] = values if len(values) > 1 else values[0]
+    return out
+
+
+def _faults_file(path: str) -> dict:
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except FileNotFoundError:
+        raise ValueError(f"faults file not found: {path}") from None
+    except yaml.YAMLError as err:
+        raise ValueError(f"{path}: not valid YAML: {getattr(err, 'problem', err)}") from None
+    if not isinstance(data, dict) or not data:
+        raise ValueError(f"{path}: expected a mapping of fault-set name -> fault or list")
+    return data
+
+
+def _whatif(args: argparse.Namespace) -> int:
+    from pdsim.registry import BLACKLIST_POLICIES
+    from pdsim.whatif import COLUMNS, STATS_NOTE, whatif
+
+    try:
+        policies = [_parse_policy(p) for p in args.policies] or BLACKLIST_POLICIES.names()
+        if args.faults_file:
+            faults = _faults_file(args.faults_file)
+        elif args.faults == "all":
+            faults = None
+        else:
+            faults = [f.strip() for f in args.faults.split(",") if f.strip()]
+        formats = [f.strip() for f in args.format.split(",") if f.strip()]
+        for fmt in formats:
+            if fmt not in ("csv", "parquet", "json"):
+                raise ValueError(f"--format {fmt!r}: csv, parquet or json")
+        if "parquet" in formats:
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError:
+                raise ValueError("--format parquet needs pyarrow: pip install -e "
+                                 "'.[parquet]'") from None
+        if args.seeds < 1:
+            raise ValueError("--seeds must be at least 1")
+        w = whatif(args.scenario, policies, faults, range(1, args.seeds + 1), args.workers,
+                   progress=sys.stderr.isatty(), sets=args.sets, plugins=args.plugins,
+                   command="pdsim " + " ".join(sys.argv[1:]), backend=args.backend,
+                   address=args.address, allow_outside_paths=args.allow_outside_paths)
+    except scenario_mod.ScenarioError as err:
+        return _die(str(err))
+    except (ValueError, KeyError, FileNotFoundError) as err:
+        return _die(str(err).strip("'\""))
+    if args.out:
+        for path in w.write(args.out, formats):
+            print(f"wrote {path}", file=sys.stderr)
+        if args.plots:
+            for path in _whatif_plots(w, args):
+                print(f"wrote {path}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"table": json.loads(w.table.to_json(orient="records")),
+                          "ranking": json.loads(w.ranking.to_json(orient="records")),
+                          "columns": COLUMNS, "statistics": STATS_NOTE}, indent=1))
+    else:
+        print(w.render())
+    return 0
+
+
+def _whatif_plots(w: object, args: argparse.Namespace) -> list:
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(args.out)
+    paths = []
+    ax = w.heatmap()
+    ax.figure.savefig(out / "heatmap.png", dpi=90)
+    paths.append(out / "heatmap.png")
+    fault = args.timeline or next(iter(w.faults))
+    ax = w.timelines(fault)
+    ax.figure.savefig(out / f"timeline_{fault}.png", dpi=90)
+    paths.append(out / f"timeline_{fault}.png")
+    params = [k for _lbl, sec in w.policies for k in sec if k != "policy"]
+    param = args.param or next((k for k in params if params.count(k) > 1), None)
+    if param:
+        ax = w.vs_param(param)
+        ax.figure.savefig(out / f"vs_{param}.png", dpi=90)
+        paths.append(out / f"vs_{param}.png")
+    plt.close("all")
+    return paths
+
+
+def _faults_list() -> int:
+    from pdsim.registry import FAULTS
+
+    print("fault kinds (faults: [{kind: NAME, ...}]; pdsim schema lists every key):")
+    for e in FAULTS.entries():
+        print(f"  {e.name:<20}{e.doc}")
+    print("\nlibrary (faults: [{preset: NAME}], other keys override; pdsim whatif runs these):")
+    for name, (spec, doc) in FAULTS.presets.items():
+        shown = ", ".join(f"{k}: {v}" for k, v in spec.items())
+        print(f"  {name:<20}{{{shown}}}\n  {'':<20}{doc}")
+    return 0
+
+
 def _load(args: argparse.Namespace) -> scenario_mod.Scenario:
     sets = list(args.sets)
     if getattr(args, "seed", None) is not None:
@@ -552,6 +737,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
+    from pdsim.registry import load_plugin
+
+    try:
+        for plugin in getattr(args, "plugins", []):
+            load_plugin(plugin)
+    except ValueError as err:
+        return _die(str(err))
     if args.cmd == "schema":
         print(json.dumps(scenario_mod.json_schema(), indent=2))
         return 0
@@ -559,6 +751,10 @@ def _main(argv: list[str] | None) -> int:
         return _sweep(args)
     if args.cmd == "explore":
         return _explore(args)
+    if args.cmd == "whatif":
+        return _whatif(args)
+    if args.cmd == "faults":
+        return _faults_list()
     if args.cmd == "profiles":
         return _profiles(args)
     if args.cmd == "calibrate":

@@ -56,6 +56,8 @@ class DecodeRank(Rank):
         # bootstrap handshake with the prefill, after both servers tokenized the prompt
         self.bootstrap_s = 0.0
         self.tokenize_s_per_token = 0.0
+        self._dropped: set[int] = set()  # rooms a crash abandoned: their outcome is not ours
+        self._epoch = self._planned = 0  # a crash voids the step in flight (pdsim.faults)
 
     # --- arrivals, pre-allocation, transfer ----------------------------------------------
 
@@ -71,6 +73,8 @@ class DecodeRank(Rank):
         return len(self.transfer) + len(self.waiting) + len(self.running) + len(self.retracted)
 
     def _try_prealloc(self) -> None:
+        if self.halted:  # pre-allocation runs in the scheduler loop
+            return
         # retracted requests get freed pages before new ones are pre-allocated
         while self.prealloc and not self.retracted:
             req = self.prealloc[0]
@@ -110,6 +114,9 @@ class DecodeRank(Rank):
                 self.on_waiting_timeout(self.session, req)
 
     def _on_done(self, req: Request) -> None:
+        if self._dropped and req.rid in self._dropped:
+            self._dropped.discard(req.rid)
+            return
         if req.room.state == Poll.Success:
             if self.transfer.pop(req.rid, None) is not None:
                 req.t_transfer_done = self.env.now
@@ -127,13 +134,16 @@ class DecodeRank(Rank):
         self._kick()  # freed pages may let a retracted request back in
         self._maybe_idle()
 
-    def _respond(self, req: Request, status: str, reason: str = "") -> None:
+    def _respond(self, req: Request, status: str, reason: str = "",
+                 http_status: int | None = None) -> None:
         if req.status == "timed_out":  # the router already answered the client
             return
         req.status = status
         req.reason = reason
         req.t_done = self.env.now
-        if status == "completed":
+        if http_status is not None:
+            req.http_status = http_status
+        elif status == "completed":
             req.http_status = 200
         else:
             req.http_status = 200 if req.stream else 500
@@ -220,6 +230,7 @@ class DecodeRank(Rank):
         if not self.running:
             return None
         self.stats.decode_steps += 1
+        self._planned = self._epoch
         return len(self.running), self.ctx_sum, recompute
 
     def step_time(self, plan: tuple) -> float:
@@ -247,6 +258,8 @@ class DecodeRank(Rank):
         ``DecodePreallocQueue._allocatable_tokens`` holds back space for the running requests'
         decoding (sgl-project/sglang, python/sglang/srt/disaggregation/decode.py).
         """
+        if self._planned != self._epoch:  # the process died during this step
+            return
         batch = plan[0]
         self.step += 1
         self.ctx_sum += batch
@@ -286,6 +299,51 @@ class DecodeRank(Rank):
         if refill:
             self._try_prealloc()
             self._maybe_idle()
+
+    # --- crash and restart (pdsim.faults) ---------------------------------------------------
+
+    def refuse(self, req: Request) -> None:
+        """The server is down: the router's POST is refused, mini_lb answers 502 at once."""
+        self.stats.count_request_failure("decode_unavailable")
+        self._respond(req, "failed", "decode_unavailable", http_status=502)
+
+    def crash(self) -> None:
+        """The process died: every request it held sees its connection break (HTTP 502), its
+        KV and queues are gone. Their rooms stay open at the prefill, which learns of the crash
+        only when its next write to this session fails."""
+        self.halt()
+        self._epoch += 1
+        held = [*self.prealloc, *self.transfer.values(), *self.waiting,
+                *self.running.values(), *self.retracted]
+        for req in held:
+            if not req.room.resolved:
+                self._dropped.add(req.rid)
+            if req.status == "unfinished":
+                self.stats.count_request_failure("decode_crashed")
+                self._respond(req, "failed", "decode_crashed", http_status=502)
+        for req in self.running.values():
+            self._sync(req)
+        self.prealloc.clear()
+        self.transfer.clear()
+        self.waiting.clear()
+        self.running.clear()
+        self.retracted.clear()
+        self._finish.clear()
+        self._grow.clear()
+        self.ctx_sum = 0
+        self.load_tokens = 0
+        self.alloc.reset()
+        self.log("decode_crash", self.name, self.index, peer=self.session, value=len(held))
+
+    def resume(self) -> None:
+        """Out of a stall: pre-allocate what queued meanwhile, then step again."""
+        super().resume()
+        self._try_prealloc()
+
+    def restart(self) -> None:
+        """Serving again (the fleet gave it a new session first)."""
+        self.resume()
+        self.log("decode_restart", self.name, self.index, peer=self.session)
 
     # --- flush -----------------------------------------------------------------------------
 

@@ -163,17 +163,14 @@ class Fleet:
                                          tc.saturation_mb * 1e6))
                 rank = PrefillRank(env, s, r, pc, p_pred, kvb, p_pages, tc.bootstrap_timeout_s,
                                    sc.flush.semantics, self.log, self.stats, chunk)
-                owner = f"{rank.name}.r{r}"
-
-                def reachable(session: str, s: int = s) -> bool:
-                    return self.faults.reachable(s, session)
-
-                bl = blacklist.build(sc.blacklist, env, owner, reachable, self.log)
+                bl = blacklist.build(sc.blacklist, env, f"{rank.name}.r{r}", self.log)
                 bl.on_change = self._blacklist_changed
                 rank.engine = TransferEngine(env, rank.name, r, self.nics[-1], bl,
                                              tc.call_latency_ms / 1e3, tc.transfer_timeout_s,
                                              tc.queues_per_rank, self.log, self.stats,
-                                             reachable, self.faults.write_error)
+                                             self.faults.paths, s, tc.qp_retry_s,
+                                             self.faults.write_error)
+                bl.probe = rank.engine.probe  # probes cost what a small write on the path costs
                 ranks.append(rank)
                 self.prefill_ranks.append(rank)
                 self.engines.append(rank.engine)
@@ -181,6 +178,9 @@ class Fleet:
                                                balance.build(pc.balance), self.log))
         for d in self.decode_ranks:
             d.on_waiting_timeout = self._on_waiting_timeout
+        if any(f.kind == "partition" for f in sc.faults):
+            for rank in self.prefill_ranks:
+                rank.cut_state = lambda s=rank.server: self.faults.cut_state(s)
 
         if recorder is not None:
             for obj in (*self.prefill_ranks, *self.decode_ranks, *self.engines):
@@ -228,6 +228,12 @@ class Fleet:
     def _on_waiting_timeout(self, session: str, req: Request) -> None:
         """A waiting timeout invalidates the decode's connection to that prefill."""
         self.reregister(session, req.p_server)
+
+    def new_session(self, rank: DecodeRank) -> None:
+        """A restarted decode rank's Mooncake engine binds a new RPC port: a new session id."""
+        rank.port += len(self.decode_ranks)
+        rank.session = f"decode-{rank.server}.r{rank.index}:{rank.port}"
+        self.sessions[rank.session] = rank
 
     def reregister(self, session: str, prefill_server: int) -> None:
         """The decode re-registers its buffers with a prefill server: its pairs there leave

@@ -29,6 +29,10 @@ def run_group(env: simpy.Environment, ranks: Sequence[Rank]) -> Generator:
     """One process stepping all ``ranks`` together (one event per forward)."""
     rec = ranks[0].recorder
     while True:
+        halted = [r for r in ranks if r.halted]
+        if halted:
+            yield halted[0]._resumed
+            continue
         plans = [r.plan_step() for r in ranks]
         if all(p is None for p in plans):
             yield env.any_of([r._sleep() for r in ranks])

@@ -23,6 +23,7 @@ class NIC:
         self._last = 0.0
         self._plan = 0
         self._next_id = 0
+        self._factor = 1.0  # a degraded NIC runs at this fraction of its rate
 
     def utilisation(self, nbytes: float) -> float:
         """Share of line rate one write of this size reaches alone (small writes do worse)."""
@@ -32,10 +33,29 @@ class NIC:
     def write(self, nbytes: float) -> simpy.Event:
         self._advance()
         ev = self.env.event()
-        self._active[self._next_id] = [float(nbytes), self.rate * self.utilisation(nbytes), ev]
+        ev.fid = self._next_id
+        self._active[self._next_id] = [float(nbytes),
+                                       self.rate * self._factor * self.utilisation(nbytes), ev]
         self._next_id += 1
         self._replan()
         return ev
+
+    def cancel(self, ev: simpy.Event) -> None:
+        """Stop a write that gave up (timeout, dead peer): it no longer shares the NIC."""
+        fid = getattr(ev, "fid", -1)
+        if fid in self._active:
+            self._advance()  # progress so far was shared with this write
+            del self._active[fid]
+            self._replan()
+
+    def scale(self, factor: float) -> None:
+        """Run at ``factor`` of the line rate from now on (1.0: restored)."""
+        self._advance()
+        ratio = factor / self._factor
+        self._factor = factor
+        for flow in self._active.values():
+            flow[1] *= ratio
+        self._replan()
 
     def _advance(self) -> None:
         dt = self.env.now - self._last

@@ -12,6 +12,7 @@ the waiting queue is dropped (SGLang's abort path removes aborted requests from 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 import simpy
 
@@ -46,6 +47,8 @@ class PrefillRank(Rank):
         self.batch: list[tuple[Request, int, bool]] = []
         self.inflight: dict[int, Request] = {}
         self.cache = PrefixCache(self.alloc, cfg.prefix_block_tokens) if cfg.prefix_cache else None
+        # set by the fleet when a partition may cut this server off (pdsim.faults.Faults.cut_state)
+        self.cut_state: Callable[[], int] | None = None
 
     # --- arrivals and room callbacks -----------------------------------------------------
 
@@ -59,8 +62,13 @@ class PrefillRank(Rank):
             lambda _e, r=req: self._bootstrap_timeout(r))
 
     def _on_bootstrapped(self, req: Request) -> None:
-        if req.room.resolved or self.bootstrap.pop(req.rid, None) is None:
+        if req.room.resolved or req.rid not in self.bootstrap:
             return
+        if self.cut_state is not None and (cut := self.cut_state()):
+            if cut == 2:  # the decodes already lost this prefill: they fail the room at once
+                req.room.fail("prefill_heartbeat_lost")
+            return  # the decode's transfer info is lost in the partition: keep waiting
+        del self.bootstrap[req.rid]
         self.waiting.append(req)
         self._queued.add(req.rid)
         self._kick()

@@ -34,6 +34,8 @@ class Rank:
         self.load_tokens = 0  # what total_tokens DP balancing reads
         self._idle_waiters: list[simpy.Event] = []
         self._wake = env.event()
+        self.halted = False  # a stalled or dead process: no steps until resume()
+        self._resumed: simpy.Event | None = None
 
     # --- idle tracking (SchedulerFlushWrapper re-checks when queues shrink) -----------------
 
@@ -65,6 +67,19 @@ class Rank:
     def flush_now(self, how: str) -> None:
         raise NotImplementedError
 
+    def halt(self) -> None:
+        """Stop stepping (a hang or a crash) until :meth:`resume`."""
+        if not self.halted:
+            self.halted = True
+            self._resumed = self.env.event()
+
+    def resume(self) -> None:
+        if self.halted:
+            self.halted = False
+            ev, self._resumed = self._resumed, None
+            ev.succeed()
+            self._kick()
+
     def flush_state(self) -> str:
         """``idle`` or ``busy (queue sizes)``, as the flush log and timeline show it."""
         return "idle" if self.is_fully_idle() else f"busy ({self.busy_summary()})"
@@ -89,6 +104,9 @@ class Rank:
         """One scheduler loop: one event per batch step."""
         env, rec = self.env, self.recorder
         while True:
+            if self.halted:
+                yield self._resumed
+                continue
             plan = self.plan_step()
             if plan is None:
                 yield self._sleep()

@@ -46,7 +46,8 @@ from pydantic import (
     model_validator,
 )
 
-from pdsim import profiles, trace, unknowns
+from pdsim import profiles, registry, trace, unknowns
+from pdsim.registry import BLACKLIST_POLICIES, FAULTS
 from pdsim.safeio import (
     UserFileError,
     clip,
@@ -267,41 +268,26 @@ class TransferConfig(Strict):
     min_utilisation: Fraction = Field(0.12, description="Utilisation floor for small writes")
     saturation_mb: PosFloat = Field(100.0, le=1e6,
                                     description="Write size reaching peak utilisation")
-    transfer_timeout_s: Seconds = 30.0
+    transfer_timeout_s: Seconds = Field(
+        30.0, description="MC_TRANSFER_TIMEOUT: a synchronous batch write gives up (ret != 0) "
+        "after this plus 1 ns per byte (Mooncake transfer_engine_py.cpp); what a write to a "
+        "peer that does not answer costs")
+    qp_retry_s: Seconds = Field(
+        0.537, description="How long an RDMA write to a peer that does not acknowledge retries "
+        "before the QP errors: IB local ACK timeout 4.096 us x 2^14 x (retry_cnt 7 + 1) "
+        "(Mooncake rdma_endpoint.cpp TIMEOUT=14, RETRY_CNT=7). A crashed peer's writes fail "
+        "after this (its reconnect is refused); shorter outages cost nothing")
     bootstrap_timeout_s: Seconds = 300.0
     waiting_timeout_s: Seconds = 300.0
     base_port: PosInt = Field(17000, le=65535, description="First decode session rpc port")
 
 
-class BlacklistConfig(Strict):
-    strikes: PosInt = Field(1, le=MAX_COUNT, description="Failures before a session is "
-                            "blacklisted")
-    recovery: Literal["none", "probe", "v0_5_23"] = Field(
-        "none", description="none: permanent (0.5.14-0.5.22 default); probe: fixed interval; "
-        "v0_5_23: probe with backoff and idle drop"
-    )
-    probe_interval_s: Interval = Field(30.0, description="Probe period; horizon_s / "
-                                       f"probe_interval_s <= {MAX_TICKS:,}")
-    probe_max_interval_s: Interval = 300.0
-    idle_drop_s: Seconds = 600.0
-    reregister_on_invalidate: bool = Field(
-        True, description="Decode re-registers (and is un-blacklisted) after a waiting timeout"
-    )
-
-    def check(self, ctx: Context) -> None:
-        if self.probe_max_interval_s < self.probe_interval_s:
-            raise Invalid("probe_max_interval_s", f"must be >= probe_interval_s "
-                          f"({self.probe_interval_s:g})", self.probe_max_interval_s)
-        if self.recovery != "none":  # a policy that probes
-            _ticks(ctx, "probe_interval_s", self.probe_interval_s, "probes per blacklisted pair")
-            f = ctx.scenario.fleet
-            pairs = f.prefill.servers * f.prefill.dp * f.decode.servers * f.decode.dp
-            probes = pairs * ctx.scenario.horizon_s / self.probe_interval_s
-            if probes > MAX_PROBES:
-                raise Invalid("probe_interval_s", f"{pairs:,} (prefill rank, decode session) "
-                              f"pairs x horizon_s / probe_interval_s = {probes:,.0f} probes if "
-                              f"all were blacklisted; at most {MAX_PROBES:,}",
-                              self.probe_interval_s)
+BLACKLIST_POLICIES.renamed["recovery"] = (
+    "blacklist.recovery is now blacklist.policy (none -> permanent; probe; v0_5_23; also ttl, "
+    "strikes_window, circuit_breaker, never)")
+BlacklistConfig = Annotated[registry.Params, BLACKLIST_POLICIES.field()]
+"""``blacklist:``: ``policy`` names a registered policy (pdsim.blacklist); its parameters sit
+beside it and are checked by the policy's own model (with a ``check(ctx)`` like any section)."""
 
 
 class FlushConfig(Strict):
@@ -472,71 +458,9 @@ class EvalClientConfig(Strict):
 ClientConfig = Annotated[BenchClientConfig | EvalClientConfig, Field(discriminator="kind")]
 
 
-def _decode_ranks(sc: Scenario) -> int:
-    return sc.fleet.decode.servers * sc.fleet.decode.dp
-
-
-class DecodeDown(Strict):
-    """A decode rank's KV endpoint is unreachable: writes and probes to it fail."""
-
-    kind: Literal["decode_unreachable"]
-    decode_rank: NonNegInt = Field(description="Global decode rank index (server*dp + rank)")
-    at_s: Instant
-    duration_s: Seconds
-
-    def check(self, ctx: Context) -> None:
-        n = _decode_ranks(ctx.scenario)
-        if self.decode_rank >= n:
-            d = ctx.scenario.fleet.decode
-            raise Invalid("decode_rank", f"must be < {n}, the decode ranks of the fleet "
-                          f"(servers {d.servers} x dp {d.dp}; index = server*dp + rank)",
-                          self.decode_rank)
-
-
-class Partition(Strict):
-    """Network partition between a prefill server and the decode servers.
-
-    Transfers across it fail; decode heartbeats to the prefill miss, and after
-    ``heartbeat_misses`` the decode fails its rooms from that prefill and re-registers when the
-    partition heals (which clears its sessions from that prefill's blacklists).
-    """
-
-    kind: Literal["partition"]
-    prefill_server: NonNegInt = 0
-    at_s: Instant
-    duration_s: Seconds
-    heartbeat_interval_s: Interval = 5.0
-    heartbeat_misses: PosInt = Field(2, le=MAX_COUNT)
-
-    def check(self, ctx: Context) -> None:
-        n = ctx.scenario.fleet.prefill.servers
-        if self.prefill_server >= n:
-            raise Invalid("prefill_server", f"must be < {n}, the prefill servers of the fleet",
-                          self.prefill_server)
-        span = self.at_s + self.duration_s + self.heartbeat_interval_s * (
-            self.heartbeat_misses + 1)
-        beats = span / self.heartbeat_interval_s * ctx.scenario.fleet.decode.servers
-        if beats > MAX_TICKS:
-            raise Invalid("heartbeat_interval_s", f"implies {beats:,.0f} heartbeats (decode "
-                          f"servers x (at_s + duration_s) / heartbeat_interval_s); at most "
-                          f"{MAX_TICKS:,}: raise the interval", self.heartbeat_interval_s)
-
-
-class TransferErrors(Strict):
-    """Random ``ret != 0`` on writes in a window, drawn from the ``faults`` random stream."""
-
-    kind: Literal["transfer_errors"]
-    probability: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), _NUM]
-    from_s: Instant = 0.0
-    to_s: Annotated[float, Field(gt=0), _NUM] = Field(
-        float("inf"), description="End of the window (default: never)")
-
-    def check(self, ctx: Context) -> None:
-        if not self.to_s > self.from_s:
-            raise Invalid("to_s", f"must be after from_s ({self.from_s:g})", self.to_s)
-
-
-Fault = Annotated[DecodeDown | Partition | TransferErrors, Field(discriminator="kind")]
+Fault = Annotated[registry.Params, FAULTS.field()]
+"""A ``faults:`` item: ``kind`` names a registered fault (pdsim.faults) or ``preset`` a library
+entry; each kind's model checks its indices against the fleet (``check(ctx)``)."""
 
 
 class OperatorFlush(Strict):
@@ -604,7 +528,9 @@ class Scenario(Strict):
     fleet: FleetConfig
     router: RouterConfig = RouterConfig()
     transfer: TransferConfig = TransferConfig()
-    blacklist: BlacklistConfig = BlacklistConfig()
+    blacklist: BlacklistConfig = Field(
+        default_factory=lambda: BLACKLIST_POLICIES.validate({}),
+        description="Peer blacklist policy of the transfer engines (pdsim.blacklist)")
     flush: FlushConfig = FlushConfig()
     predictor: PredictorConfig = PredictorConfig()
     profiles: list[str] = Field(
@@ -622,7 +548,9 @@ class Scenario(Strict):
         "bootstrap_ms: 5")
     clients: Annotated[list[ClientConfig], Field(min_length=1, max_length=MAX_LIST)]
     operator_flushes: list[OperatorFlush] = Field(default_factory=list, max_length=MAX_LIST)
-    faults: list[Fault] = Field(default_factory=list, max_length=MAX_LIST)
+    faults: list[Fault] = Field(default_factory=list, max_length=MAX_LIST,
+                                description="Faults (pdsim.faults; `pdsim faults` lists kinds "
+                                "and presets)")
     reference: list[ReferenceFigure] = Field(
         default_factory=list, max_length=MAX_LIST,
         description="Reported figures to compare against (report only)")
@@ -664,6 +592,10 @@ class Scenario(Strict):
         if self.transfer.base_port + n_decode - 1 > 65535:
             raise Invalid("transfer.base_port", f"base_port + {n_decode} decode ranks passes "
                           f"port 65535", self.transfer.base_port)
+
+
+def _decode_ranks(sc: Scenario) -> int:
+    return sc.fleet.decode.servers * sc.fleet.decode.dp
 
 
 def _ticks(ctx: Context, key: str, period: float, what: str) -> None:
@@ -1039,8 +971,7 @@ def _unwrap_tag(cur: Any, tag: Any) -> Any:
     return None
 
 
-_TAGS = {"bench", "eval", "random", "trace", "decode_unreachable", "partition",
-         "transfer_errors", "float", "int", "str", "bool", "none"}
+_TAGS = {"bench", "eval", "random", "trace", "float", "int", "str", "bool", "none"}
 
 
 def _clean(loc: tuple) -> tuple:
@@ -1068,6 +999,8 @@ def _format_error(err: ValidationError) -> str:
         allowed = _allowed_keys(Scenario, loc[:-1])
         hint = f"; allowed keys here: {', '.join(allowed)}" if allowed else ""
         return f"unknown key '{path}'{hint}{more}"
+    if e["type"] == "unknown_key":
+        return f"unknown key '{path}': {e['msg']}{more}"
     if e["type"] == "missing":
         return f"missing required key '{path}'{more}"
     msg = e["msg"].removeprefix("Value error, ")
@@ -1195,7 +1128,7 @@ def json_schema() -> dict:
     scenario in full. Numeric and categorical values also accept a declared unknown.
     """
     schema = unknowns.schema_with_unknowns(
-        Scenario.model_json_schema(), skip_defs=("ReferenceFigure", "Seeds"))
+        registry.hoist(Scenario.model_json_schema()), skip_defs=("ReferenceFigure", "Seeds"))
     schema["properties"]["extends"] = {
         "type": "string", "title": "Extends",
         "description": "Scenario file (relative to this one, inside its directory tree) merged "

@@ -24,8 +24,14 @@ class Server:
         self.balancer = balancer
         self.log = log
         self._flushing = False
+        self.down = False  # a crashed server refuses connections until it restarts
 
     def dispatch(self, req: Request) -> None:
+        if self.down:
+            if self.role == "decode":
+                req.d_server = self.index
+                self.ranks[0].refuse(req)
+            return
         i = self.balancer.pick(self.ranks, req.room.id)
         rank = self.ranks[i]
         if self.role == "prefill":

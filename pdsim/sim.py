@@ -228,6 +228,9 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: 
         "flush_doomed_transfers": int(len(doomed)),
         "blacklisted_pairs_max": stats.blacklisted_pairs_max,
         "blacklisted_pairs_final": stats.blacklisted_pairs,
+        "dead_peer_writes": stats.dead_peer_writes,
+        "dead_peer_write_s": round(stats.dead_peer_write_s, 3),
+        "blacklist_probes": stats.probes,
         "failed_by_reason": {k: int(v) for k, v in
                              sorted(failed.reason.value_counts().items())},
         "flushes": _flush_counts(fleet),

@@ -18,6 +18,10 @@ class Stats:
     request_failures: dict[str, int] = field(default_factory=dict)
     blacklisted_pairs: int = 0
     blacklisted_pairs_max: int = 0
+    dead_peer_writes: int = 0  # writes that met a gone or silent path
+    dead_peer_write_s: float = 0.0  # transfer-worker time those writes held
+    probes: int = 0
+    probe_s: float = 0.0
 
     def count_request_failure(self, reason: str) -> None:
         self.request_failures[reason] = self.request_failures.get(reason, 0) + 1

@@ -1,7 +1,7 @@
 """What-if sweeps: one scenario, a grid of overrides, several seeds, one DataFrame.
 
     df = pdsim.sweep("scenarios/drop_timeout.yaml",
-                     vary={"blacklist.recovery": ["none", "probe", "v0_5_23"]},
+                     vary={"blacklist.policy": ["permanent", "probe", "v0_5_23"]},
                      seeds=range(1, 6))
 
 Runs go to a process pool (``workers``; 1 runs in-process) with a progress bar on stderr.

@@ -33,7 +33,8 @@ GOLDEN = Path(__file__).with_name("golden.json")
 PERFORMANCE_FIELDS = ("events",)  # summary keys that measure the simulator, not the model
 # shipped scenarios too long for the test suite run cut short there (as tests/test_invariants.py
 # does); their full runs are extra cases that `python tests/golden.py` checks but pytest does not
-SHORTEN = {"trace_replay": ["clients.0.num_prompts=600"]}
+SHORTEN = {"trace_replay": ["clients.0.num_prompts=600"],
+           "whatif_base": ["clients.0.num_prompts=400"]}
 
 
 def _small(**over) -> dict:
@@ -67,7 +68,7 @@ EXTRA: dict[str, dict] = {
                               "range_ratio": 0.2, "output_distribution": "geometric"}}]),
     # faults: a decode down, a partition with heartbeats, random write errors; probing blacklist
     "small_faults": _small(
-        blacklist={"strikes": 2, "recovery": "probe", "probe_interval_s": 3.0},
+        blacklist={"strikes": 2, "policy": "probe", "probe_interval_s": 3.0},
         transfer={"transfer_timeout_s": 2.0},
         faults=[{"kind": "decode_unreachable", "decode_rank": 1, "at_s": 3.0, "duration_s": 6.0},
                 {"kind": "partition", "prefill_server": 0, "at_s": 14.0, "duration_s": 8.0,
@@ -78,7 +79,7 @@ EXTRA: dict[str, dict] = {
                   "dataset": {"kind": "random", "input_len": 2048, "output_len": 128}}]),
     # 0.5.23 blacklist, sgl-model-gateway fan-out, reject_if_busy, operator flushes under load
     "small_gateway": _small(
-        blacklist={"recovery": "v0_5_23", "probe_interval_s": 2.0, "idle_drop_s": 20.0},
+        blacklist={"policy": "v0_5_23", "probe_interval_s": 2.0, "idle_drop_s": 20.0},
         router={"flush_handler": "model_gateway", "worker_timeout_s": 0.5},
         flush={"semantics": "reject_if_busy"},
         operator_flushes=[{"at_s": 2.0}, {"at_s": 4.0, "timeout_s": 1.0}, {"at_s": 9.0}],
@@ -108,10 +109,28 @@ EXTRA: dict[str, dict] = {
                           "kv_pool_tokens": 30000, "retract_reserve_tokens": 32}},
         clients=[{"kind": "bench", "num_prompts": 200, "max_concurrency": 96,
                   "dataset": {"kind": "random", "input_len": 1024, "output_len": 512}}]),
+    # the fault library on two decode servers: crash and restart, hang, NIC flaps, degraded
+    # NIC, flush race; a circuit breaker with half-open trials
+    "small_library": _small(
+        blacklist={"policy": "circuit_breaker", "failures": 2, "cooldown_s": 1.0},
+        transfer={"transfer_timeout_s": 2.0},
+        fleet={"gpu": "H20", "model": "dsv3-ci-test",
+               "prefill": {"dp": 2, "tp": 2, "dp_attention": True, "balance": "total_tokens",
+                           "chunked_prefill_size": 4096},
+               "decode": {"servers": 2, "dp": 2, "tp": 2, "dp_attention": True,
+                          "balance": "total_tokens"}},
+        faults=[{"preset": "decode_crash", "at_s": 2.0, "restart_after_s": 3.0},
+                {"preset": "decode_hang", "decode_server": 1, "at_s": 7.0, "duration_s": 3.0},
+                {"preset": "nic_flaps", "at_s": 11.0, "flaps": 2, "every_s": 2.0,
+                 "down_s": 1.0},
+                {"preset": "nic_degraded", "at_s": 15.0, "duration_s": 2.0},
+                {"preset": "flush_race", "at_s": 18.0}],
+        clients=[{"kind": "bench", "num_prompts": 300, "request_rate": 15.0,
+                  "dataset": {"kind": "random", "input_len": 2048, "output_len": 64}}]),
     # timeouts everywhere: router, bootstrap, waiting; a decode that stays down; roofline
     "small_timeouts": _small(
         router={"request_timeout_s": 2.0},
-        blacklist={"recovery": "probe", "probe_interval_s": 1.0},
+        blacklist={"policy": "probe", "probe_interval_s": 1.0},
         transfer={"bootstrap_timeout_s": 0.45, "waiting_timeout_s": 0.9,
                   "transfer_timeout_s": 3.0},
         predictor={"kind": "roofline"},

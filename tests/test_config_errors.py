@@ -39,7 +39,7 @@ CASES = [
      "clients.0.dataset.range_ratio", "less than or equal to 1"),
     (_with("clients.0.kind", "locust"), "clients.0", "'bench', 'eval'"),
     (_with("router.flush_handler", "nginx"), "router.flush_handler", "mini_lb_0.3.2"),
-    (_with("blacklist.recovery", "ttl"), "blacklist.recovery", "'none', 'probe'"),
+    (_with("blacklist.policy", "sometimes"), "blacklist.policy", "'permanent', 'probe'"),
     (_with("flush.semantics", "maybe"), "flush.semantics", "skip_idle_check"),
     (_with("horizon_s", 0), "horizon_s", "greater than 0"),
     (_with("fleet.prefill", {"dp": 3, "tp": 4, "dp_attention": True}), "fleet.prefill",

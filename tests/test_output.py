@@ -39,9 +39,9 @@ def test_blacklist_growth_is_one_line_and_verbose_lists_every_pair():
 def test_reference_verdicts_only_for_the_scenario_they_belong_to(tmp_path):
     incident = render(run_cached("drop_timeout"))  # the incident itself: verdicts shown
     assert " within" in incident or " outside" in incident
-    probe = render(run_cached("drop_timeout", "blacklist.recovery=probe"))
+    probe = render(run_cached("drop_timeout", "blacklist.policy=probe"))
     assert "Reported figures (context only)" in probe
-    assert "blacklist.recovery=probe" in probe
+    assert "blacklist.policy=probe" in probe
     assert "within" not in probe and "outside" not in probe
     # a file that extends the incident and inherits its reported figures is a what-if too
     from conftest import SCENARIOS

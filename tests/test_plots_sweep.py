@@ -94,7 +94,8 @@ def test_postmortem_panels_say_what_the_docstring_promises(tmp_path):
 
 
 def test_probe_recovery_shows_as_pairs_coming_off_the_blacklist():
-    res = run_cached("drop_timeout", "blacklist.recovery=probe")
+    res = run_cached("drop_timeout", "blacklist.policy=probe")
     iv = plots.blacklist_intervals(res)
     assert len(iv) and (iv.cleared_by == "probe").all()
-    assert (iv.end - iv.start <= 30 + 1e-6).all()  # probe interval 30 s
+    # probe interval 30 s, plus what the probe costs (a call and a 4 KiB write)
+    assert (iv.end - iv.start <= 30 + 0.01).all()

@@ -10,9 +10,10 @@ import simpy
 from conftest import SCENARIOS
 
 import pdsim
-from pdsim.blacklist import V0523Blacklist
+from pdsim import blacklist
 from pdsim.cli import main
 from pdsim.log import EventLog
+from pdsim.registry import BLACKLIST_POLICIES
 from pdsim.report import horizon_warning
 
 FOUND = Path(__file__).parent / "fuzz_found"
@@ -24,9 +25,16 @@ FOUND = Path(__file__).parent / "fuzz_found"
 def test_an_entry_idle_dropped_before_its_probe_starts_is_not_probed():
     env = simpy.Environment()
     log = EventLog(env)
-    bl = V0523Blacklist(env, "prefill-0.r0", 1, 1.0, 8.0, lambda s: True, log, idle_drop_s=0.0)
+
+    def probe(session):
+        yield env.timeout(0)
+        return True
+
+    params = BLACKLIST_POLICIES.validate({"policy": "v0_5_23", "probe_interval_s": 1.0,
+                                          "probe_max_interval_s": 8.0})
+    bl = blacklist.build(params, env, "prefill-0.r0", log, probe)
     assert bl.record_failure("decode-0.r0:17000")  # blacklisted; its probe process is queued
-    assert not bl.blocked("decode-0.r0:17000")  # the next chunk finds it idle: dropped
+    bl.clear("decode-0.r0:17000", "idle_drop")  # dropped in the same instant, before it ran
     env.run(until=10)  # the probe process starts on an entry that is gone (was a KeyError)
     events = [(row[1], row[8]) for row in log.rows]
     assert events == [("blacklist_add", ""), ("blacklist_remove", "idle_drop")]

@@ -159,16 +159,18 @@ def test_balancers():
 
 
 def test_transfer_time_is_call_latency_plus_bytes_over_bandwidth():
-    from pdsim.blacklist import PermanentBlacklist
+    from pdsim import blacklist
+    from pdsim.faults import Paths
+    from pdsim.registry import BLACKLIST_POLICIES
     from pdsim.request import Request, Room
     from pdsim.stats import Stats
     from pdsim.transfer import Chunk, TransferEngine
 
     env = simpy.Environment()
     nic = NIC(env, "n", 1e9, peak_util=1.0, min_util=1.0, saturation_bytes=1.0)
-    bl = PermanentBlacklist(env, "p", 1, 30, 300, lambda s: True, lambda *a, **k: None)
+    bl = blacklist.build(BLACKLIST_POLICIES.validate({}), env, "p", lambda *a, **k: None)
     eng = TransferEngine(env, "p", 0, nic, bl, 0.0016, 30.0, 4, lambda *a, **k: None, Stats(),
-                         lambda s: True)
+                         Paths(env), 0, 0.537)
     room = Room(env, 1)
     room.session, room.port = "d:1", 1
     req = Request(env, 0, "c", "bench", 10, 1, True)
