@@ -457,6 +457,22 @@ def _check_sweep_args(args: argparse.Namespace, grid_points: int) -> None:
         _check_out_file(args.out)
 
 
+def _check_explore_args(args: argparse.Namespace) -> None:
+    """Bounds of ``explore``'s own options, before anything is loaded or run."""
+    if not 1 <= args.samples <= MAX_RUNS:
+        raise UsageError(f"--samples {args.samples}: give 1..{MAX_RUNS:,} design points")
+    if not 1 <= args.seeds <= MAX_SEEDS:
+        raise UsageError(f"--seeds {args.seeds}: give 1..{MAX_SEEDS:,} (runs seeds 1..N per "
+                         f"design point)")
+    if args.samples * args.seeds > MAX_RUNS:
+        raise UsageError(f"the exploration has {args.samples * args.seeds:,} runs (samples x "
+                         f"seeds); at most {MAX_RUNS:,}")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers {args.workers}: give at least 1")
+    if args.design_seed < 0:
+        raise UsageError(f"--design-seed {args.design_seed}: give a non-negative integer")
+
+
 def _check_out_file(out: str) -> None:
     """``sweep --out FILE``: writable before any run starts."""
     p = Path(out)
@@ -553,6 +569,7 @@ def _explore(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _stop)
     out = None
     try:
+        _check_explore_args(args)
         data = scenario_mod.read_yaml(args.scenario, allow_outside_paths=args.allow_outside_paths)
         name = scenario_mod.load(scenario_mod.apply_overrides(data, args.sets)).name
         out = Path(args.out or f"explore-{name}")

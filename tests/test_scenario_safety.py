@@ -285,6 +285,14 @@ def a_file(tmp_path):
     (["sweep", "scenarios/healthy.yaml", "--vary", "seed=" + ",".join(map(str, range(200))),
       "--seeds", "1000"], "the sweep has 200,000 runs"),
     (["run", "scenarios/healthy.yaml", "--seed", "-1"], "'seed'"),
+    (["explore", "scenarios/healthy.yaml", "--samples", "100000000"],
+     "--samples 100000000: give 1..100,000"),
+    (["explore", "scenarios/healthy.yaml", "--samples", "1000", "--seeds", "1000"],
+     "the exploration has 1,000,000 runs"),
+    (["explore", "scenarios/healthy.yaml", "--seeds", "0"], "--seeds 0: give 1..10,000"),
+    (["explore", "scenarios/healthy.yaml", "--workers", "0"], "--workers 0: give at least 1"),
+    (["explore", "scenarios/healthy.yaml", "--design-seed", "-5"],
+     "--design-seed -5: give a non-negative integer"),
 ])
 def test_command_line_mistakes_are_one_line(argv, hint, a_file, capsys):
     argv = [a.replace("{afile}", str(a_file)) for a in argv]
