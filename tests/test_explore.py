@@ -159,7 +159,7 @@ def test_cli_tables_and_errors(tmp_path, capsys):
     assert main(["explore", "scenarios/healthy.yaml", "--out", str(tmp_path / "h")]) == 2
     assert main(["explore", str(tmp_path / "tiny.yaml"), "--samples", "0"]) == 2
     err = capsys.readouterr().err
-    assert "declares no unknowns" in err and "--samples must be at least 1" in err
+    assert "declares no unknowns" in err and "--samples 0: give 1..100,000" in err
     assert len(err.strip().splitlines()) == 2
     # sweep says which inputs stayed at nominal
     assert main(["sweep", str(tmp_path / "tiny.yaml"), "--vary", "clients.0.num_prompts=21",
