@@ -20,8 +20,8 @@ with each one (``pdsim faults``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from collections.abc import Callable, Generator, Sequence
+from typing import Annotated, Any, Literal, Protocol
 
 import numpy as np
 import simpy
@@ -44,9 +44,59 @@ from pdsim.scenario import (
     Strict,
 )
 
-if TYPE_CHECKING:
-    from pdsim.fleet import Fleet
-    from pdsim.server import Server
+
+class DecodeRankView(Protocol):
+    """What a fault does to a decode rank (pdsim.decode.DecodeRank)."""
+
+    name: str
+    index: int
+    session: str
+    transfer: dict
+    prealloc: Sequence
+
+    def halt(self) -> None: ...
+    def resume(self) -> None: ...
+    def crash(self) -> None: ...
+    def restart(self) -> None: ...
+
+
+class ServerView(Protocol):
+    """A decode server as faults see it (pdsim.server.Server)."""
+
+    name: str
+    ranks: Sequence[DecodeRankView]
+    down: bool
+
+
+class NicView(Protocol):
+    def scale(self, factor: float) -> None: ...
+
+
+class FaultHost(Protocol):
+    """What faults need from the fleet they break (pdsim.fleet.Fleet provides it)."""
+
+    env: simpy.Environment
+    decode_ranks: Sequence[DecodeRankView]
+    decode_servers: Sequence[ServerView]
+
+    def log(self, event: str, component: str = "", rank: int = -1, rid: int = -1,
+            room: int = -1, peer: str = "", value: float = 0.0, detail: str = "") -> None: ...
+
+    def prefill_nics(self, prefill_server: int) -> list[NicView]:
+        """The NICs a prefill server's transfer engines write through."""
+        ...
+
+    def bare_flush(self, caller: str) -> simpy.Event:
+        """``POST /flush_cache`` through the router without a timeout."""
+        ...
+
+    def new_session(self, rank: DecodeRankView) -> None:
+        """A restarted decode rank's new session id."""
+        ...
+
+    def reregister(self, session: str, prefill_server: int) -> None:
+        """The decode re-registers with a prefill server (clears its blacklist entries)."""
+        ...
 
 UP, GONE, SILENT, SLOW = 0, 1, 2, 3
 STATE_NAMES = {UP: "up", GONE: "gone", SILENT: "silent", SLOW: "slow"}
@@ -374,8 +424,7 @@ def _nic_flaps(f: NicFlapsParams, faults: Faults) -> Generator:
 @FAULTS.register("nic_degraded", params=NicDegradedParams)
 def _nic_degraded(f: NicDegradedParams, faults: Faults) -> Generator:
     env = faults.env
-    nics = {id(r.engine.nic): r.engine.nic
-            for r in faults.fleet.prefill_servers[f.prefill_server].ranks}.values()
+    nics = faults.fleet.prefill_nics(f.prefill_server)
     yield env.timeout(f.at_s)
     for nic in nics:
         nic.scale(f.bandwidth_fraction)
@@ -393,7 +442,7 @@ def _nic_degraded(f: NicDegradedParams, faults: Faults) -> Generator:
 def _flush_race(f: FlushRaceParams, faults: Faults) -> Generator:
     yield faults.env.timeout(f.at_s)
     faults.log("fault_start", "router", detail="flush race: bare POST /flush_cache")
-    yield faults.fleet.router.flush(None, "flush_race")
+    yield faults.fleet.bare_flush("flush_race")
     faults.log("fault_end", "router", detail="flush race answered")
 
 
@@ -448,7 +497,7 @@ for _name, (_spec, _doc) in LIBRARY.items():
 class Faults:
     """The faults of one run, installed into its fleet."""
 
-    def __init__(self, fleet: Fleet, specs: list, rng: np.random.Generator) -> None:
+    def __init__(self, fleet: FaultHost, specs: list, rng: np.random.Generator) -> None:
         self.fleet = fleet
         self.env = fleet.env
         self.log = fleet.log
@@ -477,7 +526,7 @@ class Faults:
                 return bool(self.rng.random() < f.probability)
         return False
 
-    def heartbeat(self, decode_server: Server, f: PartitionParams) -> Generator:
+    def heartbeat(self, decode_server: ServerView, f: PartitionParams) -> Generator:
         """Decode polls the prefill's /health; ``misses`` in a row invalidate the connection."""
         env, p = self.env, f.prefill_server
         misses = 0
@@ -499,7 +548,7 @@ class Faults:
                     for rank in decode_server.ranks:
                         self.fleet.reregister(rank.session, p)
 
-    def _lost_prefill(self, decode_server: Server, p: int) -> None:
+    def _lost_prefill(self, decode_server: ServerView, p: int) -> None:
         self.log("heartbeat_lost", decode_server.name, peer=f"prefill-{p}",
                  detail="Lost connection with prefill instance")
         for rank in decode_server.ranks:

@@ -229,6 +229,15 @@ class Fleet:
         """A waiting timeout invalidates the decode's connection to that prefill."""
         self.reregister(session, req.p_server)
 
+    def prefill_nics(self, prefill_server: int) -> list[NIC]:
+        """The NICs a prefill server's transfer engines write through (faults degrade them)."""
+        nics = {id(r.engine.nic): r.engine.nic for r in self.prefill_servers[prefill_server].ranks}
+        return list(nics.values())
+
+    def bare_flush(self, caller: str) -> simpy.Process:
+        """``POST /flush_cache`` through the router, no timeout (the flush_race fault)."""
+        return self.router.flush(None, caller)
+
     def new_session(self, rank: DecodeRank) -> None:
         """A restarted decode rank's Mooncake engine binds a new RPC port: a new session id."""
         rank.port += len(self.decode_ranks)
