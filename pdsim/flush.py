@@ -10,21 +10,33 @@ deadline.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import simpy
 
 if TYPE_CHECKING:
     from pdsim.log import EventLog
-    from pdsim.rank import Rank
 
 OK = (200, "Cache flushed.")
 BUSY = (400, "Cache not flushed because there are pending requests")
 TIMED_OUT = (400, "Timed out waiting for idle state.")
 
 
+class Flushable(Protocol):
+    """What the wrapper needs of a DP rank (rank.Rank provides it; flush.py does not import it)."""
+
+    name: str
+    index: int
+
+    def is_fully_idle(self) -> bool: ...
+    def busy_summary(self) -> str: ...
+    def idle_event(self) -> simpy.Event: ...
+    def flush_now(self, how: str) -> None: ...
+
+
 class FlushWrapper:
-    def __init__(self, env: simpy.Environment, rank: Rank, semantics: str, log: EventLog) -> None:
+    def __init__(self, env: simpy.Environment, rank: Flushable, semantics: str,
+                 log: EventLog) -> None:
         self.env = env
         self.rank = rank
         self.semantics = semantics
