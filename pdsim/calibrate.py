@@ -208,6 +208,17 @@ def _measured(rows: pd.DataFrame) -> tuple[np.ndarray, list[str], list[int]]:
     return np.array(vals), names, idx
 
 
+def _narrowed(key: str, within: tuple[float, float] | None) -> tuple[float, float]:
+    lo, hi = BOUNDS[key]
+    if within is None:
+        return lo, hi
+    a, b = max(lo, float(within[0])), min(hi, float(within[1]))
+    if not a < b:
+        raise CalibrationError(f"bounds for {key} ({within[0]:g}, {within[1]:g}) leave nothing "
+                               f"within ({lo:g}, {hi:g})")
+    return a, b
+
+
 def default_params(rows: pd.DataFrame) -> list[str]:
     """What the table can pin down: prefill rows the GEMM/attention efficiencies and the
     prefill overhead, decode rows the HBM efficiency and the decode overhead, TTFT rows the
@@ -227,9 +238,11 @@ def default_params(rows: pd.DataFrame) -> list[str]:
 
 def fit(rows: pd.DataFrame, gpu: str, model: str, engine: str = "sglang",
         keys: list[str] | None = None, files: tuple[str, ...] = (), base: dict | None = None,
-        source: str = "", start: dict[str, float] | None = None) -> Fit:
+        source: str = "", start: dict[str, float] | None = None,
+        bounds: dict[str, tuple[float, float]] | None = None) -> Fit:
     """Least-squares fit of ``keys`` (default: :func:`default_params`) to the table, starting
-    from the profile's current values (or ``start``)."""
+    from the profile's current values (or ``start``), within :data:`BOUNDS` (or narrower
+    ``bounds`` per key, e.g. a cap a shipped profile value documents)."""
     from scipy.optimize import least_squares
 
     rows = check_table(rows.reset_index(drop=True))
@@ -262,8 +275,9 @@ def fit(rows: pd.DataFrame, gpu: str, model: str, engine: str = "sglang",
             out[~step_mask] = predict_serving(serve_rows, res, params, base, files)[0]
         return out
 
-    lo = np.array([max(BOUNDS[k][0], 1e-9) for k in keys])
-    hi = np.array([BOUNDS[k][1] for k in keys])
+    lim = {k: _narrowed(k, (bounds or {}).get(k)) for k in keys}
+    lo = np.array([max(lim[k][0], 1e-9) for k in keys])
+    hi = np.array([lim[k][1] for k in keys])
     x0 = np.clip(np.array([start[k] for k in keys]), lo * 1.0001, hi * 0.9999)
     scale = np.maximum(np.abs(x0), 1e-3)
 

@@ -319,8 +319,11 @@ def _parser() -> argparse.ArgumentParser:
     vm.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="override applied to every case's scenario")
     vm.add_argument("--csv", help="also write the rows to this CSV")
+    vm.add_argument("--holdout", action="store_true", help="also refit each shipped parameter "
+                    "set without some of its rows (validation/holdout.yaml, pdsim calibrate's "
+                    "fit) and print every row's held-out error next to its in-sample one")
     vm.add_argument("--write-readme", metavar="README", help="replace the table between the "
-                    "validate-model markers in this file")
+                    "validate-model markers in this file (implies --holdout)")
     return p
 
 
@@ -410,19 +413,41 @@ def _validate_model(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from pdsim import validation
+    from pdsim import holdout, validation
 
+    do_holdout = args.holdout or bool(args.write_readme)
+    if do_holdout and args.sets:
+        return _die("--holdout (and --write-readme) refit the shipped parameter sets; they do "
+                    "not take --set")
     try:
-        df = validation.validate(args.case or None, extra_sets=args.sets,
-                                 progress=sys.stderr.isatty())
+        if do_holdout:
+            if args.write_readme and not args.holdout:
+                print("--write-readme: refitting for the held-out columns (--holdout)",
+                      file=sys.stderr)
+            ho = holdout.run(args.case or None, progress=sys.stderr.isatty())
+            df = ho.table
+        else:
+            df = validation.validate(args.case or None, extra_sets=args.sets,
+                                     progress=sys.stderr.isatty())
+            if not args.sets:
+                df = holdout.mark(df)
     except (scenario_mod.ScenarioError, ValueError) as err:
         return _die(str(err))
-    with pd.option_context("display.width", 160, "display.max_columns", 20):
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
         shown = df.assign(error=[f"{e:+.1%}" for e in df.error])
-        print(shown.drop(columns=["unit", "source"]).to_string(index=False))
+        drop = ["unit", "source", "fitted_in"]
+        if do_holdout:
+            shown = shown.assign(held_out_error=[
+                "" if pd.isna(e) else f"{e:+.1%}" for e in df.held_out_error])
+        print(shown.drop(columns=[c for c in drop if c in shown]).to_string(index=False))
     s = validation.summary(df)
     print(f"\n{s['rows']} rows: median |error| {s['median_abs_error']:.1%}, max "
           f"{s['max_abs_error']:.1%}, {s['within_25pct']} within +-25%")
+    if "row" in df:
+        print("\n".join(holdout.summary_lines(df)))
+    if do_holdout:
+        print("\nrefitted with pdsim calibrate on each split's rows (shipped -> refitted):")
+        print(holdout.fits_text(ho.splits))
     if args.csv:
         df.to_csv(args.csv, index=False)
         print(f"wrote {args.csv}", file=sys.stderr)

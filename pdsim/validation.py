@@ -36,6 +36,16 @@ def _scenario(root: Path, spec: dict, extra: list[str]) -> Any:
     return scenario_mod.load(root / spec["scenario"], list(spec.get("sets", [])) + extra)
 
 
+def ranks_per_node(sc: Any, role_name: str) -> int:
+    """Ranks of ``role_name`` (prefill/decode) on one node: per-node figures are per-rank
+    figures times this."""
+    from pdsim import profiles
+
+    role = getattr(sc.fleet, role_name)
+    gpus_per_rank = role.tp // role.dp if role.dp_attention else role.tp
+    return max(1, profiles.for_scenario(sc).gpu.gpus_per_node // gpus_per_rank)
+
+
 def _step_predictor(sc: Any, role_name: str) -> tuple[Any, Any, int]:
     from pdsim import predictor, profiles
 
@@ -44,9 +54,7 @@ def _step_predictor(sc: Any, role_name: str) -> tuple[Any, Any, int]:
     gather = role.dp if role.dp_attention else 1
     lay = predictor.layout_for(role, sc.predictor, gather)
     pred = predictor.build(sc.predictor, prof.gpu, prof.model, role.tp, gather, prof.engine, lay)
-    gpus_per_rank = role.tp // role.dp if role.dp_attention else role.tp
-    ranks_per_node = max(1, prof.gpu.gpus_per_node // gpus_per_rank)
-    return pred, prof, ranks_per_node
+    return pred, prof, ranks_per_node(sc, role_name)
 
 
 def prefill_step_rate(sc: Any, tokens_per_rank: int, prompt_len: int) -> float:
@@ -73,6 +81,8 @@ def _run_metric(res: Any, metric: str) -> float:
         m = res.measured
         m = m[m.status == "completed"]
         return float(((m.t_transfer_done - m.t_prefill_end) * 1e3).mean())
+    if metric == "input_throughput_tok_s":  # bench_serving's "Input token throughput"
+        return float(s["total_input_tokens"]) / float(s["duration_s"])
     key = metric.removesuffix("_upper_bound")
     return float(s[key])
 
@@ -85,18 +95,19 @@ def error(published_value: float, simulated: float, metric: str) -> float:
 
 
 def validate(cases: list[str] | None = None, root: Path = ROOT, extra_sets: list[str] = (),
-             progress: bool = False) -> pd.DataFrame:
-    """Published vs simulated for every row (or the rows of ``cases``)."""
+             progress: bool = False, rows: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Published vs simulated for every row (or the rows of ``cases``, or the given rows of
+    ``published()``)."""
     import pdsim
 
     specs = _load_cases(root)
-    pub = published(root)
+    pub = published(root) if rows is None else rows
     if cases:
         unknown = set(cases) - set(specs)
         if unknown:
             raise ValueError(f"unknown case(s) {sorted(unknown)}; known: {', '.join(specs)}")
         pub = pub[pub.case.isin(cases)]
-    rows = []
+    out = []
     runs: dict[tuple, Any] = {}
     it = pub.itertuples(index=False)
     if progress:
@@ -122,10 +133,10 @@ def validate(cases: list[str] | None = None, root: Path = ROOT, extra_sets: list
             sim = decode_step_rate(sc, spec["batch_per_rank"], x)
         else:
             raise ValueError(f"{row.case}: unknown measure {measure!r}")
-        rows.append({"case": row.case, "metric": row.metric, "x": x, "published": row.value,
-                     "simulated": round(sim, 2), "error": error(row.value, sim, row.metric),
-                     "unit": row.unit, "source": row.source, "setup": row.setup})
-    return pd.DataFrame(rows)
+        out.append({"case": row.case, "metric": row.metric, "x": x, "published": row.value,
+                    "simulated": round(sim, 2), "error": error(row.value, sim, row.metric),
+                    "unit": row.unit, "source": row.source, "setup": row.setup})
+    return pd.DataFrame(out)
 
 
 def summary(df: pd.DataFrame) -> dict:
@@ -136,16 +147,43 @@ def summary(df: pd.DataFrame) -> dict:
 
 
 def markdown(df: pd.DataFrame) -> str:
-    lines = ["| setup | case | metric | x | published | simulated | error |",
-             "|---|---|---|---:|---:|---:|---:|"]
+    """The table as Markdown; with :mod:`pdsim.holdout`'s columns (``row``; ``held_out``,
+    ``held_out_error``, ``split``) when present, and its medians under it."""
+    marked, held = "row" in df, "held_out" in df
+    head = "| setup | case | metric | x | published | simulated | error |"
+    rule = "|---|---|---|---:|---:|---:|---:|"
+    if marked:
+        head += " row |"
+        rule += "---|"
+    if held:
+        head += " held out: simulated | error | refit on |"
+        rule += "---:|---:|---|"
+    lines = [head, rule]
     for r in df.itertuples(index=False):
         x = "" if r.x is None or pd.isna(r.x) else f"{int(r.x):,}"
-        lines.append(f"| {r.setup} | {r.case} | {r.metric} | {x} | {r.published:,.2f} | "
-                     f"{r.simulated:,.2f} | {r.error:+.1%} |")
+        line = (f"| {r.setup} | {r.case} | {r.metric} | {x} | {r.published:,.2f} | "
+                f"{r.simulated:,.2f} | {r.error:+.1%} |")
+        if marked:
+            line += f" {r.row} |"
+        if held:
+            if pd.isna(r.held_out):
+                line += " n/a | n/a | not refittable (see validation/README.md) |"
+            else:
+                refit = r.split or "nothing fitted on it"
+                line += f" {r.held_out:,.2f} | {r.held_out_error:+.1%} | {refit} |"
+        lines.append(line)
     s = summary(df)
     lines.append("")
-    lines.append(f"{s['rows']} rows: median |error| {s['median_abs_error']:.1%}, max "
-                 f"{s['max_abs_error']:.1%}, {s['within_25pct']} within ±25%.")
+    lines.append(f"{s['rows']} rows with the shipped parameters: median |error| "
+                 f"{s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%}, "
+                 f"{s['within_25pct']} within ±25%.")
+    if marked:
+        from pdsim import holdout
+
+        lines.append("")
+        for ln in holdout.summary_lines(df)[1:]:
+            level = max(0, (len(ln) - len(ln.lstrip())) // 2 - 1)
+            lines.append(f"{'  ' * level}- {ln.strip()}")
     return "\n".join(lines)
 
 
