@@ -47,6 +47,21 @@ def test_perturbing_a_held_out_row_leaves_the_refit_unchanged(train, held):
     assert any(abs(moved_train[k] / base[k] - 1) > 0.01 for k in base), (base, moved_train)
 
 
+def test_held_out_rows_are_predicted_with_their_splits_refit_not_the_shipped_values():
+    """C's decode row is predicted by the split fitted on B alone, with that split's values:
+    the held-out figure is what validate-model gives under those values and differs from the
+    shipped prediction (the test fails if run() reused the shipped fit)."""
+    h = holdout.run(["lmsys_dsv3_h100_decode"])
+    (sp,) = h.splits
+    assert set(sp.train.setup) == {"B"} and set(sp.held_out.setup) == {"C"}
+    (row,) = h.table.itertuples(index=False)
+    assert row.row == holdout.IN_SAMPLE and row.split == sp.name
+    sets = [f"{k}={v!r}" for k, v in sp.params.items()]
+    again = validation.validate(["lmsys_dsv3_h100_decode"], extra_sets=sets)
+    assert row.held_out == pytest.approx(again.simulated.iloc[0], rel=1e-9)
+    assert abs(row.held_out / row.simulated - 1) > 0.01, (row.held_out, row.simulated)
+
+
 def test_case_a_refits_see_only_their_prompt_lengths(monkeypatch):
     """Case A's splits (a full simulation per row, too slow to fit here): the table handed to
     pdsim calibrate's fit holds the training prompt lengths only, with the case's scenario as
