@@ -24,6 +24,10 @@ Workloads:
   token); the llama-3.1-8b profile stands in for the model only for KV bytes on the wire.
   Prefix cache off (cycling the trace would otherwise turn repeats into cache hits).
 
+``events`` are SimPy events; ``steps/req`` counts batch-step ends kept as plain entries of the
+environment's step heap instead (``pdsim.clock.Environment``; inner steps of a fast-forwarded
+span that come before anything else take none).
+
 Each workload runs in a fresh interpreter (so peak RSS is its own), on one core. Wall time is
 ``pdsim.run`` in-process: scenario loading, fleet building, the simulation and the DataFrames;
 not interpreter start-up or imports (``cpu s``: the same span in process CPU time, less
@@ -74,7 +78,7 @@ def stream_scenario(n: int, tmp: Path) -> dict:
             f.write(json.dumps({"timestamp": 0, "input_length": r["input_length"],
                                 "output_length": r["output_length"]}) + "\n")
     return {
-        "name": f"stream_{n}", "seed": 1, "horizon_s": 1e7,
+        "name": f"stream_{n}", "seed": 1, "horizon_s": n / 2 + 3600,
         "fleet": {"gpu": "A100", "model": "llama-3.1-8b",
                   "prefill": {"kv_pool_tokens": 57000, "prefix_cache": False},
                   "decode": {"kv_pool_tokens": 57000}},
@@ -107,7 +111,7 @@ def measure(workload: str, repeat: int, profile: bool = False) -> dict:
         for _ in range(repeat):
             res = None
             t0, c0 = time.perf_counter(), time.process_time()
-            res = pdsim.run(source)
+            res = pdsim.run(source, allow_outside_paths=True)
             walls.append(time.perf_counter() - t0)
             cpus.append(time.process_time() - c0)
     wall = statistics.median(walls)
@@ -116,6 +120,7 @@ def measure(workload: str, repeat: int, profile: bool = False) -> dict:
     peak = _rss_mb()
     return {"workload": workload, "requests": n_req,
             "sim_s": s["simulated_s"], "events": s["events"], "wall_s": wall,
+            "step_entries": getattr(res, "sim_step_entries", 0),
             "cpu_s": statistics.median(cpus),
             "events_per_req": s["events"] / n_req, "us_per_req": 1e6 * wall / n_req,
             "sim_s_per_wall_s": s["simulated_s"] / wall, "events_per_s": s["events"] / wall,
@@ -129,7 +134,7 @@ def _profile(pdsim, source) -> dict:
 
     pr = cProfile.Profile()
     pr.enable()
-    pdsim.run(source)
+    pdsim.run(source, allow_outside_paths=True)
     pr.disable()
     out = io.StringIO()
     pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(18)
@@ -147,16 +152,26 @@ def _in_child(workload: str, repeat: int, profile: bool) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-HEADER = (f"{'workload':<16}{'requests':>9}{'sim s':>9}{'events':>11}{'ev/req':>8}"
-          f"{'wall s':>9}{'cpu s':>8}{'us/req':>8}{'sim s/wall s':>13}{'events/s':>10}"
-          f"{'peak RSS MB':>12}{'+RSS MB':>9}")
+COLUMNS = (  # (header, width, format of the row's value)
+    ("workload", 16, lambda m: f"{m['workload']:<16}"),
+    ("requests", 9, lambda m: f"{m['requests']:>9}"),
+    ("sim s", 9, lambda m: f"{m['sim_s']:>9.0f}"),
+    ("events", 11, lambda m: f"{m['events']:>11}"),
+    ("ev/req", 8, lambda m: f"{m['events_per_req']:>8.1f}"),
+    ("steps/req", 10, lambda m: f"{m['step_entries'] / m['requests']:>10.1f}"),
+    ("wall s", 9, lambda m: f"{m['wall_s']:>9.3f}"),
+    ("cpu s", 8, lambda m: f"{m['cpu_s']:>8.3f}"),
+    ("us/req", 8, lambda m: f"{m['us_per_req']:>8.0f}"),
+    ("sim s/wall s", 13, lambda m: f"{m['sim_s_per_wall_s']:>13.0f}"),
+    ("events/s", 10, lambda m: f"{m['events_per_s'] / 1e3:>9.0f}k"),
+    ("peak RSS MB", 12, lambda m: f"{m['peak_rss_mb']:>12.0f}"),
+    ("+RSS MB", 9, lambda m: f"{m['rss_growth_mb']:>9.0f}"),
+)
+HEADER = "".join(f"{h:<{w}}" if i == 0 else f"{h:>{w}}" for i, (h, w, _f) in enumerate(COLUMNS))
 
 
 def row(m: dict) -> str:
-    return (f"{m['workload']:<16}{m['requests']:>9}{m['sim_s']:>9.0f}{m['events']:>11}"
-            f"{m['events_per_req']:>8.1f}{m['wall_s']:>9.3f}{m['cpu_s']:>8.3f}{m['us_per_req']:>8.0f}"
-            f"{m['sim_s_per_wall_s']:>13.0f}{m['events_per_s'] / 1e3:>9.0f}k"
-            f"{m['peak_rss_mb']:>12.0f}{m['rss_growth_mb']:>9.0f}")
+    return "".join(f(m) for _h, _w, f in COLUMNS)
 
 
 def main() -> None:

@@ -7,12 +7,15 @@ streams, never from the fleet's.
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections import deque
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
 
+from pdsim.clock import call_at, later, reserve_block, soon, urgent
+from pdsim.request import Request
 from pdsim.rng import Streams
 from pdsim.scenario import BenchClientConfig, EvalClientConfig
 from pdsim.trace import count_rows, open_trace, read_trace  # noqa: F401 (open_trace: API)
@@ -35,6 +38,12 @@ def random_lengths(rng: np.random.Generator, n: int, input_len: int, output_len:
 
 
 class Client:
+    """A client of the router, without a process per request. Its reactions to a finished
+    request keep the zero-delay steps of the processes they replace, counted from where the
+    router returns the response (``on_return``): one for an eval thread, two for a bench
+    warmup's end, three for a bench prompt's slot going to the next prompt (``clock.later``:
+    at once when nothing else is due in the instant)."""
+
     def __init__(self, env: simpy.Environment, cfg: BenchClientConfig | EvalClientConfig,
                  index: int, router: MiniLB, fleet: Fleet, rngs: Streams) -> None:
         self.env = env
@@ -61,15 +70,21 @@ class Client:
         return max(0, self.planned - self.sent)
 
     def send(self, kind: str, input_len: int, output_len: int, stream: bool,
-             blocks: tuple[int, ...] | None = None, question: int = -1,
-             attempt: int = 0) -> simpy.Process:
+             on_return: Callable[[Request], None], blocks: tuple[int, ...] | None = None,
+             question: int = -1, attempt: int = 0) -> Request:
         req = self.fleet.new_request(self.name, kind, input_len, output_len, stream, blocks,
                                      question, attempt)
-        return self.router.generate(req)
+        self.router.generate(req, on_return)
+        return req
 
 
 class BenchClient(Client):
-    """``python -m sglang.bench_serving --backend sglang`` (streaming)."""
+    """``python -m sglang.bench_serving --backend sglang`` (streaming).
+
+    Prompts arrive on one chain of timers (one pending at a time, each under the event id its
+    own timeout would have had), wait FIFO for one of ``max_concurrency`` slots, and free it
+    when their response returns.
+    """
 
     def _prompts(self) -> list[dict]:
         ds = self.cfg.dataset
@@ -108,9 +123,18 @@ class BenchClient(Client):
         prompts = self._prompts()
         if cfg.warmup_requests and prompts:
             p = prompts[0]
-            warm = [self.send("warmup", p["input"], min(p["output"], cfg.warmup_output_len),
-                              cfg.stream) for _ in range(cfg.warmup_requests)]
-            yield env.all_of(warm)
+            warm = env.event()
+            left = [cfg.warmup_requests]
+
+            def returned(_req: Request) -> None:
+                left[0] -= 1
+                if not left[0]:  # the warmups' all_of resumed this process two steps on
+                    later(env, warm.succeed, 1)
+
+            for _ in range(cfg.warmup_requests):
+                self.send("warmup", p["input"], min(p["output"], cfg.warmup_output_len),
+                          cfg.stream, returned)
+            yield warm
         if cfg.flush.mode != "none":
             timeout = cfg.flush.timeout_s if cfg.flush.mode == "timeout" else None
             status, _answers = yield self.router.flush(timeout, self.name)
@@ -121,20 +145,77 @@ class BenchClient(Client):
             yield env.timeout(1.0)  # bench_serving sleeps 1 s after the flush
         self.t0 = env.now
         self.planned = len(prompts)
-        arrivals = self._arrivals(prompts)
-        slots = simpy.Resource(env, capacity=cfg.max_concurrency or len(prompts) or 1)
-        procs = [env.process(self._one(p, float(t), slots))
-                 for p, t in zip(prompts, arrivals, strict=True)]
-        yield env.all_of(procs)
+        if not prompts:
+            return
+        self._prompt_list = prompts
+        self._at = [float(t) for t in self._arrivals(prompts)]
+        self._slots = cfg.max_concurrency or len(prompts)
+        self._busy = 0
+        self._backlog: deque[int] = deque()
+        self._returned = 0
+        self._all_returned = env.event()
+        urgent(env, self._start)  # where the prompts' processes would have started
+        yield self._all_returned
 
-    def _one(self, prompt: dict, at: float, slots: simpy.Resource):
-        if at > 0:
-            yield self.env.timeout(at)
-        with slots.request() as slot:
-            yield slot
-            self.sent += 1
-            yield self.send("bench", prompt["input"], prompt["output"], self.cfg.stream,
-                            prompt.get("blocks"))
+    def _start(self) -> None:
+        """Where the prompts' processes started: those due at once take free slots (or queue)
+        and send one step later; each later one gets its place among same-time events now
+        (where its own timeout would have been made)."""
+        now = [k for k, at in enumerate(self._at) if not at > 0 and self._take_slot(k)]
+        soon(self.env, lambda: [self._send(k) for k in now])
+        self._later = [k for k, at in enumerate(self._at) if at > 0]
+        self._timer_ids = reserve_block(self.env, len(self._later))
+        self._next_timer = 0
+        self._arm_next()
+
+    def _arm_next(self) -> None:
+        i = self._next_timer
+        if i < len(self._later):
+            k = self._later[i]
+            call_at(self.env, self.t0 + self._at[k], self._timer, self._timer_ids + i)
+
+    def _timer(self, _ev: simpy.Event) -> None:
+        k = self._later[self._next_timer]
+        self._next_timer += 1
+        self._arm_next()
+        self._arrive(k)
+
+    def _arrive(self, k: int) -> None:
+        if self._take_slot(k):  # the granted slot resumed its prompt one step later
+            later(self.env, lambda: self._send(k), 1)
+
+    def _take_slot(self, k: int) -> bool:
+        """A free slot now, or the end of the queue for one (FIFO)."""
+        if self._busy < self._slots and not self._backlog:
+            self._busy += 1
+            return True
+        self._backlog.append(k)
+        return False
+
+    def _send(self, k: int) -> None:
+        p = self._prompt_list[k]
+        self.sent += 1
+        self.send("bench", p["input"], p["output"], self.cfg.stream, self._returned_one,
+                  p.get("blocks"))
+
+    def _returned_one(self, _req: Request) -> None:
+        """The prompt's process resumed a step on and released its slot; the release granted
+        it to the longest-waiting prompt one step later, which sent a step after that."""
+        self._returned += 1
+        later(self.env, self._release, 1)
+        if self._returned == len(self._prompt_list):  # the all_of resumed the client
+            later(self.env, self._all_returned.succeed, 2)
+
+    def _release(self) -> None:
+        self._busy -= 1
+        if self._backlog:
+            later(self.env, self._grant, 1)
+
+    def _grant(self) -> None:
+        if self._backlog and self._busy < self._slots:
+            k = self._backlog.popleft()
+            self._busy += 1
+            later(self.env, lambda: self._send(k), 1)
 
 
 class EvalClient(Client):
@@ -143,6 +224,8 @@ class EvalClient(Client):
     Each question: up to ``tries`` sampler tries, each a request the HTTP SDK retries
     ``sdk_retries`` times on a status >= 500 (with its own backoff, none after its last retry);
     after a failed try the sampler sleeps ``2**k`` s, after the last one too, then answers empty.
+    A thread is a small state machine (question, try, SDK retry) driven by its requests'
+    returns and its sleeps' timers.
     """
 
     def __init__(self, *args, **kwargs) -> None:
@@ -163,38 +246,72 @@ class EvalClient(Client):
         self._lens = list(zip(ins.tolist(), outs.tolist(), strict=True))
         self.planned = cfg.questions
         self._next = 0
-        yield env.all_of([env.process(self._thread()) for _ in range(cfg.threads)])
+        self._running = cfg.threads
+        self._all_done = env.event()
+        urgent(env, self._start)  # where the threads' processes would have started
+        yield self._all_done
 
-    def _thread(self):
-        while self._next < self.cfg.questions:
+    def _start(self) -> None:
+        for _ in range(self.cfg.threads):
+            self._next_question()
+
+    def _next_question(self) -> None:
+        if self._next < self.cfg.questions:
             q = self._next
             self._next += 1
-            yield from self._ask(q)
+            self._ask(_Ask(q))
+            return
+        self._running -= 1
+        if not self._running:  # the threads' all_of resumed the eval two steps on
+            later(self.env, self._all_done.succeed, 1)
 
-    def _ask(self, q: int):
-        env, cfg = self.env, self.cfg
-        inp, out = self._lens[q]
-        attempt = 0
-        for k in range(cfg.tries):
-            for j in range(cfg.sdk_retries + 1):
-                req = yield self.send("eval", inp, out, False, question=q, attempt=attempt)
-                attempt += 1
-                if req.http_status < 500:
-                    break
-                if j < cfg.sdk_retries:
-                    yield env.timeout(cfg.sdk_backoff_s * 2**j)
-            if req.status == "completed":
-                self.answers.append({"question": q, "answered": True, "attempts": attempt,
-                                     "t_done": env.now})
-                self.sent += 1
-                return
-            # the sampler sleeps 2**trial after every failed try, the last one included, before
-            # its loop test gives up (sglang/test/simple_eval_common.py,
-            # ChatCompletionSampler.__call__: the except branch sleeps, then trial += 1)
-            yield env.timeout(2.0**k)
-        self.answers.append({"question": q, "answered": False, "attempts": attempt,
-                             "t_done": env.now})
+    def _ask(self, a: _Ask) -> None:
+        inp, out = self._lens[a.q]
+        self.send("eval", inp, out, False,
+                  lambda req: later(self.env, lambda: self._answered(a, req), 1),
+                  question=a.q, attempt=a.attempt)
+
+    def _answered(self, a: _Ask, req: Request) -> None:
+        """The thread resumed (one step after the router returned the response)."""
+        cfg = self.cfg
+        a.attempt += 1
+        if req.http_status >= 500 and a.j < cfg.sdk_retries:  # the SDK retries
+            a.j += 1
+            self._after(cfg.sdk_backoff_s * 2 ** (a.j - 1), lambda: self._ask(a))
+            return
+        if req.status == "completed":
+            self._finish(a, True)
+            return
+        # the sampler sleeps 2**trial after every failed try, the last one included, before
+        # its loop test gives up (sglang/test/simple_eval_common.py,
+        # ChatCompletionSampler.__call__: the except branch sleeps, then trial += 1)
+        self._after(2.0**a.k, lambda: self._next_try(a))
+
+    def _next_try(self, a: _Ask) -> None:
+        if a.k < self.cfg.tries - 1:
+            a.k += 1
+            a.j = 0
+            self._ask(a)
+        else:
+            self._finish(a, False)
+
+    def _after(self, delay: float, then: Callable[[], None]) -> None:
+        self.env.timeout(delay).callbacks.append(lambda _e: then())
+
+    def _finish(self, a: _Ask, answered: bool) -> None:
+        self.answers.append({"question": a.q, "answered": answered, "attempts": a.attempt,
+                             "t_done": self.env.now})
         self.sent += 1
+        self._next_question()
+
+
+class _Ask:
+    """Where one eval thread is with its question: try ``k``, SDK retry ``j``, requests sent."""
+
+    __slots__ = ("q", "k", "j", "attempt")
+
+    def __init__(self, q: int) -> None:
+        self.q, self.k, self.j, self.attempt = q, 0, 0, 0
 
 
 CLIENTS = {"bench": BenchClient, "eval": EvalClient}

@@ -13,9 +13,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Iterator
 
 import simpy
+from simpy.events import Timeout
 
+from pdsim.clock import Deadlines
 from pdsim.log import EventLog
 from pdsim.predictor import Predictor
 from pdsim.rank import Rank
@@ -58,16 +61,21 @@ class DecodeRank(Rank):
         self.tokenize_s_per_token = 0.0
         self._dropped: set[int] = set()  # rooms a crash abandoned: their outcome is not ours
         self._epoch = self._planned = 0  # a crash voids the step in flight (pdsim.faults)
+        # per-request waiting timeouts, as one FIFO with one pending timer
+        self._waiting_deadlines = Deadlines(env, waiting_timeout_s, self._in_transfer,
+                                            self._waiting_timeout)
 
     # --- arrivals, pre-allocation, transfer ----------------------------------------------
 
     def submit(self, req: Request) -> None:
+        self._catch_up()
         req.room.session = self.session
         req.room.port = self.port
         req.room.done.callbacks.append(lambda _e, r=req: self._on_done(r))
         self.prealloc.append(req)
         self.load_tokens += req.input_len + req.output_len
         self._try_prealloc()
+        self._changed()
 
     def _slots_used(self) -> int:
         return len(self.transfer) + len(self.waiting) + len(self.running) + len(self.retracted)
@@ -94,32 +102,40 @@ class DecodeRank(Rank):
             req.room.state = Poll.WaitingForInput
             delay = self.bootstrap_s + self.tokenize_s_per_token * req.input_len
             if delay > 0:  # the handshake (and tokenization) before the prefill may run
-                self.env.timeout(delay).callbacks.append(
+                Timeout(self.env, delay).callbacks.append(
                     lambda _e, r=req: self._bootstrapped(r))
             else:
                 req.room.bootstrapped.succeed(True)
-            self.env.timeout(self.waiting_timeout).callbacks.append(
-                lambda _e, r=req: self._waiting_timeout(r))
+            self._waiting_deadlines.add(req)
 
     @staticmethod
     def _bootstrapped(req: Request) -> None:
-        if not req.room.bootstrapped.triggered:
+        # (a failed room signals no bootstrap: the prefill would ignore it)
+        if not req.room.resolved and not req.room.bootstrapped.triggered:
             req.room.bootstrapped.succeed(True)
 
+    def _in_transfer(self, req: Request) -> bool:
+        return req.rid in self.transfer and not req.room.resolved
+
     def _waiting_timeout(self, req: Request) -> None:
-        if req.rid in self.transfer and not req.room.resolved:
-            req.room.fail("waiting_timeout")
-            # the cached connection is invalidated; the decode re-registers with the prefill
-            if self.on_waiting_timeout is not None:
-                self.on_waiting_timeout(self.session, req)
+        """(Deadlines calls it only while the request still waits for its KV.)"""
+        req.room.fail("waiting_timeout")
+        # the cached connection is invalidated; the decode re-registers with the prefill
+        if self.on_waiting_timeout is not None:
+            self.on_waiting_timeout(self.session, req)
 
     def _on_done(self, req: Request) -> None:
         if self._dropped and req.rid in self._dropped:
             self._dropped.discard(req.rid)
             return
+        self._catch_up()
+        self._resolved(req)
+        self._changed()
+
+    def _resolved(self, req: Request) -> None:
         if req.room.state == Poll.Success:
             if self.transfer.pop(req.rid, None) is not None:
-                req.t_transfer_done = self.env.now
+                req.t_transfer_done = self.env._now
                 self.waiting.append(req)
                 self._kick()
             return
@@ -140,15 +156,17 @@ class DecodeRank(Rank):
             return
         req.status = status
         req.reason = reason
-        req.t_done = self.env.now
+        req.t_done = self.env._now
         if http_status is not None:
             req.http_status = http_status
         elif status == "completed":
             req.http_status = 200
         else:
             req.http_status = 200 if req.stream else 500
-        if not req.response.triggered:
-            req.response.succeed()
+        answer = req.on_response
+        if answer is not None:  # the router learns of it once
+            req.on_response = None
+            answer()
 
     # --- the batch loop ------------------------------------------------------------------
 
@@ -185,7 +203,7 @@ class DecodeRank(Rank):
         while self.waiting and len(self.running) < limit:
             req = self.waiting.popleft()  # its room reached Success, which is terminal
             req.generated = 1  # the prefill's first token arrives with the KV
-            req.t_first_token = self.env.now
+            req.t_first_token = self.env._now
             self.stats.tokens_out += 1
             if req.d_pages.epoch != self.alloc.epoch:
                 req.stale_pages = True
@@ -199,6 +217,7 @@ class DecodeRank(Rank):
 
     def sync_running(self) -> None:
         """Bring ``generated`` of running requests up to date (they are counted lazily)."""
+        self._catch_up()
         for req in self.running.values():
             self._sync(req)
 
@@ -284,11 +303,118 @@ class DecodeRank(Rank):
                 continue
             if self.alloc.free < self.growth_pages and not self._retract_for(req):
                 continue
-            self.alloc.grow(req.d_pages, self.growth_pages)
-            req.cap_tokens += self.growth_pages * self.alloc.page_size
-            self._sync(req)
-            ctx = req.input_len + req.generated
-            self._push(heap, self.step + max(1, req.cap_tokens - ctx), req)
+            self._grow_one(req)
+
+    def _grow_one(self, req: Request) -> None:
+        self.alloc.grow(req.d_pages, self.growth_pages)
+        req.cap_tokens += self.growth_pages * self.alloc.page_size
+        self._sync(req)
+        ctx = req.input_len + req.generated
+        self._push(self._grow, self.step + max(1, req.cap_tokens - ctx), req)
+
+    # --- spans of steps that cannot change the batch (pdsim.lockstep.Stepper) --------------
+
+    def span_steps(self, limit: int) -> int:
+        """Steps from the next one on that run the current batch unchanged, up to ``limit``:
+        the last is the first that finishes a request or grows one while free pages might not
+        suffice (it may retract), or the next, if the plan after it admits a request."""
+        if limit <= 1 or self.halted:
+            return 1
+        running = self.running
+        if len(running) < self.cfg.max_running_requests:
+            if self.waiting:
+                return 1
+            if self.retracted:
+                head = self.retracted[0]
+                need = self.alloc.pages_for(head.input_len + head.generated) + self.growth_pages
+                if self.alloc.free >= need:
+                    return 1
+        if not running:
+            return limit
+        step = self.step
+        fin = self._finish
+        while fin and (fin[0][2] != fin[0][3].version or fin[0][3].rid not in running):
+            heapq.heappop(fin)  # stale: the commit loop would skip it too
+        if fin and fin[0][0] - step < limit:
+            limit = fin[0][0] - step
+            if limit <= 1:
+                return 1
+        # a request grows at most once a step: when the free pages cover that, no walk
+        cover = self.alloc.free // self.growth_pages
+        if cover >= len(running) * limit:
+            return limit
+        growths = self._growth_steps(step + limit)
+        if cover < len(growths):  # the first growth the free pages do not cover may retract
+            return max(1, growths[cover] - step)
+        return limit
+
+    def _growth_steps(self, end: int) -> list[int]:
+        """The steps (up to ``end``) whose commits will grow a running request, one entry per
+        growth, in commit order, if nothing else changes: the walk ``quiet_steps`` makes,
+        without applying it."""
+        first, running = self.step + 1, self.running
+        walk = [(s if s > first else first, q, r, r.cap_tokens) for s, q, v, r in self._grow
+                if s <= end and v == r.version and r.rid in running]
+        if not walk:
+            return walk
+        heapq.heapify(walk)
+        tokens = self.growth_pages * self.alloc.page_size
+        steps = []
+        while walk:
+            at, q, req, cap = heapq.heappop(walk)
+            steps.append(at)
+            cap += tokens
+            nxt = at + max(1, cap - req.input_len - req.gen_at_join - (at - req.join_step))
+            if nxt <= end:
+                heapq.heappush(walk, (nxt, q, req, cap))
+        return steps
+
+    @staticmethod
+    def nth_plan(plan: tuple[int, int, int], i: int) -> tuple[int, int, int]:
+        """Step ``i`` of a span: the same batch, its context grown by a token per request per
+        step, and recompute only in the first step."""
+        batch, ctx, recompute = plan
+        return plan if i == 1 else (batch, ctx + batch * (i - 1), 0)
+
+    def span_durations(self, plans: list[tuple[int, int, int]],
+                       n_ranks: int) -> Iterator[float]:
+        """``Rank.span_durations`` without building every step's plans: past a span's first
+        step no rank recomputes, the batches (mean and largest in lockstep) stay, and each
+        rank's context grows by its batch a step, so a step's time is the predictor's decode
+        time at the largest context (what ``combine`` takes)."""
+        first_plan = self.combine(plans, n_ranks) if n_ranks else plans[0]
+        yield self.step_time(first_plan)
+        batch = first_plan[0]
+        attn = first_plan[3] if len(first_plan) > 3 else batch
+        decode = self.predictor.decode
+        lines = [(b, c - b) for b, c, _r in plans]  # context at step i: c - b + b*i
+        i = 1
+        while len(lines) > 1:
+            i += 1
+            ctx, grow = max((c + b * i, b) for b, c in lines)
+            # a rank whose context grows slower than the largest one's never leads again
+            lines = [(b, c) for b, c in lines if b > grow or c + b * i == ctx]
+            yield decode(batch, ctx, attn)
+        b, c = lines[0]
+        while True:
+            i += 1
+            yield decode(batch, c + b * i, attn)
+
+    def quiet_steps(self, n: int) -> None:
+        """``n`` steps that finish nothing and retract nothing (a span's inner steps): their
+        commits (tokens, context, KV growth at each one's own step) and the plans after them."""
+        start, end, heap = self.step, self.step + n, self._grow
+        while heap and heap[0][0] <= end:
+            s, _q, version, req = heapq.heappop(heap)
+            if version != req.version or req.rid not in self.running:
+                continue
+            self.step = max(s, start + 1)  # the commit that grows it
+            self._grow_one(req)
+        self.step = end
+        batch = len(self.running)
+        self.ctx_sum += batch * n
+        self.stats.tokens_out += batch * n
+        self.stats.decode_steps += n
 
     def _complete(self, req: Request, refill: bool = True) -> None:
         self._leave(req)
@@ -369,6 +495,7 @@ class DecodeRank(Rank):
         return self.flush_dooms == "source_and_unstarted" or not math.isnan(req.t_prefill_start)
 
     def flush_now(self, how: str) -> None:
+        self._catch_up()
         doomed = 0
         for req in self.transfer.values():
             if (not req.room.resolved and not req.room.doomed
@@ -386,3 +513,4 @@ class DecodeRank(Rank):
         self.stats.flushes_executed += 1
         self._try_prealloc()
         self._kick()
+        self._changed()

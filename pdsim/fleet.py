@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import simpy
-
-from pdsim import balance, blacklist, lockstep, predictor, profiles
+from pdsim import balance, blacklist, clock, lockstep, predictor, profiles
 from pdsim.client import CLIENTS
 from pdsim.decode import DecodeRank
 from pdsim.faults import Faults
@@ -110,7 +108,7 @@ class Fleet:
         """``recorder``: a :class:`pdsim.perfetto.Recorder` to give every rank and transfer
         engine (their loops read it once, when the run starts)."""
         sc = self.scenario = scenario
-        env = self.env = simpy.Environment()
+        env = self.env = clock.Environment()
         self.log = EventLog(env)
         self.stats = Stats()
         self.rngs = Streams(sc.seed, sc.seeds.model_dump())
@@ -185,14 +183,14 @@ class Fleet:
         if recorder is not None:
             for obj in (*self.prefill_ranks, *self.decode_ranks, *self.engines):
                 obj.recorder = recorder
+        self.steppers: list[lockstep.Stepper] = []
         for servers, role in ((self.prefill_servers, pc), (self.decode_servers, dc)):
             together = role.dp_attention if role.lockstep is None else role.lockstep
             for server in servers:
                 if together and len(server.ranks) > 1:
-                    env.process(lockstep.run_group(env, server.ranks))
+                    self.steppers.append(lockstep.Stepper(env, server.ranks, True))
                 else:
-                    for rank in server.ranks:
-                        env.process(rank.run_alone())
+                    self.steppers += [lockstep.Stepper(env, [r], False) for r in server.ranks]
 
         self.router = MiniLB(env, self.prefill_servers, self.decode_servers, sc.router,
                              self.rngs["routing"], self.log)
@@ -259,6 +257,8 @@ class Fleet:
     def snapshot(self) -> dict:
         """Gauges for the time series."""
         p, d = self.prefill_ranks, self.decode_ranks
+        for r in d:
+            r._catch_up()  # KV grown and tokens made by steps of a span that ended by now
         return {
             "prefill_kv_used": sum(r.alloc.used for r in p) / sum(r.alloc.capacity for r in p),
             "decode_kv_used": sum(r.alloc.used for r in d) / sum(r.alloc.capacity for r in d),

@@ -110,13 +110,14 @@ class PrefixCache:
         return n
 
     def insert(self, block_ids: tuple[int, ...]) -> None:
+        blocks, alloc, need = self.blocks, self.alloc, self.block_pages
         for b in block_ids:
-            if b in self.blocks:
-                self.blocks.move_to_end(b)
+            if b in blocks:
+                blocks.move_to_end(b)
                 continue
-            if not self.evict(self.block_pages):  # a no-op while the pages are free
+            if alloc.capacity - alloc.used < need and not self.evict(need):
                 return
-            self.blocks[b] = self.alloc.alloc(self.block_pages)
+            blocks[b] = alloc.alloc(need)
 
     def evict(self, need_pages: int) -> bool:
         """Evict LRU blocks until ``need_pages`` are free; False if the cache cannot give them."""

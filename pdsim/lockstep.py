@@ -11,10 +11,11 @@ predictor that is ``a + b*mean(tokens) + c*max(sum len^2)`` for prefill and
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+from collections.abc import Iterator, Sequence
 
-import simpy
+from simpy.events import Event
 
+from pdsim.clock import Environment
 from pdsim.rank import Rank
 
 
@@ -25,23 +26,136 @@ def step_time(ranks: Sequence[Rank], plans: list) -> float:
     return rank.step_time(rank.combine(live, len(ranks)))
 
 
-def run_group(env: simpy.Environment, ranks: Sequence[Rank]) -> Generator:
-    """One process stepping all ``ranks`` together (one event per forward)."""
-    rec = ranks[0].recorder
-    while True:
-        halted = [r for r in ranks if r.halted]
-        if halted:
-            yield halted[0]._resumed
-            continue
-        plans = [r.plan_step() for r in ranks]
-        if all(p is None for p in plans):
-            yield env.any_of([r._sleep() for r in ranks])
-            continue
-        t0 = env.now
-        yield env.timeout(step_time(ranks, plans))
-        for r, p in zip(ranks, plans, strict=True):
-            if p is not None:
-                r.commit_step(p)
-        if rec is not None:
-            for r, p in zip(ranks, plans, strict=True):
-                rec.step(r, t0, env.now, p)
+class Stepper:
+    """The scheduler loop of one rank, or of a server's DP ranks in lockstep.
+
+    Each batch step ends at a plain entry in the environment's step heap
+    (``pdsim.clock.Environment``), not a SimPy event: it sorts among events exactly as the
+    step's timeout would (drawn from the same id counter when the step before it ends), so
+    whatever happens at the same instant happens before or after it as it would have.
+
+    Where nothing can change a decode batch, from a step on, the batch runs unchanged until a
+    step finishes a request or grows one whose pages might run out (``Rank.span_steps``),
+    unless something from outside reaches a rank. The steps of such a span end without doing
+    anything: whoever reads or changes a rank mid-span first brings it up to the steps already
+    ended (``catch_up``, their commits in bulk), and a change that alters the next plan makes
+    the step in flight, or a later one, the span's last (``interrupt``). The last step commits
+    and plans as any step does. Each step's duration is that of the plan it would have had.
+    """
+
+    def __init__(self, env: Environment, ranks: Sequence[Rank], together: bool) -> None:
+        self.env = env
+        self.ranks = list(ranks)
+        self.together = together  # lockstep: one forward for all, idle ranks run idle batches
+        self.rec = self.ranks[0].recorder
+        for r in self.ranks:
+            r.stepper = self
+        self._plans: list = []  # the span's first plans, one per rank (None: idle rank)
+        self._live: list = []  # (rank, first plan) of the ranks with a batch
+        self._t0 = 0.0  # when the span's first step started
+        self._k = 0  # steps in the span (0: asleep)
+        self._ended = 0  # span steps that ended
+        self._done = 0  # span steps committed
+        self._t_ended = 0.0  # when the last of them ended
+        self._durations: Iterator[float] = iter(())
+        self.next_end = 0.0  # when the step in flight ends
+        self._sleep()
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def _sleep(self) -> None:
+        if self.together:
+            self.env.any_of([r._sleep() for r in self.ranks]).callbacks.append(self._wake_up)
+        else:
+            self.ranks[0]._sleep().callbacks.append(self._wake_up)
+
+    def _wake_up(self, _ev: Event) -> None:
+        self._go()
+
+    def _go(self) -> None:
+        """Plan the next step of every rank and start it (and the span it may begin), unless
+        a rank is halted (a hang or a crash, pdsim.faults): then wait for its resumption."""
+        for r in self.ranks:
+            if r.halted:
+                self._k = 0
+                r._resumed.callbacks.append(self._wake_up)
+                return
+        plans = [r.plan_step() for r in self.ranks]
+        live = [(r, p) for r, p in zip(self.ranks, plans, strict=True) if p is not None]
+        if not live:
+            self._k = 0
+            self._sleep()
+            return
+        self._plans, self._live = plans, live
+        k = 1 << 30
+        for r, _p in live:
+            k = r.span_steps(k)
+            if k == 1:
+                break
+        self._k, self._ended, self._done = k, 0, 0
+        self._t0 = now = self.env._now
+        self._durations = self.ranks[0].span_durations(
+            [p for _r, p in live], len(self.ranks) if self.together else 0)
+        self.next_end = now + next(self._durations)  # exactly SimPy's now + delay
+        self.env.step_at(self.next_end, self)
+
+    def tick(self) -> None:
+        """The step in flight ended (called by the environment, in its place in the order)."""
+        env = self.env
+        ended = self._ended + 1
+        now = env._now
+        k = self._k
+        if ended < k:  # an inner step of a span: the next one starts at once
+            queue, steps, durations = env._queue, env._steps, self._durations
+            end = now + next(durations)
+            # inner steps that end before anything else is due end here and now
+            while (ended + 1 < k and (not queue or end < queue[0][0])
+                   and (not steps or end < steps[0][0])):
+                ended += 1
+                now = env._now = end
+                end = now + next(durations)
+            self._ended, self._t_ended, self.next_end = ended, now, end
+            env.step_at(end, self)
+            return
+        self._ended, self._t_ended = ended, now
+        if ended > 1:
+            self._advance(ended - 1)
+        self._k = 0  # the last step commits as any step does; nothing is in flight meanwhile
+        for r, p in self._live:
+            r.commit_step(p if ended == 1 else r.nth_plan(p, ended))
+        if self.rec is not None:
+            for r, p in zip(self.ranks, self._plans, strict=True):
+                self.rec.step(r, self._t0, now, p, steps=ended)
+        self._go()
+
+    def _advance(self, m: int) -> None:
+        """Commit the span's steps up to the ``m``-th (none of them finishes a request)."""
+        n = m - self._done
+        if n > 0:
+            for r, _p in self._live:
+                r.quiet_steps(n)
+            self._done = m
+
+    # --- what ranks call when something reaches them mid-span -----------------------------
+
+    def catch_up(self) -> None:
+        """Commit the span's steps that ended by now (the step in flight stays in flight)."""
+        if self._k > 1:
+            self._advance(self._ended)
+
+    def interrupt(self, rank: Rank) -> None:
+        """``rank`` changed (call after ``catch_up`` and the change): if its next plan may
+        differ, the step in flight, or a later one, becomes the span's last."""
+        if self._k > 1:
+            m = self._done
+            k = m + rank.span_steps(self._k - m)
+            if k < self._k:
+                self._k = k
+
+    def close(self) -> None:
+        """The run ends: bring the span up to now and record the steps it committed."""
+        if self._k > 1:
+            self.catch_up()
+            if self.rec is not None and self._done:
+                for r, p in zip(self.ranks, self._plans, strict=True):
+                    self.rec.step(r, self._t0, self._t_ended, p, steps=self._done)

@@ -3,11 +3,20 @@
 Each active write progresses at ``line_rate * utilisation(size) / n_active``; the NIC keeps one
 pending wake-up for the earliest finishing write and re-plans on every start and finish, so a
 write costs a start and an end event, whatever its size.
+
+A write reports its end either as a SimPy event (``write``: for processes that wait on it) or
+as a plain callback (``start``: the transfer engine's fast path), which runs after the NIC has
+re-planned, where the worker that waited on the event resumed.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import simpy
+from simpy.events import Event, Timeout
+
+from pdsim.clock import soon
 
 
 class NIC:
@@ -19,7 +28,7 @@ class NIC:
         self.peak_util = peak_util
         self.min_util = min_util
         self.saturation = saturation_bytes
-        self._active: dict[int, list] = {}  # id -> [remaining_bytes, cap_rate, event]
+        self._active: dict[int, list] = {}  # id -> [remaining_bytes, cap_rate, event or callback]
         self._last = 0.0
         self._plan = 0
         self._next_id = 0
@@ -31,18 +40,25 @@ class NIC:
         return max(self.min_util, self.peak_util * frac) if frac < 1 else self.peak_util
 
     def write(self, nbytes: float) -> simpy.Event:
-        self._advance()
-        ev = self.env.event()
-        ev.fid = self._next_id
-        self._active[self._next_id] = [float(nbytes),
-                                       self.rate * self._factor * self.utilisation(nbytes), ev]
-        self._next_id += 1
-        self._replan()
+        """Start writing ``nbytes``; the event succeeds when the last byte is out."""
+        ev = Event(self.env)
+        ev.fid = self.start(nbytes, ev)
         return ev
 
-    def cancel(self, ev: simpy.Event) -> None:
+    def start(self, nbytes: float, done: Callable[[], None] | simpy.Event) -> int:
+        """Start writing ``nbytes``; ``done`` (a callback or an event) when the last byte is
+        out. Returns the write's id (for ``cancel``)."""
+        self._advance()
+        fid = self._next_id
+        self._active[fid] = [float(nbytes), self.rate * self._factor * self.utilisation(nbytes),
+                             done]
+        self._next_id += 1
+        self._replan()
+        return fid
+
+    def cancel(self, write: simpy.Event | int) -> None:
         """Stop a write that gave up (timeout, dead peer): it no longer shares the NIC."""
-        fid = getattr(ev, "fid", -1)
+        fid = write if isinstance(write, int) else getattr(write, "fid", -1)
         if fid in self._active:
             self._advance()  # progress so far was shared with this write
             del self._active[fid]
@@ -58,8 +74,9 @@ class NIC:
         self._replan()
 
     def _advance(self) -> None:
-        dt = self.env.now - self._last
-        self._last = self.env.now
+        now = self.env._now
+        dt = now - self._last
+        self._last = now
         if dt <= 0 or not self._active:
             return
         n = len(self._active)
@@ -74,15 +91,26 @@ class NIC:
         fid, flow = min(self._active.items(), key=lambda kv: kv[1][0] / kv[1][1])
         delay = max(0.0, flow[0] / (flow[1] / n))
         plan = self._plan
-        self.env.timeout(delay).callbacks.append(lambda _e: self._finish(plan, fid))
+        Timeout(self.env, delay).callbacks.append(lambda _e: self._finish(plan, fid))
 
     def _finish(self, plan: int, fid: int) -> None:
         if plan != self._plan:  # superseded by a later start or finish
             return
         self._advance()
-        flow = self._active.pop(fid)
-        flow[2].succeed()
+        finished = [self._active.pop(fid)[2]]
         # writes that finish at the same instant
         for other in [k for k, f in self._active.items() if f[0] <= 1e-6]:
-            self._active.pop(other)[2].succeed()
+            finished.append(self._active.pop(other)[2])
+        callbacks = []
+        for done in finished:
+            if isinstance(done, Event):
+                done.succeed()
+            else:
+                callbacks.append(done)
         self._replan()
+        mixed = len(callbacks) != len(finished)  # waiters on events resume two steps on
+        for done in callbacks:
+            if mixed:
+                soon(self.env, done, 2)
+            else:
+                done()

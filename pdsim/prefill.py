@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import simpy
 
+from pdsim.clock import Deadlines
 from pdsim.kv import PrefixCache
 from pdsim.log import EventLog
 from pdsim.predictor import Predictor
@@ -49,6 +50,9 @@ class PrefillRank(Rank):
         self.cache = PrefixCache(self.alloc, cfg.prefix_block_tokens) if cfg.prefix_cache else None
         # set by the fleet when a partition may cut this server off (pdsim.faults.Faults.cut_state)
         self.cut_state: Callable[[], int] | None = None
+        # per-request bootstrap timeouts, as one FIFO with one pending timer
+        self._bootstrap_deadlines = Deadlines(env, bootstrap_timeout_s, self._in_bootstrap,
+                                              self._bootstrap_timeout)
 
     # --- arrivals and room callbacks -----------------------------------------------------
 
@@ -58,8 +62,7 @@ class PrefillRank(Rank):
         room = req.room
         room.bootstrapped.callbacks.append(lambda _e, r=req: self._on_bootstrapped(r))
         room.done.callbacks.append(lambda _e, r=req: self._on_done(r))
-        self.env.timeout(self.bootstrap_timeout).callbacks.append(
-            lambda _e, r=req: self._bootstrap_timeout(r))
+        self._bootstrap_deadlines.add(req)
 
     def _on_bootstrapped(self, req: Request) -> None:
         if req.room.resolved or req.rid not in self.bootstrap:
@@ -73,9 +76,11 @@ class PrefillRank(Rank):
         self._queued.add(req.rid)
         self._kick()
 
+    def _in_bootstrap(self, req: Request) -> bool:
+        return req.rid in self.bootstrap and not req.room.resolved
+
     def _bootstrap_timeout(self, req: Request) -> None:
-        if req.rid in self.bootstrap and not req.room.resolved:
-            req.room.fail("bootstrap_timeout")
+        req.room.fail("bootstrap_timeout")
 
     def _prefilling(self, req: Request) -> bool:
         return req is self.chunked or any(r is req for r, _n, _f in self.batch)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Iterator
+from itertools import count
 
 import simpy
+from simpy.events import Event
 
 from pdsim.flush import FlushWrapper
 from pdsim.kv import PageAllocator
@@ -17,6 +19,7 @@ from pdsim.stats import Stats
 class Rank:
     role = "rank"
     recorder = None  # a pdsim.perfetto.Recorder when the run records its steps (set by the fleet)
+    stepper = None  # the pdsim.lockstep.Stepper running this rank's steps (set by it)
 
     def __init__(self, env: simpy.Environment, server: int, index: int,
                  cfg: PrefillConfig | DecodeConfig, predictor: Predictor, pool_pages: int,
@@ -61,17 +64,20 @@ class Rank:
             self._wake.succeed()
 
     def _sleep(self) -> simpy.Event:
-        self._wake = self.env.event()
+        self._wake = Event(self.env)
         return self._wake
 
     def flush_now(self, how: str) -> None:
         raise NotImplementedError
 
     def halt(self) -> None:
-        """Stop stepping (a hang or a crash) until :meth:`resume`."""
+        """Stop stepping (a hang or a crash) until :meth:`resume`: the step in flight is the
+        last (a fast-forwarded span ends with it)."""
         if not self.halted:
+            self._catch_up()
             self.halted = True
             self._resumed = self.env.event()
+            self._changed()
 
     def resume(self) -> None:
         if self.halted:
@@ -100,19 +106,35 @@ class Rank:
     def commit_step(self, plan: tuple) -> None:
         raise NotImplementedError
 
-    def run_alone(self) -> Generator:
-        """One scheduler loop: one event per batch step."""
-        env, rec = self.env, self.recorder
-        while True:
-            if self.halted:
-                yield self._resumed
-                continue
-            plan = self.plan_step()
-            if plan is None:
-                yield self._sleep()
-                continue
-            t0 = env.now
-            yield env.timeout(self.step_time(plan))
-            self.commit_step(plan)
-            if rec is not None:
-                rec.step(self, t0, env.now, plan)
+    def span_steps(self, limit: int) -> int:
+        """Steps (1..``limit``), the next one first, after which this rank's plan would first
+        differ from the current one's continuation (see ``nth_plan``). 1: plan every step."""
+        return 1
+
+    def nth_plan(self, plan: tuple, i: int) -> tuple:
+        """The plan of the ``i``-th step of a span whose first step had ``plan``."""
+        raise NotImplementedError
+
+    def span_durations(self, plans: list[tuple], n_ranks: int) -> Iterator[float]:
+        """The durations of a span's steps 1, 2, ... that began with ``plans`` (this rank's,
+        or with ``n_ranks`` > 0 the live ranks' of a lockstep group): each step's
+        ``step_time`` of its own plan (``nth_plan``, ``combine``d over the group)."""
+        for i in count(1):
+            ps = plans if i == 1 else [self.nth_plan(p, i) for p in plans]
+            yield self.step_time(self.combine(ps, n_ranks) if n_ranks else ps[0])
+
+    def quiet_steps(self, n: int) -> None:
+        """Commit ``n`` inner steps of a span and count the plans after them, in bulk."""
+        raise NotImplementedError
+
+    def _catch_up(self) -> None:
+        """Bring step-dependent state (tokens, KV growth) up to now, mid-span."""
+        stepper = self.stepper
+        if stepper is not None and stepper._k > 1:
+            stepper.catch_up()
+
+    def _changed(self) -> None:
+        """This rank's queues or pages changed: a span may have to end sooner."""
+        stepper = self.stepper
+        if stepper is not None and stepper._k > 1:
+            stepper.interrupt(self)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import IntEnum
 
 import simpy
@@ -18,14 +19,20 @@ class Poll(IntEnum):
 
 
 class Room:
-    """The transfer session of one request between its prefill rank and its decode rank."""
+    """The transfer session of one request between its prefill rank and its decode rank.
 
-    __slots__ = ("id", "state", "bootstrapped", "done", "session", "port", "doomed",
-                 "reason")
+    Both ranks hear of its events one zero-delay step after they happen (SimPy events), after
+    anything else already due in that instant (a flush arriving with the dispatch, a
+    time-series sample at a timeout's instant).
+    """
+
+    __slots__ = ("id", "state", "resolved", "bootstrapped", "done", "session", "port",
+                 "doomed", "reason")
 
     def __init__(self, env: simpy.Environment, room_id: int) -> None:
         self.id = room_id
         self.state = Poll.Bootstrapping
+        self.resolved = False  # Failed or Success (terminal; only succeed() and fail() set it)
         self.bootstrapped = env.event()  # decode pre-allocated: prefill may run the forward
         self.done = env.event()  # transfer resolved: value True (Success) or False (Failed)
         self.session = ""  # decode session id host:port
@@ -33,23 +40,25 @@ class Room:
         self.doomed = ""  # set when a flush freed pages under this transfer
         self.reason = ""
 
-    @property
-    def resolved(self) -> bool:
-        return self.state in (Poll.Failed, Poll.Success)
+    def bootstrap(self) -> None:
+        """The decode holds KV pages for it (WaitingForInput)."""
+        self.state = Poll.WaitingForInput
+        self.bootstrapped.succeed(True)
 
     def succeed(self) -> None:
         if not self.resolved:
             self.state = Poll.Success
+            self.resolved = True
             self.done.succeed(True)
 
     def fail(self, reason: str) -> bool:
-        """Mark Failed (terminal). Returns False if the room was already resolved."""
+        """Mark Failed (terminal). Returns False if the room was already resolved. (The
+        prefill ignores a bootstrap of a resolved room, so none is signalled.)"""
         if self.resolved:
             return False
         self.state = Poll.Failed
+        self.resolved = True
         self.reason = reason
-        if not self.bootstrapped.triggered:
-            self.bootstrapped.succeed(False)
         self.done.succeed(False)
         return True
 
@@ -61,7 +70,7 @@ class Request:
         "rid", "client", "kind", "input_len", "output_len", "stream", "blocks", "question",
         "attempt", "t_arrival", "t_first_token", "t_done", "generated", "status", "reason",
         "http_status", "room", "p_server", "p_rank", "d_server", "d_rank", "prefill_tokens",
-        "cached_tokens", "response", "d_pages", "p_pages", "gen_at_join", "join_step",
+        "cached_tokens", "on_response", "d_pages", "p_pages", "gen_at_join", "join_step",
         "version", "cap_tokens", "stale_pages", "t_prefill_end", "t_transfer_done",
         "t_prefill_start",
     )
@@ -93,7 +102,7 @@ class Request:
         self.prefill_tokens = 0  # prefill forward work spent on this request
         self.t_prefill_start = float("nan")  # its first prefill forward began
         self.cached_tokens = 0
-        self.response = env.event()
+        self.on_response: Callable[[], None] | None = None  # the router's, once dispatched
         self.d_pages = None
         self.p_pages = None
         self.gen_at_join = 0

@@ -16,11 +16,13 @@ Flush handlers (``router.flush_handler``):
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import numpy as np
 import simpy
+from simpy.events import Timeout
 
+from pdsim.clock import Deadlines, later, urgent, urgent_pending
 from pdsim.log import EventLog
 from pdsim.request import Request, Room
 from pdsim.scenario import RouterConfig
@@ -38,30 +40,82 @@ class MiniLB:
         self.log = log
         self.hop = cfg.http_latency_ms / 1e3
         self.flush_calls: list[dict] = []
+        self._deadlines = Deadlines(env, cfg.request_timeout_s, self._waiting, self._timed_out)
 
     # --- generate --------------------------------------------------------------------------
+    #
+    # A request costs no process and no timeout of its own: a timer per hop, a callback from
+    # the decode's answer, and the router timeout as a deadline in one heap (clock.Deadlines).
+    # The handler process this replaces waited on response-or-timeout; its steps are kept
+    # (clock.later: at once when nothing else is due in the instant). ``on_return(req)`` runs
+    # where it returned the response to the client (after the return hop).
 
-    def generate(self, req: Request) -> simpy.Process:
-        return self.env.process(self._generate(req))
+    def generate(self, req: Request, on_return: Callable[[Request], None]) -> None:
+        """POST /generate: pick a prefill and a decode server and a bootstrap room, then
+        dispatch to both after one hop."""
+        if urgent_pending(self.env):  # the handler process would have started after those
+            urgent(self.env, lambda: self._route(req, on_return))
+        else:
+            self._route(req, on_return)
 
-    def _generate(self, req: Request) -> Generator:
+    def _route(self, req: Request, on_return: Callable[[Request], None]) -> None:
         env = self.env
-        p = self.prefills[int(self.rng.integers(len(self.prefills)))]
-        d = self.decodes[int(self.rng.integers(len(self.decodes)))]
+        p = self.prefills[self._pick(len(self.prefills))]
+        d = self.decodes[self._pick(len(self.decodes))]
         room = Room(env, int(self.rng.integers(0, 2**63, dtype=np.int64)))
         req.room = room
+        call = _Call(req, p, d, on_return)
         if self.hop:
-            yield env.timeout(self.hop)
-        d.dispatch(req)  # the decode registers the destination session first
-        p.dispatch(req)
-        res = yield req.response | env.timeout(self.cfg.request_timeout_s)
-        if req.response not in res:
+            Timeout(env, self.hop).callbacks.append(lambda _e: self._dispatch(call))
+        else:
+            self._dispatch(call)
+
+    def _pick(self, n: int) -> int:
+        """Uniform server index. numpy draws nothing for a one-value range (its bounded
+        integers return ``low`` at once), so one server costs no call and the stream is the
+        same (tests/test_sim_speed.py checks that numpy still behaves so)."""
+        return 0 if n == 1 else int(self.rng.integers(n))
+
+    def _dispatch(self, call: _Call) -> None:
+        req = call.req
+        # (set first: a crashed decode server refuses at once, answering in dispatch)
+        req.on_response = lambda: self._answered(call)
+        call.d.dispatch(req)  # the decode registers the destination session first
+        call.p.dispatch(req)
+        self._deadlines.add(call)
+
+    @staticmethod
+    def _waiting(call: _Call) -> bool:
+        return not call.fired
+
+    def _answered(self, call: _Call) -> None:
+        """The decode answered: its response event, then response-or-timeout, then the
+        handler."""
+
+        def processed() -> None:
+            call.answered = True
+            if not call.fired:
+                call.fired = True
+                later(self.env, lambda: self._resume(call), 1)
+
+        later(self.env, processed, 1)
+
+    def _timed_out(self, call: _Call) -> None:
+        """The router timeout fired first: response-or-timeout, then the handler."""
+        call.fired = True
+        later(self.env, lambda: self._resume(call), 1)
+
+    def _resume(self, call: _Call) -> None:
+        """The handler resumes: the response, or a 504 if it had not come by then."""
+        req = call.req
+        if not call.answered:
             req.status, req.reason, req.http_status = "timed_out", "router_timeout", 504
-            req.t_done = env.now
-            room.fail("aborted")  # frees KV on both sides; an abort never blacklists
+            req.t_done = self.env._now
+            req.room.fail("aborted")  # frees KV on both sides; an abort never blacklists
         if self.hop:
-            yield env.timeout(self.hop)
-        return req
+            Timeout(self.env, self.hop).callbacks.append(lambda _e: call.on_return(req))
+        else:
+            call.on_return(req)
 
     # --- flush -----------------------------------------------------------------------------
 
@@ -119,3 +173,15 @@ class MiniLB:
 
         yield self.env.all_of([self.env.process(one(s)) for s in servers])
         return {s.name: answers[s.name] for s in servers}
+
+
+class _Call:
+    """One POST /generate in the router: where it goes and how far its handler got."""
+
+    __slots__ = ("req", "p", "d", "on_return", "fired", "answered")
+
+    def __init__(self, req: Request, p: Server, d: Server,
+                 on_return: Callable[[Request], None]) -> None:
+        self.req, self.p, self.d, self.on_return = req, p, d, on_return
+        self.fired = False  # response-or-timeout triggered
+        self.answered = False  # the response event was processed

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from pdsim import clock
 from pdsim import scenario as scenario_mod
 from pdsim.fleet import Fleet
 from pdsim.perfetto import Recorder
@@ -42,6 +43,9 @@ class Result:
     kv_pools: dict = field(default_factory=dict)  # rank -> {capacity, peak, used} in pages
     what_if: str = ""  # why the scenario's reference figures do not apply to this run, if so
     recorder: Recorder | None = None  # batch steps and KV writes, when run with record_steps
+    # batch-step ends the run scheduled as step-heap entries, not SimPy events (summary
+    # "events"); a performance figure like sim_wall_s
+    sim_step_entries: int = 0
 
     @property
     def unknowns(self) -> list:
@@ -164,6 +168,8 @@ def _sampler(fleet: Fleet, interval: float, rows: list, horizon: simpy.Event,
 
 def _nothing_scheduled(env: simpy.Environment, horizon: simpy.Event) -> bool:
     """True when the next event is the horizon: no process wakes before the run would stop."""
+    if isinstance(env, clock.Environment):  # batch steps end outside SimPy's event heap
+        return env.next_is(horizon)
     queue = getattr(env, "_queue", None)  # SimPy's event heap: (time, priority, id, event)
     return bool(queue) and queue[0][3] is horizon
 
@@ -190,7 +196,9 @@ def _flush_counts(fleet: Fleet) -> dict:
 def _sim_events(env: simpy.Environment) -> int:
     """Events SimPy scheduled (its event-id counter; read once, at the end)."""
     eid = getattr(env, "_eid", None)
-    return next(eid) if eid is not None else -1
+    if eid is None:
+        return -1
+    return next(eid) - clock.reserved(env) - getattr(env, "step_entries", 0)
 
 
 def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: int,
@@ -278,6 +286,8 @@ def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | N
             _run_with_progress(env, stop, sc.horizon_s)
         else:
             env.run(until=stop)
+        for stepper in fleet.steppers:
+            stepper.close()
         req = _records(fleet)
         events = fleet.log.frame()
     wall = time.perf_counter() - wall0
@@ -292,7 +302,8 @@ def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | N
     pools = {f"{r.name}.r{r.index}": {"capacity": r.alloc.capacity, "peak": r.alloc.peak,
                                       "used": r.alloc.used} for r in fleet.ranks}
     return Result(sc, req, events, _timeseries(rows), summary, answers,
-                  fleet.router.flush_calls, wall, pools, what_if(sc), recorder)
+                  fleet.router.flush_calls, wall, pools, what_if(sc), recorder,
+                  env.step_entries)
 
 
 @contextmanager

@@ -25,6 +25,12 @@ What a write costs when it fails (``pdsim.faults.Paths`` says what the path is):
   An outage shorter than ``qp_retry_s`` costs nothing (RDMA retransmits).
 
 Probes (blacklist recovery) use the same write model with a 4 KiB write, off the queues.
+
+Each queue's worker is a small state machine, not a process: asleep (no chunk), woken (one
+zero-delay event after a submit, as the worker process was), or writing one chunk (a
+call-latency timer, then, while no fault touches any path, the NIC's completion callback or the
+write's deadline from one heap per engine; with a path fault active, the general write below,
+driven in place as the worker process ran it).
 """
 
 from __future__ import annotations
@@ -34,8 +40,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import simpy
+from simpy.events import Event, Timeout
 
 from pdsim.blacklist import Policy
+from pdsim.clock import Deadlines, later, run_inline
 from pdsim.faults import SILENT, UP, Paths
 from pdsim.log import EventLog
 from pdsim.nic import NIC
@@ -76,16 +84,18 @@ class TransferEngine:
         self.paths = paths
         self.injected_error = injected_error or (lambda: False)
         self.queues = [deque() for _ in range(queues)]
-        self._wake = [env.event() for _ in range(queues)]
+        self._asleep = [True] * queues  # no chunk and no wake-up pending
         self.writing: dict[int, Chunk] = {}  # queue index -> chunk being written
-        for i in range(queues):
-            env.process(self._worker(i))
+        self._deadlines = Deadlines(env, timeout_s, _Write.pending, self._timed_out)
 
     def submit(self, chunk: Chunk) -> None:
         i = chunk.room.port % len(self.queues)
         self.queues[i].append(chunk)
-        if not self._wake[i].triggered:
-            self._wake[i].succeed()
+        if self._asleep[i]:
+            self._asleep[i] = False
+            ev = Event(self.env)
+            ev.callbacks.append(lambda _e: self._serve(i))
+            ev.succeed()
 
     def queued(self) -> int:
         return sum(len(q) for q in self.queues) + len(self.writing)
@@ -109,47 +119,77 @@ class TransferEngine:
         self.stats.probe_s += self.env.now - t0
         return not reason
 
-    def _worker(self, i: int) -> Generator:
-        q = self.queues[i]
-        rec = self.recorder
-        bl = self.blacklist
-        while True:
-            if not q:
-                self._wake[i] = self.env.event()
-                yield self._wake[i]
-                continue
+    # --- a queue's worker ------------------------------------------------------------------
+
+    def _serve(self, i: int) -> None:
+        """Take queue ``i``'s chunks in order until one is written (or none is left)."""
+        q, bl = self.queues[i], self.blacklist
+        while q:
             chunk = q.popleft()
             room = chunk.room
             if room.resolved:
                 continue
-            sid = room.session
-            if not bl.admit(sid):
+            if not bl.admit(room.session):
                 self.fail(chunk, "blacklisted_session", counts=False)
                 continue
             room.state = Poll.Transferring
             self.writing[i] = chunk
-            t0 = self.env.now
+            w = _Write(i, chunk, self.env._now)
             if self.latency:  # per-call cost before the bytes move (1.6 ms + bytes / bw)
-                yield self.env.timeout(self.latency)
-            reason, dead = yield from self._write(sid, chunk.nbytes)
-            del self.writing[i]
-            if dead:
-                self.stats.dead_peer_writes += 1
-                self.stats.dead_peer_write_s += self.env.now - t0
-            if reason:
-                self.fail(chunk, reason, counts=True)
-            elif room.doomed:
-                self.fail(chunk, "flush_freed_pages", counts=True)
-            elif self.injected_error():
-                self.fail(chunk, "injected_error", counts=True)
+                Timeout(self.env, self.latency).callbacks.append(lambda _e, w=w: self._start(w))
             else:
-                bl.record_success(sid)
-                if not room.resolved:
-                    self.stats.bytes_transferred += chunk.nbytes
-                    if chunk.last:
-                        room.succeed()
-            if rec is not None:
-                rec.write(self, i, chunk, t0, self.env.now)
+                self._start(w)
+            return
+        self._asleep[i] = True
+
+    def _start(self, w: _Write) -> None:
+        nbytes = w.chunk.nbytes
+        if self.paths.active:  # a fault may cut the path: the general write, run in place
+            run_inline(self._write(w.chunk.room.session, nbytes),
+                       lambda result: self._end(w, *result))
+            return
+        # every path is up: the bytes end the write, or its deadline does
+        w.fid = self.nic.start(nbytes, lambda: self._written(w))
+        self._deadlines.add(w, self.timeout + nbytes * TIMEOUT_S_PER_BYTE)
+
+    def _written(self, w: _Write) -> None:
+        """The NIC wrote the last byte (the worker waited on that and on the deadline: it
+        resumed two zero-delay steps later, unless nothing else is due in this instant)."""
+        if w.state == _Write.PENDING:
+            w.state = _Write.WRITTEN
+            later(self.env, lambda: self._end(w, "", False), 2)
+
+    def _timed_out(self, w: _Write) -> None:
+        """The deadline came first (the worker resumed one zero-delay step later)."""
+        w.state = _Write.TIMED_OUT
+        later(self.env, lambda: self._gave_up(w), 1)
+
+    def _gave_up(self, w: _Write) -> None:
+        self.nic.cancel(w.fid)  # the write stops sharing the NIC
+        self._end(w, "transfer_timeout", False)
+
+    def _end(self, w: _Write, reason: str, dead: bool) -> None:
+        i, chunk = w.queue, w.chunk
+        room = chunk.room
+        del self.writing[i]
+        if dead:
+            self.stats.dead_peer_writes += 1
+            self.stats.dead_peer_write_s += self.env.now - w.t0
+        if reason:
+            self.fail(chunk, reason, counts=True)
+        elif room.doomed:
+            self.fail(chunk, "flush_freed_pages", counts=True)
+        elif self.injected_error():
+            self.fail(chunk, "injected_error", counts=True)
+        else:
+            self.blacklist.record_success(room.session)
+            if not room.resolved:
+                self.stats.bytes_transferred += chunk.nbytes
+                if chunk.last:
+                    room.succeed()
+        if self.recorder is not None:
+            self.recorder.write(self, i, chunk, w.t0, self.env.now)
+        self._serve(i)
 
     def _write(self, sid: str, nbytes: float) -> Generator:
         """One synchronous batch write: returns (failure reason or '', met a dead path)."""
@@ -198,3 +238,16 @@ class TransferEngine:
             paths.unwatch(key)
             self.nic.cancel(write)
             return "transfer_timeout", dead
+
+
+class _Write:
+    """One chunk's write on the fast path: pending until the NIC finishes it or its deadline."""
+
+    __slots__ = ("queue", "chunk", "t0", "state", "fid")
+    PENDING, WRITTEN, TIMED_OUT = 0, 1, 2
+
+    def __init__(self, queue: int, chunk: Chunk, t0: float) -> None:
+        self.queue, self.chunk, self.t0, self.state, self.fid = queue, chunk, t0, 0, -1
+
+    def pending(self) -> bool:
+        return self.state == _Write.PENDING

@@ -145,6 +145,21 @@ EXTRA: dict[str, dict] = {
                   "dataset": {"kind": "random", "input_len": 2048, "output_len": 256}},
                  {"kind": "eval", "questions": 60, "threads": 8, "start_s": 0.5,
                   "dataset": {"kind": "random", "input_len": 400, "output_len": 64}}]),
+    # no hop latency, no call latency: clients, flushes and ranks meet in the same instants
+    # (a warmup finishing as a waiting flush finds its rank idle; dispatches beside fan-outs)
+    "small_no_hops": _small(
+        router={"http_latency_ms": 0.0, "flush_handler": "mini_lb_fixed"},
+        transfer={"call_latency_ms": 0.0, "bootstrap_timeout_s": 2.0, "waiting_timeout_s": 2.0},
+        operator_flushes=[{"at_s": 1.5, "timeout_s": 0.5}, {"at_s": 4.0}],
+        clients=[{"kind": "bench", "name": "warm", "start_s": 1.0, "num_prompts": 120,
+                  "warmup_requests": 2, "max_concurrency": 16,
+                  "flush": {"mode": "raise_for_status"},
+                  "dataset": {"kind": "random", "input_len": 1024, "output_len": 64}},
+                 {"kind": "eval", "questions": 40, "threads": 4,
+                  "dataset": {"kind": "random", "input_len": 300, "output_len": 32}},
+                 {"kind": "bench", "name": "open", "num_prompts": 80, "request_rate": 20.0,
+                  "warmup_requests": 0,
+                  "dataset": {"kind": "random", "input_len": 2048, "output_len": 128}}]),
 }
 
 

@@ -36,3 +36,62 @@ def test_cyclic_gc_paused_during_the_run_and_restored(monkeypatch):
     with pytest.raises(ZeroDivisionError):
         pdsim.run(d)
     assert gc.isenabled()
+
+
+def test_numpy_draws_nothing_for_a_one_value_range():
+    """The router skips ``rng.integers(1)`` (one server): numpy returns 0 without drawing, so
+    the routing stream is the same either way."""
+    import numpy as np
+
+    a, b = np.random.default_rng(5), np.random.default_rng(5)
+    for _ in range(200):
+        assert a.integers(1) == 0
+        assert a.integers(3) == b.integers(3)
+        assert a.integers(0, 2**63, dtype=np.int64) == b.integers(0, 2**63, dtype=np.int64)
+    assert a.random() == b.random()
+
+
+@pytest.mark.parametrize("kind", ["fitted", "roofline", "operator"])
+def test_decode_span_durations_equal_each_steps_own(kind):
+    """A decode span's step durations (the fast path) equal, to the last bit, each step's
+    ``step_time`` of its own plan, combined over a lockstep group (the generic path)."""
+    import random
+    from itertools import islice
+
+    from pdsim import predictor, profiles
+    from pdsim.decode import DecodeRank
+    from pdsim.rank import Rank
+    from pdsim.scenario import PredictorConfig
+
+    cfg = PredictorConfig(kind=kind) if kind != "fitted" else PredictorConfig(
+        kind="fitted", coefficients={"prefill_a_ms": 14.1, "prefill_b_ms_per_ktok": 57.92,
+                                     "prefill_c_ms_per_mtok2": 1.0, "decode_a_ms": 14.1,
+                                     "decode_b_ms_per_ktok": 0.00144,
+                                     "decode_c_ms_per_seq": 0.0579})
+    pred = predictor.build(cfg, profiles.gpu("H20"), profiles.model("dsv3-ci-test"), 4, 4)
+    rank = DecodeRank.__new__(DecodeRank)
+    rank.predictor = pred
+    rnd = random.Random(3)
+    for _ in range(200):
+        n_ranks = rnd.choice([0, 2, 4, 8])
+        live = 1 if not n_ranks else rnd.randint(1, n_ranks)
+        plans = [(rnd.randint(1, 256), rnd.randint(1, 10**6), rnd.choice([0, 0, 4096]))
+                 for _ in range(live)]
+        n = rnd.randint(1, 80)
+        fast = list(islice(rank.span_durations(plans, n_ranks), n))
+        slow = list(islice(Rank.span_durations(rank, plans, n_ranks), n))
+        assert fast == slow
+
+
+def test_a_run_cut_mid_span_records_the_steps_it_made():
+    """At the horizon a fast-forwarded span is brought up to the horizon: the step slices
+    recorded for Perfetto still account for every decode token the summary counts."""
+    d = small_fleet(horizon_s=6.0)
+    d["clients"][0].update(num_prompts=40, max_concurrency=8)
+    d["clients"][0]["dataset"] = {"kind": "random", "input_len": 512, "output_len": 4000}
+    res = pdsim.run(d, record_steps=True)
+    assert res.summary["stopped_at_horizon"]
+    decode = [s for s in res.recorder.steps if s[3] == "decode"]
+    assert max(s[6] for s in decode) > 8  # spans did form
+    first = int(res.requests.t_first_token.notna().sum())
+    assert sum(s[5] for s in decode) + first == res.summary["tokens_generated_fleet"]

@@ -1,0 +1,256 @@
+"""Scheduling with fewer SimPy events, in exactly SimPy's order.
+
+SimPy processes events by (time, priority, id), the id drawn from one counter when an event is
+scheduled. Within one instant that means: urgent events (process starts) first, then the
+instant's *roots* (events scheduled at earlier times, in id order), then the zero-delay events
+they cause, level after level (first in, first out). pdsim keeps the outputs of the
+event-per-everything model byte-identical while scheduling far fewer events, with these
+pieces:
+
+- :class:`Environment` keeps batch-step ends (``pdsim.lockstep.Stepper``) and the links of
+  zero-delay chains as plain heap entries sorted among events under the ids their timeouts or
+  triggered events would have drawn.
+- :func:`reserve` / :func:`call_at` / :class:`Deadlines`: per-request timeouts become one heap
+  per component with one pending timer, each deadline firing under the id its own timeout
+  would have had.
+- :func:`later` / :func:`soon` / :func:`urgent`: a callback one or more zero-delay steps later
+  (where a chain of events, e.g. response event, condition, process resumption, would have run
+  it), or where a process started now would run.
+- :func:`run_inline`: a generator driven as the process that used to ``yield from`` it.
+
+They use SimPy 4's scheduling internals (``Environment._queue`` entries
+``(time, priority, id, event)``, the ``_eid`` counter, ``Event._ok/_value/callbacks``);
+tests/test_sim_speed.py checks that contract.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from heapq import heappop, heappush
+from itertools import count
+
+import simpy
+from simpy.events import NORMAL, URGENT, Event
+
+
+class Environment(simpy.Environment):
+    """SimPy's environment plus a heap of plain entries: batch-step ends and zero-delay
+    callbacks.
+
+    An entry is ``(time, priority, id, obj)``, its id drawn from SimPy's own counter when it is
+    scheduled, as an event's would be; ``step`` takes whichever of the two heaps has the
+    smaller key next and calls ``obj.tick()``, so the entry sorts among events exactly where
+    its timeout (a step end) or triggered event (a link of a zero-delay chain) would have,
+    without an event object, its callbacks or a process to resume.
+    """
+
+    def __init__(self, initial_time: float = 0) -> None:
+        super().__init__(initial_time)
+        self._steps: list = []
+        self.step_entries = 0  # step ends scheduled (ids drawn, not SimPy events)
+        self.chain_entries = 0  # zero-delay callback links scheduled (ids drawn, not events)
+        self.reserved = 0  # ids drawn that name no event (see ``reserve``)
+
+    def step_at(self, when: float, stepper: object) -> None:
+        """``stepper.tick()`` at ``when`` (>= now), in the place a timeout made now would take."""
+        self.step_entries += 1
+        heappush(self._steps, (when, NORMAL, next(self._eid), stepper))
+
+    def link(self, obj: object, priority: int = NORMAL) -> None:
+        """``obj.tick()`` in this instant, where an event triggered now would be processed."""
+        self.chain_entries += 1
+        heappush(self._steps, (self._now, priority, next(self._eid), obj))
+
+    def step(self) -> None:
+        steps, queue = self._steps, self._queue
+        if steps and (not queue or steps[0] < queue[0]):  # ids differ: no objects compared
+            when, _prio, _eid, obj = heappop(steps)
+            self._now = when
+            obj.tick()
+            return
+        super().step()
+
+    def peek(self) -> float:
+        t = super().peek()
+        return min(t, self._steps[0][0]) if self._steps else t
+
+    def next_is(self, event: Event) -> bool:
+        """Whether ``event`` (scheduled) is what the environment processes next."""
+        queue = self._queue
+        return (bool(queue) and queue[0][3] is event
+                and not (self._steps and self._steps[0] < queue[0]))
+
+
+class _Chain:
+    """A chain of zero-delay links ending in a callback (see :func:`soon`)."""
+
+    __slots__ = ("env", "callback", "steps")
+
+    def __init__(self, env: Environment, callback: Callable[[], None], steps: int) -> None:
+        self.env, self.callback, self.steps = env, callback, steps
+
+    def tick(self) -> None:
+        self.steps -= 1
+        if self.steps > 0:
+            self.env.link(self)
+        else:
+            self.callback()
+
+
+def later(env: simpy.Environment, callback: Callable[[], None], steps: int) -> None:
+    """Run ``callback`` where a chain of ``steps`` zero-delay events (an event whose
+    processing triggers the next) would have run it (:func:`soon`)."""
+    soon(env, callback, steps)
+
+
+def soon(env: simpy.Environment, callback: Callable[[], None], steps: int = 1) -> None:
+    """Run ``callback`` ``steps`` zero-delay steps from now: where a chain of that many
+    triggered events would have run it, behind everything already scheduled for this instant.
+    ``steps`` 0 runs it now. On :class:`Environment` each link is a plain heap entry under the
+    id its event would have drawn, so the order is SimPy's, at a fraction of the cost."""
+    if steps <= 0:
+        callback()
+        return
+    if isinstance(env, Environment):
+        env.link(_Chain(env, callback, steps))
+        return
+    ev = Event(env)
+    ev.callbacks.append(lambda _e: soon(env, callback, steps - 1))
+    ev.succeed()
+
+
+def urgent(env: simpy.Environment, callback: Callable[[], None]) -> None:
+    """Run ``callback`` in a zero-delay step ahead of this instant's normal events, where a
+    process started now would have run (SimPy starts processes with urgent priority)."""
+    if isinstance(env, Environment):
+        env.link(_Chain(env, callback, 1), URGENT)
+        return
+    ev = Event(env)
+    ev._ok = True
+    ev._value = None
+    ev.callbacks.append(lambda _e: callback())
+    env.schedule(ev, URGENT)
+
+
+def urgent_pending(env: simpy.Environment) -> bool:
+    """Whether urgent events (processes not yet started) wait in this instant."""
+    q = env._queue
+    if q and q[0][1] == URGENT and q[0][0] == env._now:
+        return True
+    s = getattr(env, "_steps", None)
+    return bool(s) and s[0][1] == URGENT and s[0][0] == env._now
+
+
+def run_inline(gen: Generator, then: Callable[[object], None]) -> None:
+    """Drive ``gen`` as the process that ran it inline (``yield from``) did: its first step
+    now, each later one when the event it yielded is processed, then ``then(result)`` in that
+    same step."""
+
+    def resume(value: object = None) -> None:
+        while True:
+            try:
+                event = gen.send(value)
+            except StopIteration as stop:
+                then(stop.value)
+                return
+            if event.callbacks is not None:  # not processed yet: resume when it is
+                event.callbacks.append(lambda ev: resume(ev._value))
+                return
+            value = event._value  # already processed: go on at once, as a process would
+
+
+    resume()
+
+
+def reserve(env: simpy.Environment) -> int:
+    """An event id taken now: where a timeout scheduled now would sort among same-time events."""
+    try:
+        env.reserved += 1
+    except AttributeError:  # a plain SimPy environment (unit tests)
+        env.reserved = 1
+    return next(env._eid)
+
+
+def reserve_block(env: simpy.Environment, n: int) -> int:
+    """``n`` consecutive event ids taken now (as :func:`reserve` n times); returns the first."""
+    first = next(env._eid)
+    env._eid = count(first + n)
+    env.reserved = getattr(env, "reserved", 0) + n
+    return first
+
+
+def reserved(env: simpy.Environment) -> int:
+    """Ids drawn that name no scheduled event (they count in SimPy's counter)."""
+    return getattr(env, "reserved", 0)
+
+
+def call_at(env: simpy.Environment, when: float, callback: Callable[[Event], None],
+            eid: int | None = None) -> Event:
+    """Schedule ``callback`` at the absolute time ``when`` (>= now), under the event id ``eid``
+    (from :func:`reserve`) or a fresh one. Returns the (already triggered) event."""
+    ev = Event(env)
+    ev._ok = True
+    ev._value = None
+    ev.callbacks.append(callback)
+    if eid is None:
+        eid = next(env._eid)
+    else:
+        env.reserved -= 1  # the reserved id now names a scheduled event
+    heappush(env._queue, (when, NORMAL, eid, ev))
+    return ev
+
+
+class Deadlines:
+    """The deadlines of one component in one heap, with a timer pending for the earliest.
+
+    ``add`` reserves the event id a per-item timeout would have had; the timer is armed for
+    the earliest deadline whose item ``live(item)`` still says matters, and fires
+    ``expire(item)`` exactly where that item's own timeout would have fired. Items that resolved
+    in time are dropped when they reach the front, without an event each.
+    """
+
+    __slots__ = ("env", "timeout", "live", "expire", "_items", "_armed", "_timers")
+
+    def __init__(self, env: simpy.Environment, timeout: float,
+                 live: Callable[[object], bool], expire: Callable[[object], None]) -> None:
+        self.env = env
+        self.timeout = timeout  # the usual timeout (add() may give another)
+        self.live = live
+        self.expire = expire
+        self._items: list[tuple[float, int, object]] = []
+        self._armed: Event | None = None  # the front item's timer
+        self._timers: dict[int, Event] = {}  # reserved id -> its pending timer
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, item: object, timeout: float | None = None) -> None:
+        """Start ``item``'s deadline now (where ``env.timeout(timeout)`` would be created)."""
+        env = self.env
+        entry = (env._now + (self.timeout if timeout is None else timeout), reserve(env), item)
+        heappush(self._items, entry)
+        if self._armed is None or self._items[0] is entry:  # none armed, or an earlier one
+            self._arm()
+
+    def _arm(self) -> None:
+        items, live = self._items, self.live
+        while items and not live(items[0][2]):
+            heappop(items)
+        if not items:
+            self._armed = None
+            return
+        when, eid, _item = items[0]
+        ev = self._timers.get(eid)
+        if ev is None:  # (a timer armed before, and overtaken, is still pending: reuse it)
+            ev = self._timers[eid] = call_at(self.env, when, self._fire, eid)
+            ev.deadline_id = eid
+        self._armed = ev
+
+    def _fire(self, ev: Event) -> None:
+        del self._timers[ev.deadline_id]
+        if ev is not self._armed:
+            return  # overtaken by an earlier deadline; re-armed from the heap when due
+        _when, _eid, item = heappop(self._items)
+        if self.live(item):
+            self.expire(item)  # (it may add deadlines: still armed, so add() leaves the timer)
+        self._arm()
