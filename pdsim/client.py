@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import simpy
@@ -20,9 +20,22 @@ from pdsim.rng import Streams
 from pdsim.scenario import BenchClientConfig, EvalClientConfig
 from pdsim.trace import count_rows, open_trace, read_trace  # noqa: F401 (open_trace: API)
 
-if TYPE_CHECKING:
-    from pdsim.fleet import Fleet
-    from pdsim.router import MiniLB
+
+class Frontend(Protocol):
+    """What a client needs of the fleet: a request record, the router's POST /generate and
+    POST /flush_cache, and the event log (pdsim.fleet.Fleet.frontend builds one). A small
+    interface rather than the Fleet, so the client does not import the fleet that imports it.
+    """
+
+    def new_request(self, client: str, kind: str, input_len: int, output_len: int,
+                    stream: bool, blocks: tuple[int, ...] | None, question: int,
+                    attempt: int) -> Request: ...
+
+    def generate(self, req: Request, on_return: Callable[[Request], None]) -> None: ...
+
+    def flush(self, timeout: float | None, caller: str) -> simpy.Process: ...
+
+    def log(self, kind: str, where: str, *args: object, **kw: object) -> None: ...
 
 
 def random_lengths(rng: np.random.Generator, n: int, input_len: int, output_len: int,
@@ -45,12 +58,11 @@ class Client:
     at once when nothing else is due in the instant)."""
 
     def __init__(self, env: simpy.Environment, cfg: BenchClientConfig | EvalClientConfig,
-                 index: int, router: MiniLB, fleet: Fleet, rngs: Streams) -> None:
+                 index: int, frontend: Frontend, rngs: Streams) -> None:
         self.env = env
         self.cfg = cfg
         self.name = cfg.name
-        self.router = router
-        self.fleet = fleet
+        self.frontend = frontend
         self.rngs = rngs
         self.done = env.event()
         self.t0 = float("nan")
@@ -72,9 +84,10 @@ class Client:
     def send(self, kind: str, input_len: int, output_len: int, stream: bool,
              on_return: Callable[[Request], None], blocks: tuple[int, ...] | None = None,
              question: int = -1, attempt: int = 0) -> Request:
-        req = self.fleet.new_request(self.name, kind, input_len, output_len, stream, blocks,
-                                     question, attempt)
-        self.router.generate(req, on_return)
+        front = self.frontend
+        req = front.new_request(self.name, kind, input_len, output_len, stream, blocks,
+                                question, attempt)
+        front.generate(req, on_return)
         return req
 
 
@@ -137,10 +150,10 @@ class BenchClient(Client):
             yield warm
         if cfg.flush.mode != "none":
             timeout = cfg.flush.timeout_s if cfg.flush.mode == "timeout" else None
-            status, _answers = yield self.router.flush(timeout, self.name)
+            status, _answers = yield self.frontend.flush(timeout, self.name)
             if cfg.flush.mode == "raise_for_status" and status >= 400:
                 self.aborted = f"flush_cache returned HTTP {status}; raise_for_status aborted"
-                self.fleet.log("client_aborted", self.name, detail=self.aborted)
+                self.frontend.log("client_aborted", self.name, detail=self.aborted)
                 return
             yield env.timeout(1.0)  # bench_serving sleeps 1 s after the flush
         self.t0 = env.now

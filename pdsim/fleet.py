@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from pdsim import balance, blacklist, clock, lockstep, predictor, profiles
 from pdsim.client import CLIENTS
 from pdsim.decode import DecodeRank
@@ -194,7 +197,8 @@ class Fleet:
 
         self.router = MiniLB(env, self.prefill_servers, self.decode_servers, sc.router,
                              self.rngs["routing"], self.log)
-        self.clients = [CLIENTS[c.kind](env, c, i, self.router, self, self.rngs)
+        front = self.frontend()
+        self.clients = [CLIENTS[c.kind](env, c, i, front, self.rngs)
                         for i, c in enumerate(sc.clients)]
         for op in sc.operator_flushes:
             env.process(self._operator_flush(op.at_s, op.timeout_s))
@@ -205,6 +209,10 @@ class Fleet:
         lay = predictor.layout_for(role, self.scenario.predictor, gather)
         return predictor.build(self.scenario.predictor, self.gpu, self.model, role.tp, gather,
                                self.engine, lay)
+
+    def frontend(self) -> _Frontend:
+        """The fleet as its clients see it (pdsim.client.Frontend)."""
+        return _Frontend(self.new_request, self.router.generate, self.router.flush, self.log)
 
     def new_request(self, client: str, kind: str, input_len: int, output_len: int,
                     stream: bool, blocks: tuple[int, ...] | None, question: int,
@@ -270,3 +278,13 @@ class Fleet:
             "decode_running": sum(len(r.running) for r in d),
             "blacklisted_pairs": self.stats.blacklisted_pairs,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class _Frontend:
+    """pdsim.client.Frontend: the four calls a client makes, bound to this fleet."""
+
+    new_request: Callable[..., Request]
+    generate: Callable[[Request, Callable[[Request], None]], None]
+    flush: Callable[[float | None, str], object]
+    log: Callable[..., None]

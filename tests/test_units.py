@@ -222,3 +222,55 @@ def test_bench_metrics_count_streamed_aborts_as_bench_serving_does():
     assert m["output_throughput_tok_s"] == pytest.approx((11 + 21 + 101) / 5)
     assert m["true_output_throughput_tok_s"] == pytest.approx((11 + 21) / 5)
     assert m["completed_mean_ttft_ms"] == pytest.approx(1500, abs=1e-3)
+
+
+def test_a_client_needs_only_its_frontend():
+    """The client talks to a small interface (pdsim.client.Frontend), not the Fleet: a stub
+    that answers every request after 1 s runs a bench client to the end, with at most
+    ``max_concurrency`` requests in flight, and client.py imports neither fleet nor router."""
+    import ast
+    from pathlib import Path
+
+    import pdsim.client as client_mod
+    from pdsim.client import BenchClient
+    from pdsim.request import Request
+    from pdsim.rng import Streams
+    from pdsim.scenario import BenchClientConfig
+
+    env = simpy.Environment()
+    made, live, peak, logged = [], [0], [0], []
+
+    class Stub:
+        def new_request(self, client, kind, input_len, output_len, stream, blocks, question,
+                        attempt):
+            made.append(Request(env, len(made), client, kind, input_len, output_len, stream,
+                                blocks, question, attempt))
+            return made[-1]
+
+        def generate(self, req, on_return):
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+
+            def answer(_e):
+                live[0] -= 1
+                req.status, req.http_status, req.t_done = "completed", 200, env.now
+                on_return(req)
+
+            env.timeout(1.0).callbacks.append(answer)
+
+        def flush(self, timeout, caller):
+            raise AssertionError("no flush configured")
+
+        def log(self, *args, **kw):
+            logged.append(args)
+
+    cfg = BenchClientConfig(kind="bench", num_prompts=7, max_concurrency=2, warmup_requests=1,
+                            dataset={"kind": "random", "input_len": 64, "output_len": 8})
+    c = BenchClient(env, cfg, 0, Stub(), Streams(1, {}))
+    env.run(until=c.done)
+    assert [r.kind for r in made].count("bench") == 7 and made[0].kind == "warmup"
+    assert peak[0] == 2 and c.sent == 7 and c.unsent() == 0
+    assert env.now == pytest.approx(1.0 + 4 * 1.0)  # warmup, then 7 prompts 2 at a time
+    tree = ast.parse(Path(client_mod.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not imported & {"pdsim.fleet", "pdsim.router"}
