@@ -24,9 +24,13 @@ Workloads:
   token); the llama-3.1-8b profile stands in for the model only for KV bytes on the wire.
   Prefix cache off (cycling the trace would otherwise turn repeats into cache hits).
 
-``events`` are SimPy events; ``steps/req`` counts batch-step ends kept as plain entries of the
-environment's step heap instead (``pdsim.clock.Environment``; inner steps of a fast-forwarded
-span that come before anything else take none).
+``events`` are SimPy events (Event objects scheduled). What pdsim schedules as plain entries of
+its second heap instead (``pdsim.clock.Environment``) is counted apart, per request:
+``steps/req`` batch-step ends (inner steps of a fast-forwarded decode span that end before
+anything else is due take none) and ``links/req`` links of zero-delay callback chains (where a
+replaced process's response/condition/resumption events were), ``timers/req`` plain timers
+(hops, call latencies, bootstrap delays, NIC wake-ups: where one-callback timeouts were).
+``sched/req`` is all of them: everything the run put on a heap.
 
 Each workload runs in a fresh interpreter (so peak RSS is its own), on one core. Wall time is
 ``pdsim.run`` in-process: scenario loading, fleet building, the simulation and the DataFrames;
@@ -121,6 +125,8 @@ def measure(workload: str, repeat: int, profile: bool = False) -> dict:
     return {"workload": workload, "requests": n_req,
             "sim_s": s["simulated_s"], "events": s["events"], "wall_s": wall,
             "step_entries": getattr(res, "sim_step_entries", 0),
+            "chain_entries": getattr(res, "sim_chain_entries", 0),
+            "timer_entries": getattr(res, "sim_timer_entries", 0),
             "cpu_s": statistics.median(cpus),
             "events_per_req": s["events"] / n_req, "us_per_req": 1e6 * wall / n_req,
             "sim_s_per_wall_s": s["simulated_s"] / wall, "events_per_s": s["events"] / wall,
@@ -152,13 +158,22 @@ def _in_child(workload: str, repeat: int, profile: bool) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _scheduled(m: dict) -> int:
+    """SimPy events plus plain heap entries: everything the run scheduled."""
+    return (m["events"] + m.get("step_entries", 0) + m.get("chain_entries", 0)
+            + m.get("timer_entries", 0))
+
+
 COLUMNS = (  # (header, width, format of the row's value)
     ("workload", 16, lambda m: f"{m['workload']:<16}"),
     ("requests", 9, lambda m: f"{m['requests']:>9}"),
     ("sim s", 9, lambda m: f"{m['sim_s']:>9.0f}"),
     ("events", 11, lambda m: f"{m['events']:>11}"),
     ("ev/req", 8, lambda m: f"{m['events_per_req']:>8.1f}"),
-    ("steps/req", 10, lambda m: f"{m['step_entries'] / m['requests']:>10.1f}"),
+    ("steps/req", 10, lambda m: f"{m.get('step_entries', 0) / m['requests']:>10.1f}"),
+    ("links/req", 10, lambda m: f"{m.get('chain_entries', 0) / m['requests']:>10.1f}"),
+    ("timers/req", 11, lambda m: f"{m.get('timer_entries', 0) / m['requests']:>11.1f}"),
+    ("sched/req", 10, lambda m: f"{_scheduled(m) / m['requests']:>10.1f}"),
     ("wall s", 9, lambda m: f"{m['wall_s']:>9.3f}"),
     ("cpu s", 8, lambda m: f"{m['cpu_s']:>8.3f}"),
     ("us/req", 8, lambda m: f"{m['us_per_req']:>8.0f}"),

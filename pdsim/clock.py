@@ -30,7 +30,7 @@ from heapq import heappop, heappush
 from itertools import count
 
 import simpy
-from simpy.events import NORMAL, URGENT, Event
+from simpy.events import NORMAL, URGENT, Event, Timeout
 
 
 class Environment(simpy.Environment):
@@ -49,12 +49,18 @@ class Environment(simpy.Environment):
         self._steps: list = []
         self.step_entries = 0  # step ends scheduled (ids drawn, not SimPy events)
         self.chain_entries = 0  # zero-delay callback links scheduled (ids drawn, not events)
+        self.timer_entries = 0  # plain timers (``call_later``) scheduled (ids drawn, not events)
         self.reserved = 0  # ids drawn that name no event (see ``reserve``)
 
     def step_at(self, when: float, stepper: object) -> None:
         """``stepper.tick()`` at ``when`` (>= now), in the place a timeout made now would take."""
         self.step_entries += 1
         heappush(self._steps, (when, NORMAL, next(self._eid), stepper))
+
+    def timer(self, delay: float, obj: object) -> None:
+        """``obj.tick()`` in ``delay`` s, where a timeout made now would be processed."""
+        self.timer_entries += 1
+        heappush(self._steps, (self._now + delay, NORMAL, next(self._eid), obj))
 
     def link(self, obj: object, priority: int = NORMAL) -> None:
         """``obj.tick()`` in this instant, where an event triggered now would be processed."""
@@ -95,6 +101,22 @@ class _Chain:
             self.env.link(self)
         else:
             self.callback()
+
+
+class _Timer:
+    __slots__ = ("tick",)
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self.tick = callback
+
+
+def call_later(env: simpy.Environment, delay: float, callback: Callable[[], None]) -> None:
+    """Run ``callback`` in ``delay`` s, where a ``Timeout(env, delay)`` made now with this one
+    callback would have run it (a plain heap entry on :class:`Environment`)."""
+    if isinstance(env, Environment):
+        env.timer(delay, _Timer(callback))
+    else:
+        Timeout(env, delay).callbacks.append(lambda _e: callback())
 
 
 def later(env: simpy.Environment, callback: Callable[[], None], steps: int) -> None:

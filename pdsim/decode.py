@@ -16,9 +16,8 @@ from collections import deque
 from collections.abc import Iterator
 
 import simpy
-from simpy.events import Timeout
 
-from pdsim.clock import Deadlines
+from pdsim.clock import Deadlines, call_later
 from pdsim.log import EventLog
 from pdsim.predictor import Predictor
 from pdsim.rank import Rank
@@ -102,8 +101,7 @@ class DecodeRank(Rank):
             req.room.state = Poll.WaitingForInput
             delay = self.bootstrap_s + self.tokenize_s_per_token * req.input_len
             if delay > 0:  # the handshake (and tokenization) before the prefill may run
-                Timeout(self.env, delay).callbacks.append(
-                    lambda _e, r=req: self._bootstrapped(r))
+                call_later(self.env, delay, lambda r=req: self._bootstrapped(r))
             else:
                 req.room.bootstrapped.succeed(True)
             self._waiting_deadlines.add(req)

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import simpy
-from simpy.events import Event, Timeout
+from simpy.events import Event
 
-from pdsim.clock import soon
+from pdsim.clock import call_later, soon
 
 
 class NIC:
@@ -91,7 +91,7 @@ class NIC:
         fid, flow = min(self._active.items(), key=lambda kv: kv[1][0] / kv[1][1])
         delay = max(0.0, flow[0] / (flow[1] / n))
         plan = self._plan
-        Timeout(self.env, delay).callbacks.append(lambda _e: self._finish(plan, fid))
+        call_later(self.env, delay, lambda: self._finish(plan, fid))
 
     def _finish(self, plan: int, fid: int) -> None:
         if plan != self._plan:  # superseded by a later start or finish

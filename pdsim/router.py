@@ -20,9 +20,8 @@ from collections.abc import Callable, Generator
 
 import numpy as np
 import simpy
-from simpy.events import Timeout
 
-from pdsim.clock import Deadlines, later, urgent, urgent_pending
+from pdsim.clock import Deadlines, call_later, later, urgent, urgent_pending
 from pdsim.log import EventLog
 from pdsim.request import Request, Room
 from pdsim.scenario import RouterConfig
@@ -66,7 +65,7 @@ class MiniLB:
         req.room = room
         call = _Call(req, p, d, on_return)
         if self.hop:
-            Timeout(env, self.hop).callbacks.append(lambda _e: self._dispatch(call))
+            call_later(env, self.hop, lambda: self._dispatch(call))
         else:
             self._dispatch(call)
 
@@ -113,7 +112,7 @@ class MiniLB:
             req.t_done = self.env._now
             req.room.fail("aborted")  # frees KV on both sides; an abort never blacklists
         if self.hop:
-            Timeout(self.env, self.hop).callbacks.append(lambda _e: call.on_return(req))
+            call_later(self.env, self.hop, lambda: call.on_return(req))
         else:
             call.on_return(req)
 

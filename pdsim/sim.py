@@ -43,9 +43,12 @@ class Result:
     kv_pools: dict = field(default_factory=dict)  # rank -> {capacity, peak, used} in pages
     what_if: str = ""  # why the scenario's reference figures do not apply to this run, if so
     recorder: Recorder | None = None  # batch steps and KV writes, when run with record_steps
-    # batch-step ends the run scheduled as step-heap entries, not SimPy events (summary
-    # "events"); a performance figure like sim_wall_s
+    # what the run scheduled as plain heap entries instead of SimPy events (summary "events"):
+    # batch-step ends, links of zero-delay callback chains, timers (pdsim.clock); performance
+    # figures like sim_wall_s
     sim_step_entries: int = 0
+    sim_chain_entries: int = 0
+    sim_timer_entries: int = 0
 
     @property
     def unknowns(self) -> list:
@@ -198,7 +201,8 @@ def _sim_events(env: simpy.Environment) -> int:
     eid = getattr(env, "_eid", None)
     if eid is None:
         return -1
-    return next(eid) - clock.reserved(env) - getattr(env, "step_entries", 0)
+    return (next(eid) - clock.reserved(env) - getattr(env, "step_entries", 0)
+            - getattr(env, "chain_entries", 0) - getattr(env, "timer_entries", 0))
 
 
 def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: int,
@@ -303,7 +307,7 @@ def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | N
                                       "used": r.alloc.used} for r in fleet.ranks}
     return Result(sc, req, events, _timeseries(rows), summary, answers,
                   fleet.router.flush_calls, wall, pools, what_if(sc), recorder,
-                  env.step_entries)
+                  env.step_entries, env.chain_entries, env.timer_entries)
 
 
 @contextmanager

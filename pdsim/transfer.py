@@ -40,10 +40,10 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import simpy
-from simpy.events import Event, Timeout
+from simpy.events import Event
 
 from pdsim.blacklist import Policy
-from pdsim.clock import Deadlines, later, run_inline
+from pdsim.clock import Deadlines, call_later, later, run_inline
 from pdsim.faults import SILENT, UP, Paths
 from pdsim.log import EventLog
 from pdsim.nic import NIC
@@ -136,7 +136,7 @@ class TransferEngine:
             self.writing[i] = chunk
             w = _Write(i, chunk, self.env._now)
             if self.latency:  # per-call cost before the bytes move (1.6 ms + bytes / bw)
-                Timeout(self.env, self.latency).callbacks.append(lambda _e, w=w: self._start(w))
+                call_later(self.env, self.latency, lambda w=w: self._start(w))
             else:
                 self._start(w)
             return

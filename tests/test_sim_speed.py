@@ -95,3 +95,33 @@ def test_a_run_cut_mid_span_records_the_steps_it_made():
     assert max(s[6] for s in decode) > 8  # spans did form
     first = int(res.requests.t_first_token.notna().sum())
     assert sum(s[5] for s in decode) + first == res.summary["tokens_generated_fleet"]
+
+
+def test_a_request_costs_no_process_and_few_events():
+    """Plumbing stays off the event heap: a request makes no SimPy process of its own and,
+    with everything pdsim schedules as plain heap entries counted in, the run schedules fewer
+    than 25 entries per request (one process per request, per-request timeouts and AnyOf
+    conditions took ~34 SimPy events); decode spans make far fewer step ends than steps."""
+    from simpy.events import Process
+
+    made = []
+    init = Process.__init__
+
+    def counting(self, env, generator):
+        made.append(generator.__qualname__)
+        init(self, env, generator)
+
+    d = small_fleet()
+    d["clients"][0].update(num_prompts=300, request_rate=30.0, max_concurrency=None,
+                           warmup_requests=0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Process, "__init__", counting)
+        res = pdsim.run(d)
+    n = len(res.requests)
+    assert n == 300 and res.summary["completed_requests"] == n
+    assert len(made) < 10, made  # the client, the sampler, the horizon: not one per request
+    scheduled = (res.summary["events"] + res.sim_step_entries + res.sim_chain_entries
+                 + res.sim_timer_entries)
+    assert scheduled / n < 25
+    steps = res.summary["decode_steps"] + res.summary["prefill_steps"]
+    assert res.sim_step_entries < 0.6 * steps  # (0.47 when written)
