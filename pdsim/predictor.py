@@ -82,6 +82,16 @@ class RooflinePredictor:
     prefill_mfu: float = 0.35
     hbm_derate: float = 0.8
     overhead_s: float = 0.005
+    # the model's derived sizes, read once (properties that recount the architecture each
+    # call): the same subexpressions, so every step time is the same float
+    _c: tuple = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        m = self.model
+        object.__setattr__(self, "_c", (
+            2 * m.params_active, 4 * m.layers * m.hidden_size, self._flops * self.prefill_mfu,
+            m.weight_bytes_total / self.tp, m.kv_bytes_per_token,
+            self.gpu.hbm_tbps * 1e12 * self.hbm_derate))
 
     @property
     def _flops(self) -> float:
@@ -90,18 +100,16 @@ class RooflinePredictor:
 
     def prefill(self, tokens: float, sq_tokens: float, pairs: float | None = None,
                 reqs: float = 1, prefix: float = 0, attn_tokens: float | None = None) -> float:
-        m = self.model
-        flops = 2 * m.params_active * tokens * self.dp_gather / self.tp
-        flops += 4 * m.layers * m.hidden_size * sq_tokens / self.tp
-        return self.overhead_s + flops / (self._flops * self.prefill_mfu)
+        active2, attn4, flops_s, _w, _kv, _bw = self._c
+        flops = active2 * tokens * self.dp_gather / self.tp
+        flops += attn4 * sq_tokens / self.tp
+        return self.overhead_s + flops / flops_s
 
     def decode(self, batch: float, context: float, attn_batch: float | None = None) -> float:
-        m = self.model
-        weights = m.weight_bytes_total / self.tp
-        kv = context * m.kv_bytes_per_token
-        memory = (weights + kv) / (self.gpu.hbm_tbps * 1e12 * self.hbm_derate)
-        compute = (2 * m.params_active * batch * self.dp_gather / self.tp
-                   / (self._flops * self.prefill_mfu))
+        active2, _a, flops_s, weights, kv_per_token, bw = self._c
+        kv = context * kv_per_token
+        memory = (weights + kv) / bw
+        compute = active2 * batch * self.dp_gather / self.tp / flops_s
         return self.overhead_s + max(memory, compute)
 
 
