@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import simpy
+
 from pdsim import balance, blacklist, clock, lockstep, predictor, profiles
 from pdsim.client import CLIENTS
 from pdsim.decode import DecodeRank
