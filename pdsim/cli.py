@@ -814,6 +814,11 @@ def _main(argv: list[str] | None) -> int:
     if args.cmd == "validate":
         print(f"{show_path(args.scenario)}: ok ({sc.name}, {len(sc.clients)} client(s), "
               f"horizon {sc.horizon_s:g} s)")
+        if sc.unknowns:  # each range end (or choice) was validated as a value of its own
+            print(f"{len(sc.unknowns)} declared unknown(s); run uses the nominal, explore "
+                  f"samples the range (its ends validated):")
+            for u in sc.unknowns:
+                print(f"  {u.path}: {u.describe()}, nominal {u.nominal}")
         return 0
 
     from pdsim import report
