@@ -13,8 +13,8 @@ from pdsim.decode import DecodeRank
 from pdsim.faults import Faults
 from pdsim.log import EventLog
 from pdsim.nic import NIC
-from pdsim.perfetto import Recorder
 from pdsim.prefill import PrefillRank
+from pdsim.recorder import Recorder
 from pdsim.request import Request
 from pdsim.rng import Streams
 from pdsim.router import MiniLB
@@ -110,7 +110,7 @@ def chunk_budget(role_cfg: PrefillConfig, gpu: profiles.GPU) -> int:
 
 class Fleet:
     def __init__(self, scenario: Scenario, recorder: Recorder | None = None) -> None:
-        """``recorder``: a :class:`pdsim.perfetto.Recorder` to give every rank and transfer
+        """``recorder``: a :class:`pdsim.recorder.Recorder` to give every rank and transfer
         engine (their loops read it once, when the run starts)."""
         sc = self.scenario = scenario
         env = self.env = clock.Environment()

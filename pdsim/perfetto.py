@@ -23,55 +23,14 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pdsim.recorder import KV_STEP, Recorder
+
 if TYPE_CHECKING:
-    from pdsim.rank import Rank
     from pdsim.sim import Result
-    from pdsim.transfer import Chunk, TransferEngine
+
+__all__ = ["KV_STEP", "Recorder", "trace_events", "write"]
 
 US = 1e6  # trace-event timestamps are microseconds
-KV_STEP = 0.005  # a rank's KV counter is written when its use moved by 0.5% of the pool
-
-
-class Recorder:
-    """Collects batch steps and KV writes as a run goes (the ranks and engines call it).
-
-    ``step`` takes ``steps``: a span of ``k`` identical steps (a fast-forwarded run of decode
-    steps) is one slice that says how many steps it holds.
-    """
-
-    def __init__(self) -> None:
-        self.steps: list[tuple] = []  # (track, t0, t1, kind, batch, tokens, steps)
-        self.writes: list[tuple] = []  # (nic, track, t0, t1, rid, room, nbytes, last, outcome)
-        self.kv: list[tuple] = []  # (track, t, used share)
-        self._kv_last: dict[str, float] = {}
-
-    def step(self, rank: Rank, t0: float, t1: float, plan: tuple | None, steps: int = 1) -> None:
-        """``rank`` finished a batch step (``plan`` None: an idle batch in lockstep)."""
-        track = f"{rank.name}.r{rank.index}"
-        if plan is None:
-            self.steps.append((track, t0, t1, "idle batch", 0, 0, steps))
-        elif rank.role == "prefill":
-            self.steps.append((track, t0, t1, "prefill", 0, int(plan[0]), steps))
-        else:
-            self.steps.append((track, t0, t1, "decode", int(plan[0]), int(plan[0]) * steps,
-                               steps))
-        self.kv_use(rank, t1)
-
-    def kv_use(self, rank: Rank, t: float) -> None:
-        track = f"{rank.name}.r{rank.index}"
-        share = rank.alloc.used / rank.alloc.capacity
-        last = self._kv_last.get(track)
-        if last is None or abs(share - last) >= KV_STEP or (share == 0 and last != 0):
-            self._kv_last[track] = share
-            self.kv.append((track, t, share))
-
-    def write(self, engine: TransferEngine, queue: int, chunk: Chunk, t0: float,
-              t1: float) -> None:
-        """A transfer worker finished one KV write (successful or not)."""
-        room = chunk.room
-        outcome = room.reason if room.state == 0 else "ok"  # Poll.Failed == 0
-        self.writes.append((engine.nic.name, f"{engine.owner}.r{engine.rank} q{queue}", t0, t1,
-                            chunk.req.rid, room.id, chunk.nbytes, chunk.last, outcome))
 
 
 class _Tracks:

@@ -18,7 +18,7 @@ from pdsim.stats import Stats
 
 class Rank:
     role = "rank"
-    recorder = None  # a pdsim.perfetto.Recorder when the run records its steps (set by the fleet)
+    recorder = None  # a pdsim.recorder.Recorder when the run records its steps (set by the fleet)
     stepper = None  # the pdsim.lockstep.Stepper running this rank's steps (set by it)
 
     def __init__(self, env: simpy.Environment, server: int, index: int,

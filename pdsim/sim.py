@@ -16,7 +16,7 @@ import simpy
 from pdsim import clock
 from pdsim import scenario as scenario_mod
 from pdsim.fleet import Fleet
-from pdsim.perfetto import Recorder
+from pdsim.recorder import Recorder
 from pdsim.summary import FLUSH_REASONS, clean, request_metrics
 
 REQUEST_COLUMNS = [

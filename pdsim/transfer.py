@@ -64,7 +64,7 @@ class Chunk:
 
 
 class TransferEngine:
-    recorder = None  # a pdsim.perfetto.Recorder when the run records its writes (set by the fleet)
+    recorder = None  # a pdsim.recorder.Recorder when the run records its writes (set by the fleet)
 
     def __init__(self, env: simpy.Environment, owner: str, rank: int, nic: NIC,
                  blacklist: Policy, call_latency_s: float, timeout_s: float,

@@ -1,0 +1,78 @@
+"""House rules a reviewer would otherwise check by hand: no import circles, ruff clean."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+from conftest import ROOT
+
+PKG = ROOT / "pdsim"
+
+
+def _module_imports(path) -> set[str]:
+    """pdsim modules a module imports at module level, TYPE_CHECKING blocks included (an import
+    inside a function is a deliberate lazy import and does not count)."""
+    found: set[str] = set()
+
+    def visit(stmts):
+        for node in stmts:
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module == "pdsim":
+                    found.update(a.name for a in node.names)
+                elif node.module.startswith("pdsim."):
+                    found.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                found.update(a.name.split(".")[1] for a in node.names
+                             if a.name.startswith("pdsim."))
+            elif isinstance(node, (ast.If, ast.Try)):
+                visit(node.body)
+                visit(getattr(node, "orelse", []))
+                for h in getattr(node, "handlers", []):
+                    visit(h.body)
+
+    visit(ast.parse(path.read_text()).body)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = {p.stem: p for p in PKG.glob("*.py")}
+    return {m: _module_imports(p) & mods.keys() - {m} for m, p in mods.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(m):
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                return stack[stack.index(n):] + [n]
+            if n not in state and (c := dfs(n)):
+                return c
+        state[m] = 2
+        stack.pop()
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (c := dfs(m)):
+            return c
+    return None
+
+
+def test_the_package_has_no_import_circles():
+    assert _cycle(_graph()) is None, " -> ".join(_cycle(_graph()))
+
+
+def test_the_cycle_finder_finds_a_circle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_ruff_is_clean():
+    out = subprocess.run([sys.executable, "-m", "ruff", "check", "pdsim", "tests", "benchmarks",
+                          "reports"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
