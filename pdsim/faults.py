@@ -468,6 +468,12 @@ LIBRARY: dict[str, tuple[dict[str, Any], str]] = {
         "Decode server 0 stalls for 45 s (chosen: longer than the 30 s transfer timeout, so "
         "writes to it fail; a GC or NCCL stall lasts 1-120 s), then serves under the same "
         "sessions. A pair blacklisted during the stall is healthy after it."),
+    "decode_nic_down": (
+        {"kind": "decode_unreachable", "decode_rank": 0, "at_s": 60.0, "duration_s": 120.0},
+        "Decode rank 0's RDMA endpoint goes silent for 120 s while its scheduler keeps "
+        "serving and pre-allocating (chosen: a NIC or switch-port failure on the KV network "
+        "only, 10 s to the rest of the run). The one fault where the peer keeps accepting "
+        "work it cannot receive: every write to it waits out the 30 s transfer timeout."),
     "nic_flaps": (
         {"kind": "nic_flaps", "prefill_server": 0, "at_s": 60.0, "flaps": 5, "every_s": 10.0,
          "down_s": 2.0},

@@ -6,6 +6,7 @@
     w.table        # one row per (policy, fault): medians and 10-90% intervals over seeds
     w.ranking      # policies by worst-case regret across the faults
     w.heatmap(); w.timelines("decode_crash"); w.vs_param("ttl_s")
+    w.write("out/"); WhatIf.read("out/")   # the same table and plots, without re-running
 
 Every (policy, fault, seed) is a run of the base scenario with ``blacklist`` and ``faults``
 replaced; every seed also runs without faults (``healthy``), which goodput lost and recovery
@@ -44,9 +45,13 @@ COLUMNS: dict[str, str] = {
     "wasted_prefill_tokens": "prefill tokens computed for requests that then failed",
     "fast_fails": "requests the blacklist failed without a write ('Decode instance could be "
                   "dead')",
-    "dead_peer_writes": "KV writes sent to a peer that was gone or silent (each waits out "
-                        "the engine's failure time on a transfer queue)",
+    "dead_peer_writes": "KV writes sent to a peer that was gone or silent: the requests sent "
+                        "to dead peers (a request's first failed write ends its transfer; a "
+                        "write an outage let through counts too); each holds a transfer "
+                        "queue for the engine's failure time",
     "dead_peer_write_s": "transfer-queue seconds those writes held",
+    "ttft_p99_s": "99th percentile of time to first token of the requests that completed, s "
+                  "(what waiting on a dead peer costs the requests that still succeed)",
     "recover_s": "seconds from the fault's end until goodput (10 s windows) is back within "
                  "10% of healthy; inf: not within the run; nan: the fault lasts the run",
     "max_healthy_blacklisted_s": "longest stretch a healthy (prefill rank, decode session) "
@@ -59,7 +64,7 @@ COLUMNS: dict[str, str] = {
 STATS_NOTE = ("each metric: median over seeds, and _lo/_hi the 10th/90th percentiles over seeds "
               "(linear interpolation)")
 METRICS = ["goodput_tok_s", "goodput_lost_pct", "failed", "wasted_prefill_tokens",
-           "fast_fails", "dead_peer_writes", "dead_peer_write_s", "recover_s",
+           "fast_fails", "dead_peer_writes", "dead_peer_write_s", "ttft_p99_s", "recover_s",
            "max_healthy_blacklisted_s", "healthy_blacklisted_pair_s"]
 
 
@@ -204,7 +209,9 @@ def measure(res: Any) -> dict:
     series = goodput_series(req, math.ceil(t_end))
     first = float(measured.t_arrival.min()) if len(measured) else 0.0
     last = float(measured.t_done.max()) if measured.t_done.notna().any() else first
-    good = float(measured[measured.status == "completed"].generated.sum())
+    done = measured[measured.status == "completed"]
+    good = float(done.generated.sum())
+    ttft = (done.t_first_token - done.t_arrival).to_numpy(float)
     longest, pair_s = blacklist_harm(res.events, t_end)
     by_reason = s.get("failed_by_reason", {})
     return {
@@ -214,6 +221,7 @@ def measure(res: Any) -> dict:
         "fast_fails": int(by_reason.get("blacklisted_session", 0)),
         "dead_peer_writes": int(s.get("dead_peer_writes", 0)),
         "dead_peer_write_s": float(s.get("dead_peer_write_s", 0.0)),
+        "ttft_p99_s": round(float(np.percentile(ttft, 99)), 6) if len(ttft) else math.nan,
         "max_healthy_blacklisted_s": round(longest, 6),
         "healthy_blacklisted_pair_s": round(pair_s, 6),
         "fault_start_s": start,
@@ -338,7 +346,7 @@ class WhatIf:
             return "no runs"
         pd_opts = ("display.width", 200, "display.max_columns", 30, "display.max_rows", 500)
         show = t[["fault", "policy", "goodput_tok_s", "goodput_lost_pct", "failed",
-                  "wasted_prefill_tokens", "dead_peer_writes", "recover_s",
+                  "wasted_prefill_tokens", "dead_peer_writes", "ttft_p99_s", "recover_s",
                   "max_healthy_blacklisted_s", "regret_pct", "rank"]].copy()
         show["goodput_tok_s"] = [_fmt_iv(r, "goodput_tok_s", 0) for r in t.to_dict("records")]
         show["failed"] = [_fmt_iv(r, "failed", 0) for r in t.to_dict("records")]
@@ -346,6 +354,7 @@ class WhatIf:
         show = show.rename(columns={"goodput_lost_pct": "lost %", "wasted_prefill_tokens":
                                     "wasted prefill", "dead_peer_writes": "dead writes",
                                     "max_healthy_blacklisted_s": "healthy bl max s",
+                                    "ttft_p99_s": "p99 TTFT s",
                                     "regret_pct": "regret %"})
         lines = []
         h = self.healthy
@@ -376,7 +385,7 @@ class WhatIf:
             for name, df in frames.items():
                 path = out / f"{name}.{fmt}"
                 if fmt == "csv":
-                    df.to_csv(path, index=False, float_format="%.6g")
+                    df.to_csv(path, index=False, float_format="%.9g")
                 elif fmt == "parquet":
                     df.to_parquet(path, index=False)
                 elif fmt == "json":
@@ -391,6 +400,37 @@ class WhatIf:
                                    indent=1, default=str) + "\n")
         written.append(meta)
         return written
+
+    @classmethod
+    def read(cls, out: str | Path) -> WhatIf:
+        """A matrix back from what :meth:`write` put in ``out`` (CSV or Parquet; timelines may
+        be gzipped): table, ranking and plots without re-running anything."""
+        out = Path(out)
+        meta = json.loads((out / "columns.json").read_text())
+
+        def frame(name: str) -> pd.DataFrame | None:
+            for suffix in (".parquet", ".csv", ".csv.gz"):
+                path = out / f"{name}{suffix}"
+                if path.is_file():
+                    return (pd.read_parquet(path) if suffix == ".parquet"
+                            else pd.read_csv(path, keep_default_na=False,
+                                             na_values=["", "nan", "NaN"]))
+            return None
+
+        runs, healthy, tl = frame("runs"), frame("healthy"), frame("timelines")
+        if runs is None or healthy is None:
+            raise FileNotFoundError(f"{out}: no runs/healthy table (written by WhatIf.write)")
+        series: dict[tuple, list] = {}
+        if tl is not None:
+            for key, g in tl.groupby(["policy", "fault", "seed"], sort=False):
+                series[key] = g.sort_values("t").goodput_tok_s.tolist()
+        runs["series"] = [series.get((r.policy, r.fault, r.seed), [])
+                          for r in runs.itertuples()]
+        healthy["series"] = [series.get(("any", "healthy", r.seed), [])
+                             for r in healthy.itertuples()]
+        runs["policy"] = runs.policy.astype(str)
+        return cls(runs, healthy, list(meta["policies"].items()), meta["faults"],
+                   meta.get("base", ""), meta.get("command", ""))
 
     def timeline_frame(self) -> pd.DataFrame:
         """Goodput per second of every run (long form: policy, fault, seed, t, goodput)."""

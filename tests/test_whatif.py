@@ -80,6 +80,19 @@ def test_measurements_tell_the_policies_apart(matrix):
     assert rk.policy.iloc[0] == "ttl(ttl_s=2)"
 
 
+def test_a_written_matrix_reads_back_with_its_table_and_timelines(matrix, tmp_path):
+    from pdsim.whatif import WhatIf
+
+    matrix.write(tmp_path, ["csv"])
+    back = WhatIf.read(tmp_path)
+    pd.testing.assert_frame_equal(back.table, matrix.table, rtol=1e-5)
+    pd.testing.assert_frame_equal(back.ranking, matrix.ranking, rtol=1e-5)
+    assert back.policies == matrix.policies and back.faults == matrix.faults
+    for a, b in zip(back.runs.series, matrix.runs.series, strict=True):
+        assert a == pytest.approx(b, rel=1e-5) and len(a) > 10
+    assert [len(s) for s in back.healthy.series] == [len(s) for s in matrix.healthy.series]
+
+
 def test_recovery_counts_from_the_fault_end_against_healthy():
     healthy = [100.0] * 100
     faulty = [100.0] * 20 + [0.0] * 30 + [50.0] * 10 + [95.0] * 40
