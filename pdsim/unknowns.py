@@ -240,7 +240,9 @@ def finish(data: dict, unknowns: list[Unknown], validated: Any,
     An integer field gets integer samples. Each unknown is checked at both ends of its range
     (each choice), the others at nominal, so that a sample cannot fail validation at run time;
     combinations of ends are not tried (a cross-field rule between two unknowns can still fail,
-    with the same one-line error, when that run starts).
+    with the same one-line error, when that run starts). Sorted by path: where a scenario
+    declares an unknown (its own file or one it extends) does not change the order, so a run
+    directory's scenario.yaml re-runs to the same summary.
     """
     typed = []
     for u in unknowns:
@@ -257,7 +259,7 @@ def finish(data: dict, unknowns: list[Unknown], validated: Any,
             except ValueError as err:
                 raise UnknownError(f"invalid value at '{u.path}': {u.describe()} includes "
                                    f"{_fmt(end)}, which is rejected: {err}") from None
-    return typed
+    return sorted(typed, key=lambda u: u.path)
 
 
 def block(unknowns: list[Unknown]) -> list[str]:

@@ -156,7 +156,8 @@ def test_cli_tables_and_errors(tmp_path, capsys):
     assert (tmp_path / "o" / "accepted_pairs.png").is_file()
     assert (tmp_path / "o" / "acceptance.csv").is_file()
     # a scenario without unknowns, a bad design size: one line each
-    assert main(["explore", "scenarios/healthy.yaml", "--out", str(tmp_path / "h")]) == 2
+    (tmp_path / "plain.yaml").write_text(yaml.safe_dump(small_fleet()))
+    assert main(["explore", str(tmp_path / "plain.yaml"), "--out", str(tmp_path / "h")]) == 2
     assert main(["explore", str(tmp_path / "tiny.yaml"), "--samples", "0"]) == 2
     err = capsys.readouterr().err
     assert "declares no unknowns" in err and "--samples 0: give 1..100,000" in err

@@ -1,9 +1,17 @@
-"""The incident's reported figures against drop_timeout.yaml (slow: 10 whole-incident runs).
+"""The incident's reported figures: what the stories can and cannot reproduce (slow).
 
-Which pairs have a transfer in flight at the flush instant is a draw, so one seed is a noisy
-sample: the test compares the median over seeds 1-10 with the issue's bands. Figures the
-mechanisms do not reach are marked xfail(strict=True): the test fails loudly the day they start
-to match, and the reason says by how much they miss.
+reports/drop_timeout.md explores each story (scenarios/story_*.yaml) with ``pdsim explore``.
+drop_timeout.yaml is story (iii), two overlapping bench runs, with two nominal values CHOSEN
+from the region of its unknowns where both failure counts are reproduced (F1: 12 ret != 0,
+F2: ~1,465 failed): the second run starts 6 s after the first, and the flush also fails rooms
+whose prefill had not started (flush.dooms: source_and_unstarted). So F1 and F2 at those values
+check the fit (a model change that moves the region fails them), not the story; F3 (86.9% empty)
+and F4 (2,039 tok/s) are what the fitted point then gives. Which pairs have a transfer in
+flight at the flush is a draw, so the figure tests compare the median over seeds 1-10 with the
+issue's bands; a figure the nominal point misses is a strict xfail with its measured numbers,
+so the test fails loudly the day it starts to match. The other tests check causal claims the
+report rests on (the bench alone cannot hurt itself; story (iii) hurts only while the first
+run still has prompts to send; forwarding the timeout removes every failure).
 """
 
 from __future__ import annotations
@@ -17,10 +25,6 @@ import pdsim
 
 pytestmark = pytest.mark.slow
 SEEDS = range(1, 11)
-NEW = ("with the operator step-time predictor (the default since the steptime work) the first "
-       "run's prompts clear the prefill sooner: 0-6 pairs (median 4 over seeds 1-10; ~14 under "
-       "the fitted predictor) have a transfer in flight at the flush; the two-runs story's 10 s "
-       "offset was chosen under the fitted predictor (README, 'Step-time model and validation')")
 
 
 @pytest.fixture(scope="module")
@@ -33,31 +37,50 @@ def _median(runs, get):
     return statistics.median(get(s) for s in runs)
 
 
-@pytest.mark.xfail(strict=True, reason="median 4 over seeds 1-10 (reported 12 +/- 2; seeds give "
-                   "0-6): " + NEW)
+@pytest.mark.parametrize("corner", [
+    ["flush.dooms=source_and_unstarted", "model.layers=8", "model.experts=16"],
+    ["flush.dooms=source_and_destination", "model.layers=6", "model.experts=256"],
+])
+def test_the_bench_alone_cannot_reproduce_any_figure(corner):
+    """bench_serving awaits its warmup before it flushes: the flush meets an idle fleet."""
+    s = pdsim.run(SCENARIOS / "story_bench_alone.yaml", sets=corner).summary
+    assert s["flush_doomed_transfers"] == 0 and s["transfer_failures"] == 0
+    assert s["failed"] == 0 and s["clients"]["ci_bench"]["empty_share"] == 0
+    assert sum(v["executed"] for v in s["flushes"].values()) == 8  # it did flush, every rank
+
+
+def test_two_benches_hurt_only_while_the_first_has_prompts_to_send():
+    """Story (iii)'s flush frees pages under transfers only while the first run still has
+    prompts at the prefill (early on, its 256 prompts queue there while the decode has
+    pre-allocated them); near its end the prefill has sent them all and the flush is
+    harmless."""
+    wide = ["flush.dooms=source_and_unstarted"]
+    early = run_cached("story_two_benches", "clients.1.start_s=6", *wide).summary
+    late = run_cached("story_two_benches", "clients.1.start_s=45", *wide).summary
+    assert early["transfer_failures_by_reason"]["flush_freed_pages"] >= 8
+    assert late["flush_doomed_transfers"] == 0 and late["failed"] == 0
+
+
 def test_flush_caused_transfer_failures_about_12(runs):
     ret = _median(runs, lambda s: s["transfer_failures_by_reason"]["flush_freed_pages"])
-    assert 10 <= ret <= 14
+    assert abs(ret - 12) <= 2
 
 
-@pytest.mark.xfail(strict=True, reason="median 470 over seeds 1-10 (reported 1,465 +/- 15%; "
-                   "seeds give 0-717): fewer pairs caught, each still failing over a hundred "
-                   "requests; " + NEW)
 def test_failed_requests_about_1465(runs):
     assert abs(_median(runs, lambda s: s["failed"]) - 1465) <= 0.15 * 1465
 
 
-@pytest.mark.xfail(strict=True, reason="median 0.29 over seeds 1-10 (reported 0.869 +/- 0.03; "
-                   "seeds give 0.00-0.43): the failed share tracks the dead-pair share (4 of "
-                   "16); " + NEW)
+@pytest.mark.xfail(strict=True, reason="median 0.819 over seeds 1-10 at drop_timeout's nominal "
+                   "values (reported 0.869 +/- 0.03; seeds give 0.68-0.91, 3 of 10 within): "
+                   "where the model's flushing run is 86.9% empty it generates ~1.2-1.5k tok/s, "
+                   "not 2,039; no explored point of any story reproduces all four figures "
+                   "(reports/drop_timeout.md)")
 def test_empty_responses_about_86_9_percent(runs):
     assert abs(_median(runs, lambda s: s["clients"]["ci_bench"]["empty_share"]) - 0.869) <= 0.03
 
 
-@pytest.mark.xfail(strict=True, reason="median 6.6k tok/s over seeds 1-10 (reported 2,039 "
-                   "+/- 10%; seeds give 5.6k-8.4k): with 4 of 16 pairs dead most requests "
-                   "complete; " + NEW)
 def test_generated_throughput_about_2039(runs):
+    """The median (1.88k) is within the band; single seeds spread 0.85k-3.3k (3 of 10 within)."""
     tput = _median(runs, lambda s: s["clients"]["ci_bench"]["true_output_throughput_tok_s"])
     assert abs(tput - 2039) <= 0.10 * 2039
 
@@ -77,26 +100,14 @@ def test_the_fix_holds_on_every_seed():
         assert abs(tput - healthy) / healthy < 0.05
 
 
-@pytest.mark.xfail(strict=True, reason="seeds 1-10 catch 0-6 pairs (not >= 5 on every seed) "
-                   "and the empty share stays at 0.00-0.43: " + NEW)
 def test_collapse_is_robust_across_seeds(runs):
-    """Not one lucky seed: the amplification holds for every seed."""
+    """Not one lucky seed: at the nominal values every seed's flush catches most pairs and each
+    real failure becomes dozens of failed requests."""
     healthy = run_cached("healthy").summary["output_throughput_tok_s"]
     for seed, s in zip(SEEDS, runs, strict=True):
         b = s["clients"]["ci_bench"]
         ret = s["transfer_failures_by_reason"]["flush_freed_pages"]
-        assert ret >= 5, seed
-        assert s["failed"] > 50 * ret, seed  # each real failure becomes dozens of failed requests
+        assert ret >= 8, seed
+        assert s["failed"] > 50 * ret, seed
         assert b["empty_share"] > 0.5, seed
         assert b["true_output_throughput_tok_s"] < 0.4 * healthy, seed
-
-
-def test_each_real_failure_fails_dozens_of_requests(runs):
-    """The amplification itself (one blacklisted pair fails every later request routed over
-    it) holds on every seed whose flush caught a transfer, however many it caught."""
-    caught = [(seed, s) for seed, s in zip(SEEDS, runs, strict=True)
-              if s["transfer_failures_by_reason"]["flush_freed_pages"] > 0]
-    assert len(caught) >= len(SEEDS) // 2
-    for seed, s in caught:
-        ret = s["transfer_failures_by_reason"]["flush_freed_pages"]
-        assert s["failed"] > 50 * ret, seed

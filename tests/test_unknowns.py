@@ -40,16 +40,17 @@ def test_run_uses_nominal_and_says_so(capsys):
 
 def test_shipped_drop_timeout_declares_the_second_runs_start():
     sc = load(SCENARIOS / "drop_timeout.yaml")
-    (u,) = sc.unknowns
-    assert (u.path, u.dist, u.low, u.high, u.nominal) == ("clients.1.start_s", "uniform", 5, 20,
-                                                           10)
-    assert sc.clients[1].start_s == 10.0 and not u.integer
-    assert load(SCENARIOS / "forward_timeout.yaml").unknowns == [u]  # inherited via extends
+    u = next(x for x in sc.unknowns if x.path == "clients.1.start_s")
+    assert (u.dist, u.low, u.high, u.nominal) == ("uniform", 0, 50, 6)
+    assert sc.clients[1].start_s == 6.0 and not u.integer
+    assert load(SCENARIOS / "forward_timeout.yaml").unknowns == sc.unknowns  # via extends
     # --set key=value pins it; --set key={...} declares or re-declares
-    assert load(SCENARIOS / "drop_timeout.yaml", ["clients.1.start_s=12"]).unknowns == []
+    pinned = load(SCENARIOS / "drop_timeout.yaml", ["clients.1.start_s=12"])
+    assert u.path not in [x.path for x in pinned.unknowns] and pinned.clients[1].start_s == 12
     re = load(SCENARIOS / "drop_timeout.yaml",
               ["clients.1.start_s={choice: [8, 12], nominal: 12}", "seed=3"])
-    assert re.unknowns[0].choices == (8, 12) and re.clients[1].start_s == 12
+    r = next(x for x in re.unknowns if x.path == u.path)
+    assert r.choices == (8, 12) and re.clients[1].start_s == 12
     # a loaded Scenario keeps its declarations through further overrides
     again = load(sc, ["seed=4"])
     assert again.unknowns == sc.unknowns and again.seed == 4
@@ -130,7 +131,7 @@ def test_schema_accepts_declarations_on_numeric_and_categorical_fields():
     shipped = yaml.safe_load((SCENARIOS / "drop_timeout.yaml").read_text())
     assert not list(v.iter_errors(shipped))
     ok = copy.deepcopy(shipped)
-    ok["router"]["flush_handler"] = {"choice": ["mini_lb_0.3.2", "mini_lb_fixed"],
+    ok.setdefault("router", {})["flush_handler"] = {"choice": ["mini_lb_0.3.2", "mini_lb_fixed"],
                                      "nominal": "mini_lb_0.3.2"}
     ok["fleet"] = {"gpu": "H20", "model": "dsv3-ci-test",
                    "prefill": {"dp": {"loguniform": [1, 8], "nominal": 4}}}
