@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from pdsim import scenario as scenario_mod
-from pdsim.safeio import clip, echo, show_path
+from pdsim.safeio import UserFileError, clip, echo, read_user_file, show_path
 
 MAX_SEEDS = 10_000  # sweep --seeds
 MAX_RUNS = 100_000  # sweep grid points x seeds
@@ -419,6 +419,13 @@ def _validate_model(args: argparse.Namespace) -> int:
     if do_holdout and args.sets:
         return _die("--holdout (and --write-readme) refit the shipped parameter sets; they do "
                     "not take --set")
+    try:  # the output paths are checked before the refit, not after it
+        if args.csv:
+            _check_out_file(args.csv, "--csv")
+        if args.write_readme:
+            _check_readme(args.write_readme)
+    except UsageError as err:
+        return _die(str(err))
     try:
         if do_holdout:
             if args.write_readme and not args.holdout:
@@ -448,13 +455,35 @@ def _validate_model(args: argparse.Namespace) -> int:
     if do_holdout:
         print("\nrefitted with pdsim calibrate on each split's rows (shipped -> refitted):")
         print(holdout.fits_text(ho.splits))
-    if args.csv:
-        df.to_csv(args.csv, index=False)
-        print(f"wrote {args.csv}", file=sys.stderr)
-    if args.write_readme:
-        validation.write_readme(df, Path(args.write_readme))
-        print(f"wrote the table into {args.write_readme}", file=sys.stderr)
+    try:
+        if args.csv:
+            df.to_csv(args.csv, index=False)
+            print(f"wrote {show_path(args.csv)}", file=sys.stderr)
+        if args.write_readme:
+            validation.write_readme(df, Path(args.write_readme))
+            print(f"wrote the table into {show_path(args.write_readme)}", file=sys.stderr)
+    except OSError as err:
+        return _die(f"cannot write ({err.strerror or type(err).__name__}): "
+                    f"{show_path(err.filename or args.csv or args.write_readme)}")
     return 0
+
+
+def _check_readme(path: str) -> None:
+    """``validate-model --write-readme FILE``: a file holding the validate-model markers."""
+    from pdsim import validation
+
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"--write-readme {show_path(path)}: not a file; give the README whose "
+                         f"table to refresh")
+    try:
+        text = read_user_file(p, "--write-readme", max_bytes=4 << 20).decode("utf-8", "replace")
+    except UserFileError as err:
+        raise UsageError(str(err)) from None
+    if validation.README_BEGIN not in text or validation.README_END not in text:
+        raise UsageError(f"--write-readme {show_path(path)}: no {validation.README_BEGIN} ... "
+                         f"{validation.README_END} block to replace (add the two markers "
+                         f"where the table goes)")
 
 
 def _parse_vary(items: list[str]) -> dict[str, list]:
@@ -510,11 +539,16 @@ def _check_out_file(out: str) -> None:
 
 def _check_perfetto_file(out: str) -> None:
     """``run --perfetto FILE``: writable before the run starts."""
+    _check_out_file(out, "--perfetto")
+
+
+def _check_out_file(out: str, option: str) -> None:
+    """An output file named by ``option``: checked before the work that fills it."""
     p = Path(out)
     if p.is_dir():
-        raise UsageError(f"--perfetto {show_path(out)}: is a directory; give a file name")
+        raise UsageError(f"{option} {show_path(out)}: is a directory; give a file name")
     if not p.parent.is_dir():
-        raise UsageError(f"--perfetto {show_path(out)}: directory {show_path(p.parent)} does "
+        raise UsageError(f"{option} {show_path(out)}: directory {show_path(p.parent)} does "
                          f"not exist")
 
 

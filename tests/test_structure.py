@@ -18,7 +18,12 @@ def _module_imports(path) -> set[str]:
 
     def visit(stmts):
         for node in stmts:
-            if isinstance(node, ast.ImportFrom) and node.module:
+            if isinstance(node, ast.ImportFrom) and node.level:  # relative: from .x / from .
+                if node.module:
+                    found.add(node.module.split(".")[0])
+                else:
+                    found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
                 if node.module == "pdsim":
                     found.update(a.name for a in node.names)
                 elif node.module.startswith("pdsim."):
@@ -65,6 +70,15 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_package_has_no_import_circles():
     assert _cycle(_graph()) is None, " -> ".join(_cycle(_graph()))
+
+
+def test_the_import_reader_sees_every_form(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("from typing import TYPE_CHECKING\nimport pdsim.a\nfrom pdsim.b import x\n"
+                 "from pdsim import c\nfrom .d import y\nfrom . import e\n"
+                 "if TYPE_CHECKING:\n    from pdsim.f import z\n"
+                 "def lazy():\n    from pdsim.g import w\n")
+    assert _module_imports(f) == {"a", "b", "c", "d", "e", "f"}
 
 
 def test_the_cycle_finder_finds_a_circle():

@@ -40,3 +40,27 @@ def test_cli_validate_model_prints_rows(capsys, tmp_path):
     assert len(out_csv.read_text().splitlines()) == 3
     assert main(["validate-model", "--case", "nope"]) == 2
     assert "unknown case" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--write-readme", "{tmp}/missing.md"], "--write-readme {tmp}/missing.md: not a file"),
+    (["--write-readme", "{tmp}"], "not a file"),
+    (["--write-readme", "{tmp}/plain.md"], "no <!-- validate-model:begin -->"),
+    (["--csv", "{tmp}/nodir/x.csv"], "--csv {tmp}/nodir/x.csv: directory"),
+    (["--csv", "{tmp}"], "--csv {tmp}: is a directory"),
+])
+def test_validate_model_checks_its_output_paths_before_the_refit(tmp_path, monkeypatch, capsys,
+                                                                 args, says):
+    from pdsim import holdout, validation
+    from pdsim.cli import main
+
+    def no_refit(*_a, **_k):
+        raise AssertionError("the refit ran before the output paths were checked")
+
+    monkeypatch.setattr(holdout, "run", no_refit)
+    monkeypatch.setattr(validation, "validate", no_refit)
+    (tmp_path / "plain.md").write_text("# a README without the markers\n")
+    tmp = str(tmp_path)
+    assert main(["validate-model", *[a.format(tmp=tmp) for a in args]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says.format(tmp=tmp) in err
