@@ -465,9 +465,10 @@ LIBRARY: dict[str, tuple[dict[str, Any], str]] = {
     "decode_hang": (
         {"kind": "decode_hang", "decode_server": 0, "at_s": 60.0, "duration_s": 45.0,
          "kv_writes": "time_out"},
-        "Decode server 0 stalls for 45 s (chosen: longer than the 30 s transfer timeout, so "
-        "writes to it fail; a GC or NCCL stall lasts 1-120 s), then serves under the same "
-        "sessions. A pair blacklisted during the stall is healthy after it."),
+        "Decode server 0 stalls for 45 s (chosen: longer than the 30 s transfer timeout; a GC "
+        "or NCCL stall lasts 1-120 s), then serves under the same sessions. Writes in flight "
+        "at the stall meet a silent peer; new requests wait for it to pre-allocate, so few "
+        "writes reach it. A pair blacklisted during the stall is healthy after it."),
     "decode_nic_down": (
         {"kind": "decode_unreachable", "decode_rank": 0, "at_s": 60.0, "duration_s": 120.0},
         "Decode rank 0's RDMA endpoint goes silent for 120 s while its scheduler keeps "
@@ -490,7 +491,7 @@ LIBRARY: dict[str, tuple[dict[str, Any], str]] = {
         "and the 30 s transfer timeout); decodes re-register when it heals."),
     "transient_errors": (
         {"kind": "transfer_errors", "probability": 0.002, "from_s": 0.0},
-        "Steady rare ret != 0: 0.2% of writes for the whole run (chosen; the whatif sweeps "
+        "Steady rare ret != 0: 0.2% of writes for the whole run (chosen; plausible "
         "0.1-1%). Each error is transient: the pair is healthy right after."),
 }
 for _name, (_spec, _doc) in LIBRARY.items():
