@@ -27,3 +27,27 @@ def test_postmortem_notebook_runs(monkeypatch):
     assert plt.get_fignums()
     plt.close("all")
     assert os.getcwd() == str(ROOT)
+
+
+@pytest.mark.slow
+def test_blacklist_whatif_notebook_runs(monkeypatch):
+    """The what-if notebook reads the report's committed matrix and runs its small live cells
+    (kept under ~30 s: the matrix is read, not re-run)."""
+    import matplotlib.pyplot as plt
+
+    nb = json.loads((ROOT / "notebooks" / "blacklist_whatif.ipynb").read_text())
+    monkeypatch.chdir(ROOT)
+    env: dict = {"__name__": "__notebook__"}
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code":
+            exec(compile("".join(cell["source"]), "blacklist_whatif.ipynb", "exec"), env)
+    lib = env["lib"]
+    assert len(lib.table) == len(lib.policies) * len(lib.faults)
+    assert not lib.table.duplicated(["policy", "fault"]).any()
+    assert set(lib.ranking.policy) == {p for p, _ in lib.policies}
+    runs = env["runs"]
+    assert runs["permanent (as shipped)"].summary["blacklisted_pairs_final"] > 0
+    assert runs["ttl_s=10"].summary["blacklisted_pairs_final"] == 0
+    assert len(env["mine"].table) == 2
+    assert plt.get_fignums()
+    plt.close("all")
