@@ -421,7 +421,7 @@ def _validate_model(args: argparse.Namespace) -> int:
                     "not take --set")
     try:  # the output paths are checked before the refit, not after it
         if args.csv:
-            _check_out_file(args.csv, "--csv")
+            _check_output_file(args.csv, "--csv")
         if args.write_readme:
             _check_readme(args.write_readme)
     except UsageError as err:
@@ -529,20 +529,15 @@ def _check_explore_args(args: argparse.Namespace) -> None:
 
 def _check_out_file(out: str) -> None:
     """``sweep --out FILE``: writable before any run starts."""
-    p = Path(out)
-    if p.is_dir():
-        raise UsageError(f"--out {show_path(out)}: is a directory; give a file name")
-    if not p.parent.is_dir():
-        raise UsageError(f"--out {show_path(out)}: directory {show_path(p.parent)} does not "
-                         f"exist")
+    _check_output_file(out, "--out")
 
 
 def _check_perfetto_file(out: str) -> None:
     """``run --perfetto FILE``: writable before the run starts."""
-    _check_out_file(out, "--perfetto")
+    _check_output_file(out, "--perfetto")
 
 
-def _check_out_file(out: str, option: str) -> None:
+def _check_output_file(out: str, option: str) -> None:
     """An output file named by ``option``: checked before the work that fills it."""
     p = Path(out)
     if p.is_dir():
