@@ -512,7 +512,7 @@ def render(mats: dict, inc, ev=None) -> str:
     if ev is not None:
         add("The eval that ran on the fleet the flush left behind "
             "(`scenarios/eval_after_flush.yaml`: gsm8k, 1,400 questions, starting at 90 s, "
-            "about 78 s after the flush):")
+            "about 80 s after the flush):")
         add("")
         add("```")
         for c in EVAL_CMDS:
@@ -648,6 +648,7 @@ def answers(mats: dict, inc: dict) -> dict:
         a[f"inc_{key}_failed"] = f"{inc[(lbl, 'failed')]:,.0f}"
         a[f"inc_{key}_empty"] = f"{inc[(lbl, 'ci_bench.empty_share')]:.2f}"
         a[f"inc_{key}_toks"] = f"{inc[(lbl, 'ci_bench.true_output_throughput_tok_s')]:,.0f}"
+        a[f"inc_{key}_pairs"] = f"{inc[(lbl, 'blacklisted_pairs_max')]:,.0f}"
     long = [x for x in INCIDENT_TTLS
             if inc[(f"ttl(ttl_s={x:g})", "failed")] == inc[("permanent", "failed")]]
     a["inc_long"] = f"{min(long):g}" if long else "none"
@@ -779,12 +780,13 @@ takes that away and `permanent`'s loss there falls to
 {round_robin_permanent_decode_nic_down_lost}%."""
 
 SECTION2 = """\
-The flush caught a few pairs per seed; under the shipped one-strike blacklist every later
-request over them failed. A TTL shortens each stay to ttl_s: at 5 s the flushing run's failed
-requests fall to {inc_ttl5_failed} (median) from {inc_permanent_failed} and its generated
-throughput rises to {inc_ttl5_toks} tok/s from {inc_permanent_toks}. TTL and a fixed probe of
+The flush caught {inc_permanent_pairs} pairs (median); under the shipped one-strike
+blacklist every later request over them failed. A TTL shortens each stay to ttl_s: at 5 s
+the flushing run's failed requests fall to {inc_ttl5_failed} (median) from
+{inc_permanent_failed} and its generated throughput rises to {inc_ttl5_toks} tok/s from
+{inc_permanent_toks}. TTL and a fixed probe of
 the same period give the same rows here, because a pair blacklisted by the flush is healthy
-at once, so the first probe succeeds. The flushing bench ends about 55 s after the flush: a
+at once, so the first probe succeeds. The flushing bench ends about 50 s after the flush: a
 TTL of {inc_long} s or more is indistinguishable from `permanent` within it. In the
 incident's CI job an eval followed the bench on the same fleet (`eval_after_flush.yaml`, the
 table above): there the eval's requests over dead pairs failed and were retried,
