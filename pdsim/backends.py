@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 NAMES = ("process", "ray")
+MAX_RUNS = 100_000  # runs one sweep, exploration or what-if matrix may fan out
 
 
 class Backend(Protocol):

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 from pdsim import scenario as scenario_mod
+from pdsim.backends import MAX_RUNS  # runs one sweep, exploration or what-if may fan out
 from pdsim.safeio import UserFileError, clip, echo, read_user_file, show_path
 
-MAX_SEEDS = 10_000  # sweep --seeds
-MAX_RUNS = 100_000  # sweep grid points x seeds
+MAX_SEEDS = 10_000  # sweep/explore/whatif --seeds
 
 
 class UsageError(Exception):
@@ -660,36 +660,52 @@ def _legend() -> str:
 
 
 def _parse_policy(spec: str) -> dict:
-    import yaml
-
     name, *params = spec.split(":")
     out: dict = {"policy": name}
     for item in params:
         key, sep, raw = item.partition("=")
         if not sep or not key or not raw:
-            raise ValueError(f"--policy expects NAME[:KEY=V1,V2...], got {spec!r}")
-        values = [yaml.safe_load(v) for v in raw.split(",")]
+            raise UsageError(f"--policy expects NAME[:KEY=V1,V2...], got {echo(spec)}")
+        what = f"--policy {clip(name, 40)}:{clip(key, 40)}"
+        values = [scenario_mod.parse_yaml(v, what) for v in raw.split(",")]
         out[key] = values if len(values) > 1 else values[0]
     return out
 
 
 def _faults_file(path: str) -> dict:
-    import yaml
-
+    """``whatif --faults-file``: read like a scenario file (regular file, size limit, the
+    bounded YAML parser), not followed anywhere else."""
     try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-    except FileNotFoundError:
-        raise ValueError(f"faults file not found: {path}") from None
-    except yaml.YAMLError as err:
-        raise ValueError(f"{path}: not valid YAML: {getattr(err, 'problem', err)}") from None
+        text = read_user_file(path, "--faults-file", max_bytes=scenario_mod.MAX_FILE_BYTES)
+    except UserFileError as err:
+        raise UsageError(str(err)) from None
+    data = scenario_mod.parse_yaml(text.decode("utf-8", "replace"), f"--faults-file {path}")
     if not isinstance(data, dict) or not data:
-        raise ValueError(f"{path}: expected a mapping of fault-set name -> fault or list")
+        raise UsageError(f"--faults-file {show_path(path)}: expected a mapping of fault-set "
+                         f"name -> fault or list of faults")
     return data
 
 
+def _check_whatif_args(args: argparse.Namespace, policies: list[dict], n_faults: int) -> None:
+    """Bounds on the matrix, before anything is expanded or run."""
+    if not 1 <= args.seeds <= MAX_SEEDS:
+        raise UsageError(f"--seeds {args.seeds}: give 1..{MAX_SEEDS:,} (runs seeds 1..N per "
+                         f"policy and fault)")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers {args.workers}: give at least 1")
+    points = 0
+    for p in policies:
+        n = 1
+        for v in p.values():
+            n *= len(v) if isinstance(v, list) else 1
+        points += n
+    runs = args.seeds * (1 + points * n_faults)
+    if runs > MAX_RUNS:
+        raise UsageError(f"--policy x --faults x --seeds: {runs:,} runs; at most {MAX_RUNS:,}")
+
+
 def _whatif(args: argparse.Namespace) -> int:
-    from pdsim.registry import BLACKLIST_POLICIES
+    from pdsim.registry import BLACKLIST_POLICIES, FAULTS
     from pdsim.whatif import COLUMNS, STATS_NOTE, whatif
 
     try:
@@ -700,6 +716,23 @@ def _whatif(args: argparse.Namespace) -> int:
             faults = None
         else:
             faults = [f.strip() for f in args.faults.split(",") if f.strip()]
+        _check_whatif_args(args, [p if isinstance(p, dict) else {"policy": p}
+                                  for p in policies],
+                           len(FAULTS.presets) if faults is None else len(faults))
+        if args.timeline and not args.plots:
+            raise UsageError("--timeline picks the fault of --plots' timeline figure; add --plots")
+        if args.param and not args.plots:
+            raise UsageError("--param picks the parameter of --plots' figure; add --plots")
+        if args.plots and not args.out:
+            raise UsageError("--plots writes PNGs into --out DIR; add --out")
+        names = list(FAULTS.presets) if faults is None else list(faults)
+        if args.timeline and args.timeline not in names:
+            raise UsageError(f"--timeline {echo(args.timeline)}: not a fault of this matrix; "
+                             f"give one of: {', '.join(map(str, names))}")
+        keys = sorted({k for p in policies if isinstance(p, dict) for k in p} - {"policy"})
+        if args.param and args.param not in keys:
+            raise UsageError(f"--param {echo(args.param)}: not a parameter given with --policy"
+                             f"{'; give one of: ' + ', '.join(keys) if keys else ''}")
         formats = [f.strip() for f in args.format.split(",") if f.strip()]
         for fmt in formats:
             if fmt not in ("csv", "parquet", "json"):
@@ -710,13 +743,11 @@ def _whatif(args: argparse.Namespace) -> int:
             except ImportError:
                 raise ValueError("--format parquet needs pyarrow: pip install -e "
                                  "'.[parquet]'") from None
-        if args.seeds < 1:
-            raise ValueError("--seeds must be at least 1")
         w = whatif(args.scenario, policies, faults, range(1, args.seeds + 1), args.workers,
                    progress=sys.stderr.isatty(), sets=args.sets, plugins=args.plugins,
                    command="pdsim " + " ".join(sys.argv[1:]), backend=args.backend,
                    address=args.address, allow_outside_paths=args.allow_outside_paths)
-    except scenario_mod.ScenarioError as err:
+    except (scenario_mod.ScenarioError, UsageError) as err:
         return _die(str(err))
     except (ValueError, KeyError, FileNotFoundError) as err:
         return _die(str(err).strip("'\""))

@@ -983,8 +983,13 @@ def _path(loc: tuple) -> str:
     return clip(".".join(clip(str(p), 40) for p in _clean(loc)), 120)
 
 
-def _format_error(err: ValidationError) -> str:
-    errors = err.errors()
+def section_error(err: ValidationError, prefix: str) -> str:
+    """One line for a section validated on its own (``blacklist``), keyed as in a scenario."""
+    return _format_error(err, tuple(prefix.split(".")))
+
+
+def _format_error(err: ValidationError, prefix: tuple = ()) -> str:
+    errors = [dict(x, loc=prefix + tuple(x["loc"])) for x in err.errors()]
     e = errors[0]
     loc = tuple(e["loc"])
     path = _path(loc)

@@ -27,8 +27,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 
 from pdsim import scenario as scenario_mod
+from pdsim.backends import MAX_RUNS
 from pdsim.registry import BLACKLIST_POLICIES, FAULTS
 
 RECOVERY_WINDOW_S = 10.0
@@ -78,12 +80,20 @@ def expand_policies(policies: Iterable[str | dict]) -> list[tuple[str, dict]]:
         spec = {"policy": spec} if isinstance(spec, str) else dict(spec)
         name = spec.get("policy", BLACKLIST_POLICIES.default)
         grid = {k: v for k, v in spec.items() if isinstance(v, list | tuple)}
+        if math.prod(len(v) for v in grid.values()) > MAX_RUNS:
+            raise ValueError(f"policy {name}: a grid of "
+                             f"{math.prod(len(v) for v in grid.values()):,} points; at most "
+                             f"{MAX_RUNS:,} runs")
         fixed = {k: v for k, v in spec.items() if k not in grid}
         for values in itertools.product(*grid.values()):
             section = {**fixed, **dict(zip(grid, values, strict=True)), "policy": name}
             shown = [f"{k}={_short(v)}" for k, v in section.items() if k != "policy"]
             label = name + (f"({', '.join(shown)})" if shown else "")
-            BLACKLIST_POLICIES.validate(section)  # fail before any run starts
+            try:
+                BLACKLIST_POLICIES.validate(section)  # fail before any run starts
+            except ValidationError as err:
+                raise ValueError(f"policy {label}: "
+                                 f"{scenario_mod.section_error(err, 'blacklist')}") from None
             out.append((label, section))
     labels = [lbl for lbl, _ in out]
     if len(set(labels)) != len(labels):
@@ -594,11 +604,14 @@ def whatif(base: str | Path | dict, policies: Iterable[str | dict] = ("permanent
     data = scenario_mod.as_data(base, allow_outside_paths)  # keeps where its paths resolve
     if sets:
         data = scenario_mod.apply_overrides(data, list(sets))
+    if len(seeds := seeds if isinstance(seeds, range) else list(seeds)) > MAX_RUNS:
+        raise ValueError(f"{len(seeds):,} seeds; at most {MAX_RUNS:,} runs")
     pols = expand_policies(policies)
     fset = expand_faults(faults)
-    seeds = list(seeds)
     if not pols or not fset or not seeds:
         raise ValueError("give at least one policy, one fault and one seed")
+    if (runs := len(seeds) * (1 + len(pols) * len(fset))) > MAX_RUNS:
+        raise ValueError(f"policies x faults x seeds: {runs:,} runs; at most {MAX_RUNS:,}")
     jobs: list[tuple[dict, dict]] = []
     for seed in seeds:
         jobs.append(({"faults": [], "seed": seed}, {"fault": "healthy", "seed": seed}))

@@ -157,3 +157,84 @@ def test_whatif_cli_writes_tables_plots_and_explains_columns(tmp_path, capsys):
     assert main(["whatif", str(base), "--faults", "meteor"]) == 2
     err = capsys.readouterr().err
     assert "ttl_s" in err and "unknown fault 'meteor'" in err and "Traceback" not in err
+
+
+def test_ttft_p99_column_is_the_p99_of_completed_requests():
+    import numpy as np
+
+    import pdsim
+    from pdsim.whatif import measure
+
+    d = _base()
+    d["faults"] = ERRS
+    res = pdsim.run(d)
+    req = res.requests
+    done = req[(req.kind != "warmup") & (req.status == "completed")]
+    assert 0 < len(done) < len(req[req.kind != "warmup"])  # some failed: they are left out
+    want = np.percentile((done.t_first_token - done.t_arrival).to_numpy(float), 99)
+    assert measure(res)["ttft_p99_s"] == pytest.approx(want, abs=1e-6)
+
+
+def test_decode_nic_down_takes_work_it_cannot_receive_and_each_write_waits_the_timeout():
+    """The preset's claim: the silent rank keeps being sent work, and every write to it that
+    starts during the outage holds its transfer queue until the 30 s deadline or the path's
+    return, then fails; writes after the return succeed."""
+    import pdsim
+
+    d = _base()
+    d["fleet"]["decode"]["servers"] = 1
+    d["horizon_s"] = 300
+    d["blacklist"] = {"policy": "never"}
+    d["faults"] = [{"preset": "decode_nic_down", "at_s": 2.0, "duration_s": 60.0}]
+    res = pdsim.run(d, record_steps=True)
+    req = res.requests.set_index("rid")
+    timeout = res.scenario.transfer.transfer_timeout_s
+    call = res.scenario.transfer.call_latency_ms / 1e3  # the write's fixed cost comes first
+    to_silent = [w for w in res.recorder.writes if req.d_rank[w[4]] == 0]
+    during = [w for w in to_silent if 2.0 <= w[2] < 62.0]
+    assert len(during) >= 2  # its scheduler still pre-allocates: the router keeps sending
+    for _nic, _q, t0, t1, _rid, _room, nbytes, _last, outcome in during:
+        assert outcome == "decode_unreachable"
+        assert t1 == pytest.approx(min(t0 + call + timeout + nbytes * 1e-9, 62.0), abs=1e-6)
+    assert any(t1 - t0 > 20 for _n, _q, t0, t1, *_ in during)  # at least one waited it out
+    after = [w for w in to_silent if w[2] >= 62.0]
+    assert after and all(w[8] == "ok" for w in after)
+    others = res.requests[(res.requests.d_rank == 1) & (res.requests.t_arrival > 2.5)]
+    assert (others.status == "completed").all()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--seeds", "1000000000"], "--seeds 1000000000: give 1..10,000"),
+    (["--policy", "ttl:ttl_s=" + ",".join(map(str, range(1, 400))) + ":strikes="
+      + ",".join(map(str, range(1, 400)))], "runs; at most 100,000"),
+    (["--workers", "0"], "--workers 0: give at least 1"),
+    (["--policy", "ttl:ttl_s=-1"], "policy ttl(ttl_s=-1): invalid value at 'blacklist.ttl_s'"),
+    (["--plots", "--out", "{tmp}/o", "--timeline", "nope"], "--timeline 'nope': not a fault"),
+    (["--plots", "--out", "{tmp}/o", "--param", "nope"], "--param 'nope': not a parameter"),
+    (["--plots"], "add --out"),
+    (["--faults-file", "{tmp}/missing.yaml"], "--faults-file"),
+])
+def test_whatif_cli_refuses_before_any_run(tmp_path, monkeypatch, capsys, args, says):
+    import sys
+
+    whatif_mod = sys.modules["pdsim.whatif"]  # pdsim.whatif (the attribute) is the function
+
+    def no_runs(*_a, **_k):
+        raise AssertionError("runs started before the command line was checked")
+
+    monkeypatch.setattr(whatif_mod, "run_tasks", no_runs)
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(_base()))
+    tmp = str(tmp_path)
+    argv = ["whatif", str(base), "--faults", "flush_race", *[a.format(tmp=tmp) for a in args]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says.format(tmp=tmp) in err, err
+
+
+def test_whatif_library_bounds_the_matrix_before_building_it():
+    with pytest.raises(ValueError, match="at most 100,000"):
+        whatif(_base(), ["never"], {"errs": ERRS}, seeds=range(1, 10**9), progress=False)
+    with pytest.raises(ValueError, match="at most 100,000"):
+        expand_policies([{"policy": "ttl", "ttl_s": list(range(1, 1000)),
+                          "strikes": list(range(1, 1000))}])
