@@ -400,9 +400,12 @@ def main() -> None:
     meta = json.loads((RUNS / "meta.json").read_text())
     commits = sorted({m["commit"] for m in meta.values()})
     text = REPORT.read_text()
-    text = replace(text, "commit", "Explorations run at commit " +
-                   ", ".join(f"`{c}`" for c in commits) + " (reports/explore_runs/meta.json); "
-                   f"replay figures at commit `{_git_head()}`.")
+    text = replace(text, "commit", "Explorations run with the model code of commit " +
+                   ", ".join(f"`{c}`" for c in commits) + " and the story files in this "
+                   "directory's history (reports/explore_runs/meta.json); replay figures at "
+                   f"commit `{_git_head()}`. A commit named here may since have been rebased; "
+                   "what guards the figures is tests/golden.json, whose hashes of every story's "
+                   "outputs must stay identical unless a commit says why they moved.")
     text = replace(text, "stories", story_table(exs))
     for name, ex in exs.items():
         text = replace(text, name, story_detail(name, ex))

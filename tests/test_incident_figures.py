@@ -92,12 +92,15 @@ def test_healthy_figure_and_tpot():
 
 
 def test_the_fix_holds_on_every_seed():
+    """Forwarding the timeout is the cause: the same seeds fail under drop_timeout."""
     healthy = run_cached("healthy").summary["output_throughput_tok_s"]
     for seed in (1, 2, 3):
         s = pdsim.run(SCENARIOS / "forward_timeout.yaml", sets=[f"seed={seed}"]).summary
         assert s["transfer_failures"] == 0 and s["failed"] == 0
         tput = s["clients"]["ci_bench"]["output_throughput_tok_s"]
         assert abs(tput - healthy) / healthy < 0.05
+        dropped = pdsim.run(SCENARIOS / "drop_timeout.yaml", sets=[f"seed={seed}"]).summary
+        assert dropped["flush_doomed_transfers"] > 0 and dropped["failed"] > 100
 
 
 def test_collapse_is_robust_across_seeds(runs):
