@@ -23,6 +23,23 @@ NAMES = ("process", "ray")
 MAX_RUNS = 100_000  # runs one sweep, exploration or what-if matrix may fan out
 
 
+def run_all(fn: Callable[[Any], Any], tasks: Sequence, workers: int | None = None,
+            progress: bool = False, backend: str = "process", address: str | None = None) -> list:
+    """``fn`` over every task on a backend (default: a process per core, at most one per
+    task), with a progress bar on stderr; results in task order."""
+    from tqdm import tqdm
+
+    workers = workers or min(len(tasks), os.cpu_count() or 1)
+    bar = tqdm(total=len(tasks), unit="run", disable=not progress, leave=False)
+    out: list = [None] * len(tasks)
+    with get(backend, workers, address) as be:
+        for i, result in be.imap(fn, tasks):
+            out[i] = result
+            bar.update()
+    bar.close()
+    return out
+
+
 class Backend(Protocol):
     name: str
     workers: int

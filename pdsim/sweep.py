@@ -12,7 +12,6 @@ as ``<client>.<metric>``).
 from __future__ import annotations
 
 import itertools
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -74,14 +73,4 @@ def sweep(scenario: str | Path | dict, vary: dict[str, Iterable], seeds: Iterabl
     for sets, _labels in jobs:  # fail fast, before any process starts, on a bad override
         scenario_mod.load(data, sets)
     tasks = [(data, sets, labels) for sets, labels in jobs]
-    workers = workers or min(len(tasks), os.cpu_count() or 1)
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(tasks), unit="run", disable=not progress, leave=False)
-    rows: list = [None] * len(tasks)
-    with backends.get(backend, workers, address) as be:
-        for i, row in be.imap(_one, tasks):
-            rows[i] = row
-            bar.update()
-    bar.close()
-    return pd.DataFrame(rows)
+    return pd.DataFrame(backends.run_all(_one, tasks, workers, progress, backend, address))

@@ -19,8 +19,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from pydantic import ValidationError
 
 from pdsim import scenario as scenario_mod
 from pdsim.backends import MAX_RUNS
+from pdsim.backends import run_all as run_tasks
 from pdsim.registry import BLACKLIST_POLICIES, FAULTS
 
 RECOVERY_WINDOW_S = 10.0
@@ -571,24 +571,6 @@ def legend() -> str:
 
 
 # --- execution -------------------------------------------------------------------------------
-
-
-def run_tasks(fn: Callable[[Any], dict], tasks: list, workers: int | None, progress: bool,
-              backend: str = "process", address: str | None = None) -> list[dict]:
-    """Run ``fn`` over ``tasks`` on a pdsim.backends backend; results in task order."""
-    from tqdm import tqdm
-
-    from pdsim import backends
-
-    workers = workers or min(len(tasks), os.cpu_count() or 1)
-    bar = tqdm(total=len(tasks), unit="run", disable=not progress, leave=False)
-    out: list = [None] * len(tasks)
-    with backends.get(backend, workers, address) as be:
-        for i, row in be.imap(fn, tasks):
-            out[i] = row
-            bar.update()
-    bar.close()
-    return out
 
 
 def whatif(base: str | Path | dict, policies: Iterable[str | dict] = ("permanent", "never"),
