@@ -85,7 +85,10 @@ def test_generated_throughput_about_2039(runs):
     assert abs(tput - 2039) <= 0.10 * 2039
 
 
-def test_healthy_figure_and_tpot():
+def test_healthy_figure_and_tpot_a_check_of_the_fit():
+    """A check of the fit, not a prediction: healthy.yaml's model.layers (nominal 7) was chosen
+    with the reported 9,994 tok/s in view (its why: says so); a model change that moves the
+    healthy fleet off it fails here and must say why."""
     s = run_cached("healthy").summary
     assert abs(s["output_throughput_tok_s"] - 9994) <= 0.05 * 9994
     assert s["mean_tpot_ms"] < 20
