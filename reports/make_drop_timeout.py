@@ -306,12 +306,17 @@ def whatif_table(seeds: range = range(1, 6)) -> str:
     cols = {"transfer_failures.flush_freed_pages": "ret != 0", "blacklisted_pairs_max": "pairs",
             "failed": "failed", "ci_bench.empty_share": "empty",
             "ci_bench.true_output_throughput_tok_s": "gen tok/s"}
+    return _median_table(df, keys, ["router", "scheduler flush"], cols, seeds)
+
+
+def _median_table(df, keys: list[str], heads: list[str], cols: dict, seeds: range) -> str:
+    """Markdown: the median over seeds of each column, one row per combination of ``keys``."""
     med = df.groupby(keys, sort=False)[list(cols)].median().reset_index()
-    lines = ["| router | scheduler flush | " + " | ".join(cols.values()) + " |",
-             "|---|---|" + "---|" * len(cols)]
+    lines = ["| " + " | ".join([*heads, *cols.values()]) + " |",
+             "|" + "---|" * (len(heads) + len(cols))]
     for r in med.itertuples(index=False):
-        vals = [_fmt(float(v)) for v in r[2:]]
-        lines.append(f"| {r[0]} | {r[1]} | " + " | ".join(vals) + " |")
+        vals = [str(k) for k in r[:len(keys)]] + [_fmt(float(v)) for v in r[len(keys):]]
+        lines.append("| " + " | ".join(vals) + " |")
     return "\n".join(lines) + (f"\n\nMedians of seeds {seeds.start}–{seeds.stop - 1}; empty "
                                "and gen tok/s are the flushing bench's.")
 
@@ -328,14 +333,7 @@ def blacklist_table(seeds: range = range(1, 6)) -> str:
             "ci_bench.empty_share": "empty", "ci_bench.true_output_throughput_tok_s":
             "gen tok/s", "blacklisted_pairs_final": "pairs at end"}
     cols = {k: v for k, v in cols.items() if k in df}
-    med = df.groupby(keys, sort=False)[list(cols)].median().reset_index()
-    lines = ["| policy | strikes | " + " | ".join(cols.values()) + " |",
-             "|---|---|" + "---|" * len(cols)]
-    for r in med.itertuples(index=False):
-        vals = [_fmt(float(v)) for v in r[2:]]
-        lines.append(f"| {r[0]} | {r[1]} | " + " | ".join(vals) + " |")
-    return "\n".join(lines) + (f"\n\nMedians of seeds {seeds.start}–{seeds.stop - 1}; empty "
-                               "and gen tok/s are the flushing bench's.")
+    return _median_table(df, keys, ["policy", "strikes"], cols, seeds)
 
 
 def stories_figure(exs: dict[str, explore_mod.Exploration]) -> None:

@@ -12,16 +12,22 @@ from conftest import ROOT
 matplotlib.use("Agg")
 
 
-@pytest.mark.slow
-def test_postmortem_notebook_runs(monkeypatch):
-    import matplotlib.pyplot as plt
-
-    nb = json.loads((ROOT / "notebooks" / "postmortem.ipynb").read_text())
+def _execute(name: str, monkeypatch) -> dict:
+    """Run a notebook's code cells in order from the repository root; its namespace."""
+    nb = json.loads((ROOT / "notebooks" / name).read_text())
     monkeypatch.chdir(ROOT)
     env: dict = {"__name__": "__notebook__"}
     for cell in nb["cells"]:
         if cell["cell_type"] == "code":
-            exec(compile("".join(cell["source"]), "postmortem.ipynb", "exec"), env)
+            exec(compile("".join(cell["source"]), name, "exec"), env)
+    return env
+
+
+@pytest.mark.slow
+def test_postmortem_notebook_runs(monkeypatch):
+    import matplotlib.pyplot as plt
+
+    env = _execute("postmortem.ipynb", monkeypatch)
     assert env["drop"].summary["failed"] > 0
     assert len(env["df"]) == 30
     assert plt.get_fignums()
@@ -35,12 +41,7 @@ def test_blacklist_whatif_notebook_runs(monkeypatch):
     (kept under ~30 s: the matrix is read, not re-run)."""
     import matplotlib.pyplot as plt
 
-    nb = json.loads((ROOT / "notebooks" / "blacklist_whatif.ipynb").read_text())
-    monkeypatch.chdir(ROOT)
-    env: dict = {"__name__": "__notebook__"}
-    for cell in nb["cells"]:
-        if cell["cell_type"] == "code":
-            exec(compile("".join(cell["source"]), "blacklist_whatif.ipynb", "exec"), env)
+    env = _execute("blacklist_whatif.ipynb", monkeypatch)
     lib = env["lib"]
     assert len(lib.table) == len(lib.policies) * len(lib.faults)
     assert not lib.table.duplicated(["policy", "fault"]).any()
