@@ -508,7 +508,7 @@ def _check_sweep_args(args: argparse.Namespace, grid_points: int) -> None:
         raise UsageError(f"the sweep has {runs:,} runs (grid points x seeds); at most "
                          f"{MAX_RUNS:,}")
     if args.out:
-        _check_out_file(args.out)
+        _check_output_file(args.out, "--out")
 
 
 def _check_explore_args(args: argparse.Namespace) -> None:
@@ -527,18 +527,9 @@ def _check_explore_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--design-seed {args.design_seed}: give a non-negative integer")
 
 
-def _check_out_file(out: str) -> None:
-    """``sweep --out FILE``: writable before any run starts."""
-    _check_output_file(out, "--out")
-
-
-def _check_perfetto_file(out: str) -> None:
-    """``run --perfetto FILE``: writable before the run starts."""
-    _check_output_file(out, "--perfetto")
-
-
 def _check_output_file(out: str, option: str) -> None:
-    """An output file named by ``option``: checked before the work that fills it."""
+    """An output file named by ``option`` (sweep --out, run --perfetto, validate-model --csv):
+    checked before the work that fills it."""
     p = Path(out)
     if p.is_dir():
         raise UsageError(f"{option} {show_path(out)}: is a directory; give a file name")
@@ -868,7 +859,7 @@ def _main(argv: list[str] | None) -> int:
         if args.cmd == "run" and args.out:
             _prepare_out_dir(args.out)
         if args.cmd == "run" and args.perfetto:
-            _check_perfetto_file(args.perfetto)
+            _check_output_file(args.perfetto, "--perfetto")
     except (scenario_mod.ScenarioError, UsageError) as err:
         return _die(str(err))
     if args.cmd == "validate":
