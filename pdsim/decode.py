@@ -13,7 +13,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
+from itertools import islice
 
 import simpy
 
@@ -28,8 +30,18 @@ from pdsim.stats import Stats
 GROWTH_TOKENS = 64  # KV growth is booked in 64-token blocks: a simulation granularity
 
 
+def _decode_series(decode: Callable[..., float], batch: float, attn: float, ctx: int,
+                   grow: int) -> Iterator[float]:
+    """``decode(batch, ctx + grow*j, attn)`` for j = 0, 1, ... (a predictor without
+    ``decode_series``)."""
+    while True:
+        yield decode(batch, ctx, attn)
+        ctx += grow
+
+
 class DecodeRank(Rank):
     role = "decode"
+    spans = True
 
     def __init__(self, env: simpy.Environment, server: int, index: int, cfg: DecodeConfig,
                  predictor: Predictor, pool_pages: int, waiting_timeout_s: float, port: int,
@@ -379,24 +391,32 @@ class DecodeRank(Rank):
         """``Rank.span_durations`` without building every step's plans: past a span's first
         step no rank recomputes, the batches (mean and largest in lockstep) stay, and each
         rank's context grows by its batch a step, so a step's time is the predictor's decode
-        time at the largest context (what ``combine`` takes)."""
+        time at the largest context (what ``combine`` takes): the upper envelope of the
+        ranks' context lines, followed segment by segment (integers, so the same contexts)."""
         first_plan = self.combine(plans, n_ranks) if n_ranks else plans[0]
         yield self.step_time(first_plan)
         batch = first_plan[0]
         attn = first_plan[3] if len(first_plan) > 3 else batch
-        decode = self.predictor.decode
+        series = getattr(self.predictor, "decode_series", None)
+        if series is None:
+            series = partial(_decode_series, self.predictor.decode)
+        if len(plans) == 1:
+            b, c, _r = plans[0]
+            yield from series(batch, attn, c + b, b)  # step i: c + b*(i-1)
         lines = [(b, c - b) for b, c, _r in plans]  # context at step i: c - b + b*i
-        i = 1
-        while len(lines) > 1:
-            i += 1
-            ctx, grow = max((c + b * i, b) for b, c in lines)
-            # a rank whose context grows slower than the largest one's never leads again
-            lines = [(b, c) for b, c in lines if b > grow or c + b * i == ctx]
-            yield decode(batch, ctx, attn)
-        b, c = lines[0]
+        i = 2
         while True:
-            i += 1
-            yield decode(batch, c + b * i, attn)
+            ctx, b, c = max((c + b * i, b, c) for b, c in lines)  # the leader at step i
+            nxt = 0  # the first step a steeper line is above it
+            for bj, cj in lines:
+                if bj > b:
+                    t = (c - cj) // (bj - b) + 1
+                    if not nxt or t < nxt:
+                        nxt = t
+            if not nxt:
+                yield from series(batch, attn, ctx, b)
+            yield from islice(series(batch, attn, ctx, b), nxt - i)
+            i = nxt
 
     def quiet_steps(self, n: int) -> None:
         """``n`` steps that finish nothing and retract nothing (a span's inner steps): their

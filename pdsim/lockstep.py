@@ -47,11 +47,13 @@ class Stepper:
         self.env = env
         self.ranks = list(ranks)
         self.together = together  # lockstep: one forward for all, idle ranks run idle batches
+        self.solo = self.ranks[0] if not together and len(self.ranks) == 1 else None
         self.rec = self.ranks[0].recorder
         for r in self.ranks:
             r.stepper = self
         self._plans: list = []  # the span's first plans, one per rank (None: idle rank)
         self._live: list = []  # (rank, first plan) of the ranks with a batch
+        self._plan = None  # a solo rank's first plan of the span
         self._t0 = 0.0  # when the span's first step started
         self._k = 0  # steps in the span (0: asleep)
         self._ended = 0  # span steps that ended
@@ -75,6 +77,28 @@ class Stepper:
     def _go(self) -> None:
         """Plan the next step of every rank and start it (and the span it may begin), unless
         a rank is halted (a hang or a crash, pdsim.faults): then wait for its resumption."""
+        r = self.solo
+        if r is not None:  # one rank: no plan lists (the same steps, fewer objects)
+            if r.halted:
+                self._k = 0
+                r._resumed.callbacks.append(self._wake_up)
+                return
+            p = r.plan_step()
+            if p is None:
+                self._k = 0
+                r._sleep().callbacks.append(self._wake_up)
+                return
+            self._plan = p
+            k = r.span_steps(1 << 30) if r.spans else 1
+            self._k, self._ended, self._done = k, 0, 0
+            self._t0 = now = self.env._now
+            if k == 1:  # (a span's first duration: its first plan's step time)
+                self.next_end = now + r.step_time(p)  # exactly SimPy's now + delay
+            else:
+                self._durations = durations = r.span_durations([p], 0)
+                self.next_end = now + next(durations)
+            self.env.step_at(self.next_end, self)
+            return
         for r in self.ranks:
             if r.halted:
                 self._k = 0
@@ -94,9 +118,14 @@ class Stepper:
                 break
         self._k, self._ended, self._done = k, 0, 0
         self._t0 = now = self.env._now
-        self._durations = self.ranks[0].span_durations(
-            [p for _r, p in live], len(self.ranks) if self.together else 0)
-        self.next_end = now + next(self._durations)  # exactly SimPy's now + delay
+        rank = self.ranks[0]
+        n = len(self.ranks) if self.together else 0
+        if k == 1:
+            ps = [p for _r, p in live]
+            self.next_end = now + rank.step_time(rank.combine(ps, n) if n else ps[0])
+        else:
+            self._durations = durations = rank.span_durations([p for _r, p in live], n)
+            self.next_end = now + next(durations)  # exactly SimPy's now + delay
         self.env.step_at(self.next_end, self)
 
     def tick(self) -> None:
@@ -121,6 +150,14 @@ class Stepper:
         if ended > 1:
             self._advance(ended - 1)
         self._k = 0  # the last step commits as any step does; nothing is in flight meanwhile
+        r = self.solo
+        if r is not None:
+            p = self._plan
+            r.commit_step(p if ended == 1 else r.nth_plan(p, ended))
+            if self.rec is not None:
+                self.rec.step(r, self._t0, now, p, steps=ended)
+            self._go()
+            return
         for r, p in self._live:
             r.commit_step(p if ended == 1 else r.nth_plan(p, ended))
         if self.rec is not None:
@@ -132,8 +169,12 @@ class Stepper:
         """Commit the span's steps up to the ``m``-th (none of them finishes a request)."""
         n = m - self._done
         if n > 0:
-            for r, _p in self._live:
+            r = self.solo
+            if r is not None:
                 r.quiet_steps(n)
+            else:
+                for r, _p in self._live:
+                    r.quiet_steps(n)
             self._done = m
 
     # --- what ranks call when something reaches them mid-span -----------------------------
@@ -157,5 +198,6 @@ class Stepper:
         if self._k > 1:
             self.catch_up()
             if self.rec is not None and self._done:
-                for r, p in zip(self.ranks, self._plans, strict=True):
+                plans = [self._plan] if self.solo is not None else self._plans
+                for r, p in zip(self.ranks, plans, strict=True):
                     self.rec.step(r, self._t0, self._t_ended, p, steps=self._done)

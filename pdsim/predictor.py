@@ -19,6 +19,7 @@ Every predictor implements
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -60,6 +61,15 @@ class FittedPredictor:
     def decode(self, batch: float, context: float, attn_batch: float | None = None) -> float:
         return (self.decode_a_ms + self.decode_b_ms_per_ktok * context / 1e3
                 + self.decode_c_ms_per_seq * batch) / 1e3
+
+    def decode_series(self, batch: float, attn_batch: float, context: int, grow: int
+                      ) -> Iterator[float]:
+        """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats
+        (a decode span's steps, pdsim.decode.DecodeRank.span_durations)."""
+        a, b, cb = self.decode_a_ms, self.decode_b_ms_per_ktok, self.decode_c_ms_per_seq * batch
+        while True:
+            yield (a + b * context / 1e3 + cb) / 1e3
+            context += grow
 
 
 @dataclass(frozen=True)
@@ -111,6 +121,16 @@ class RooflinePredictor:
         memory = (weights + kv) / bw
         compute = active2 * batch * self.dp_gather / self.tp / flops_s
         return self.overhead_s + max(memory, compute)
+
+    def decode_series(self, batch: float, attn_batch: float, context: int, grow: int
+                      ) -> Iterator[float]:
+        """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats."""
+        active2, _a, flops_s, weights, kv_per_token, bw = self._c
+        compute = active2 * batch * self.dp_gather / self.tp / flops_s
+        overhead = self.overhead_s
+        while True:
+            yield overhead + max((weights + context * kv_per_token) / bw, compute)
+            context += grow
 
 
 # --- the operator-level model --------------------------------------------------------------
@@ -215,6 +235,7 @@ class OperatorPredictor:
         # decode attention per context token per layer: KV bytes read, or MLA's FLOPs
         self.per_ctx = max(self.dc_ctx_flops / self.pk_dattn, self.kv_layer_bytes / self.bw)
         self._decode_cache: dict[tuple[float, float], tuple] = {}
+        self._nd, self._nm = m.dense_mlp_layers, m.moe_layers  # (properties: read once)
 
     # --- building blocks ----------------------------------------------------------------
 
@@ -305,8 +326,7 @@ class OperatorPredictor:
     def _body(self, mean: float, attn: float, core: float, low_latency: bool,
               ctx_attn: float = 0.0) -> float:
         """All layers. ``ctx_attn``: per-layer attention seconds added to computation."""
-        m = self.model
-        nd, nm = m.dense_mlp_layers, m.moe_layers
+        nd, nm = self._nd, self._nm
         if self.layout.tbo and mean >= 2:
             # two micro-batches: communication of one runs under computation of the other
             d, e, cd, ce = (2 * x for x in self._layers(mean / 2, attn / 2, core / 2,
@@ -369,11 +389,32 @@ class OperatorPredictor:
         ab = batch if attn_batch is None else attn_batch
         fixed, tbo, dense, moe, c_dense, c_moe = self._decode_parts(batch, ab)
         attn = self.per_ctx * context
-        nd, nm = self.model.dense_mlp_layers, self.model.moe_layers
+        nd, nm = self._nd, self._nm
         if tbo:
             ov = self._overlap
             return fixed + nd * ov(dense + attn, c_dense) + nm * ov(moe + attn, c_moe)
         return fixed + nd * (dense + attn + c_dense) + nm * (moe + attn + c_moe)
+
+    def decode_series(self, batch: float, attn_batch: float, context: int, grow: int
+                      ) -> Iterator[float]:
+        """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats,
+        the batch's parts looked up once (a decode span's steps)."""
+        if batch <= 0:
+            fixed = self.engine.decode_step_ms / 1e3
+            while True:
+                yield fixed
+        fixed, tbo, dense, moe, c_dense, c_moe = self._decode_parts(batch, attn_batch)
+        per_ctx, nd, nm = self.per_ctx, self._nd, self._nm
+        if tbo:
+            ov = self._overlap
+            while True:
+                attn = per_ctx * context
+                yield fixed + nd * ov(dense + attn, c_dense) + nm * ov(moe + attn, c_moe)
+                context += grow
+        while True:
+            attn = per_ctx * context
+            yield fixed + nd * (dense + attn + c_dense) + nm * (moe + attn + c_moe)
+            context += grow
 
     def weights_per_gpu(self) -> float:
         """Weight bytes one GPU of the rank holds (what the KV pool cannot use)."""

@@ -20,6 +20,7 @@ class Rank:
     role = "rank"
     recorder = None  # a pdsim.recorder.Recorder when the run records its steps (set by the fleet)
     stepper = None  # the pdsim.lockstep.Stepper running this rank's steps (set by it)
+    spans = False  # whether span_steps may exceed 1 (a solo stepper skips the call if not)
 
     def __init__(self, env: simpy.Environment, server: int, index: int,
                  cfg: PrefillConfig | DecodeConfig, predictor: Predictor, pool_pages: int,
