@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections import Counter
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -15,9 +16,10 @@ import simpy
 
 from pdsim import clock
 from pdsim import scenario as scenario_mod
+from pdsim import summary as summary_mod
 from pdsim.fleet import Fleet
 from pdsim.recorder import Recorder
-from pdsim.summary import FLUSH_REASONS, clean, request_metrics
+from pdsim.summary import FLUSH_REASONS, clean
 
 REQUEST_COLUMNS = [
     "rid", "client", "kind", "question", "attempt", "input_len", "output_len", "stream",
@@ -208,16 +210,22 @@ def _sim_events(env: simpy.Environment) -> int:
 def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: int,
              stopped: bool) -> dict:
     stats = fleet.stats
-    measured = req[req.kind != "warmup"]
+    col = summary_mod.columns(req)
+    kind, client = req["kind"].to_numpy(), req["client"].to_numpy()
+    keep = kind != "warmup"
+    measured = {k: v[keep] for k, v in col.items()}
+    m_client = client[keep]
     starts = [c.t0 for c in fleet.clients if np.isfinite(c.t0)]
     t0 = min(starts) if starts else 0.0
-    t_end = measured.t_done.max() if len(measured) else t0
-    top = request_metrics(measured, (t_end - t0) if np.isfinite(t_end) else 0.0)
+    t_end = summary_mod.nanmax(measured["t_done"]) if len(m_client) else t0
+    top = summary_mod.metrics(measured, (t_end - t0) if np.isfinite(t_end) else 0.0)
     clients = {}
     for c in fleet.clients:
-        mine = measured[measured.client == c.name]
-        end = mine.t_done.max() if len(mine) else c.t0
-        m = request_metrics(mine, (end - c.t0) if np.isfinite(end) and np.isfinite(c.t0) else 0)
+        here = m_client == c.name
+        mine = {k: v[here] for k, v in measured.items()}
+        end = summary_mod.nanmax(mine["t_done"]) if here.any() else c.t0
+        m = summary_mod.metrics(mine, (end - c.t0) if np.isfinite(end) and np.isfinite(c.t0)
+                                else 0)
         m["kind"] = c.cfg.kind
         if c.aborted:
             m["aborted"] = c.aborted
@@ -232,22 +240,24 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: 
         clients[c.name] = m
     by_reason = {k: 0 for k in FLUSH_REASONS}
     by_reason.update(stats.transfer_failures)
-    failed = measured[measured.status == "failed"]
-    doomed = req[req.flush_doomed]
+    status = col["status"]
+    m_failed = measured["status"] == "failed"
+    reasons = Counter(r for r in req["reason"].to_numpy()[keep][m_failed]
+                      if isinstance(r, str))  # value_counts(): missing values left out
+    failed = status == "failed"
     top.update({
         "transfer_failures": int(sum(stats.transfer_failures.values())),
         "transfer_failures_by_reason": dict(sorted(by_reason.items())),
-        "flush_doomed_transfers": int(len(doomed)),
+        "flush_doomed_transfers": int(req["flush_doomed"].to_numpy(dtype=bool).sum()),
         "blacklisted_pairs_max": stats.blacklisted_pairs_max,
         "blacklisted_pairs_final": stats.blacklisted_pairs,
         "dead_peer_writes": stats.dead_peer_writes,
         "dead_peer_write_s": round(stats.dead_peer_write_s, 3),
         "blacklist_probes": stats.probes,
-        "failed_by_reason": {k: int(v) for k, v in
-                             sorted(failed.reason.value_counts().items())},
+        "failed_by_reason": {k: int(v) for k, v in sorted(reasons.items())},
         "flushes": _flush_counts(fleet),
-        "wasted_prefill_tokens": int(req[req.status == "failed"].prefill_tokens.sum()),
-        "stale_page_requests": int(req.stale_pages.sum()),
+        "wasted_prefill_tokens": int(col["prefill_tokens"][failed].sum()),
+        "stale_page_requests": int(req["stale_pages"].to_numpy().sum()),
         "retractions": stats.retractions,
         "kv_transferred_gb": round(stats.bytes_transferred / 1e9, 3),
         "prefill_tokens_computed": stats.prefill_tokens,
@@ -275,25 +285,29 @@ def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | N
     dict: outside the current directory).
     """
     sc = scenario_mod.load(scenario, sets, allow_outside_paths=allow_outside_paths)
-    wall0 = time.perf_counter()
-    recorder = Recorder() if record_steps else None
     with _cyclic_gc_paused():
-        fleet = Fleet(sc, recorder)
-        env = fleet.env
-        rows: list = []
-        all_done = env.all_of([c.done for c in fleet.clients])
-        horizon = env.timeout(sc.horizon_s)
-        stalled = env.event()
-        env.process(_sampler(fleet, sc.timeseries_interval_s, rows, horizon, stalled))
-        stop = env.any_of([all_done, horizon, stalled])
-        if progress:
-            _run_with_progress(env, stop, sc.horizon_s)
-        else:
-            env.run(until=stop)
-        for stepper in fleet.steppers:
-            stepper.close()
-        req = _records(fleet)
-        events = fleet.log.frame()
+        return _simulate(sc, Recorder() if record_steps else None, progress)
+
+
+def _simulate(sc: scenario_mod.Scenario, recorder: Recorder | None, progress: bool) -> Result:
+    """Build the fleet, run it and make its Result (which keeps no reference to the fleet)."""
+    wall0 = time.perf_counter()
+    fleet = Fleet(sc, recorder)
+    env = fleet.env
+    rows: list = []
+    all_done = env.all_of([c.done for c in fleet.clients])
+    horizon = env.timeout(sc.horizon_s)
+    stalled = env.event()
+    env.process(_sampler(fleet, sc.timeseries_interval_s, rows, horizon, stalled))
+    stop = env.any_of([all_done, horizon, stalled])
+    if progress:
+        _run_with_progress(env, stop, sc.horizon_s)
+    else:
+        env.run(until=stop)
+    for stepper in fleet.steppers:
+        stepper.close()
+    req = _records(fleet)
+    events = fleet.log.frame()
     wall = time.perf_counter() - wall0
     summary = _summary(fleet, req, events, _sim_events(env),
                        not all_done.triggered and not stalled.triggered)

@@ -14,12 +14,64 @@ def _ms(x: float) -> float:
     return round(float(x) * 1e3, 3) if np.isfinite(x) else float("nan")
 
 
-def _q(s: pd.Series, q: float) -> float:
-    return float(s.quantile(q)) if len(s) else float("nan")
+# The numeric reductions below are pandas' own (pandas.core.nanops, array_algos.quantile) on
+# plain arrays: the same sums in the same order, so every figure is the same to the bit, at a
+# tenth of the cost of the boolean-indexed DataFrames they replace.
+
+def _nansum(a: np.ndarray) -> np.floating:
+    """``Series.sum()`` of floats: NaNs count as 0 (filled in place, so the pairwise sum runs
+    over the same positions)."""
+    nan = np.isnan(a)
+    return np.where(nan, 0.0, a).sum() if nan.any() else a.sum()
+
+
+def _mean(a: np.ndarray) -> float:
+    """``Series.mean()`` of floats: the NaN-filled sum over the count of non-NaN values."""
+    if not a.size:
+        return float("nan")
+    nan = np.isnan(a)
+    count = np.float64(a.size - nan.sum())
+    total = np.where(nan, 0.0, a).sum() if nan.any() else a.sum()
+    return total / count if count > 0 else float("nan")
+
+
+def _q(a: np.ndarray, q: float) -> float:
+    """``float(Series.quantile(q))`` (linear), NaN for an empty series."""
+    if not len(a):
+        return float("nan")
+    nan = np.isnan(a)
+    if nan.any():
+        a = a[~nan]
+        return float(np.quantile(a, np.array([q]), method="linear")[0]) if len(a) \
+            else float("nan")
+    return float(np.quantile(a[None, :], np.array([q]), axis=1, method="linear")[0, 0])
+
+
+def nanmax(a: np.ndarray) -> float:
+    """``Series.max()`` of floats (NaN when every value is NaN); ``a`` is not empty."""
+    nan = np.isnan(a)
+    return a[~nan].max() if not nan.all() else float("nan")
+
+
+# the request-table columns the metrics read, and the dtypes they have there
+COLUMNS = {"http_status": None, "stream": bool, "t_done": None, "t_arrival": None,
+           "t_first_token": None, "output_len": None, "generated": None, "status": None,
+           "input_len": None, "prefill_tokens": None, "cached_tokens": None}
+
+
+def columns(df: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The columns :func:`metrics` reads, as arrays (strings as Python objects)."""
+    return {c: df[c].to_numpy(dtype=t) for c, t in COLUMNS.items()}
 
 
 def request_metrics(df: pd.DataFrame, duration: float) -> dict:
-    """bench_serving's numbers over ``df`` (measured requests of one or more clients).
+    """bench_serving's numbers over ``df`` (measured requests of one or more clients); see
+    :func:`metrics`."""
+    return metrics(columns(df), duration)
+
+
+def metrics(col: dict[str, np.ndarray], duration: float) -> dict:
+    """bench_serving's numbers over the request columns ``col`` (:func:`columns`).
 
     As ``python/sglang/bench_serving.py`` computes them (``async_request_sglang_generate`` and
     ``calculate_metrics``, 0.5.x): an output is a success when the HTTP status is 200, so a
@@ -36,59 +88,65 @@ def request_metrics(df: pd.DataFrame, duration: float) -> dict:
     ``prefix_cache_hit_rate``: share of the prompt tokens of requests that reached a prefill
     forward that the prefill rank's prefix cache already held.
     """
-    n = len(df)
-    ok = df[df.http_status == 200]
-    streamed = ok.stream.to_numpy(dtype=bool)
-    latency = ok.t_done - ok.t_arrival
-    out_len = pd.Series(np.where(streamed, ok.output_len, ok.generated), index=ok.index)
+    status, generated = col["status"], col["generated"]
+    t_arrival, t_first, t_done = col["t_arrival"], col["t_first_token"], col["t_done"]
+    n = len(status)
+    ok = col["http_status"] == 200
+    n_ok = int(ok.sum())
+    streamed = col["stream"][ok]
+    ok_gen, ok_arrival, ok_first = generated[ok], t_arrival[ok], t_first[ok]
+    ok_in = col["input_len"][ok]
+    latency = t_done[ok] - ok_arrival
+    out_len = np.where(streamed, col["output_len"][ok], ok_gen)
     as_reported = int(out_len.sum())
-    first = ok.t_first_token - ok.t_arrival
-    ttft = pd.Series(np.where(streamed, np.where(ok.generated > 0, first, 0.0), latency),
-                     index=ok.index)
+    first = ok_first - ok_arrival
+    ttft = np.where(streamed, np.where(ok_gen > 0, first, 0.0), latency)
     many = out_len > 1
     tpot = (latency - ttft)[many] / (out_len[many] - 1)
-    tokens = ok[streamed & (ok.generated > 1).to_numpy()]  # the ITL list: streamed text chunks
-    itl = (((tokens.t_done - tokens.t_first_token).sum() / (tokens.generated - 1).sum())
-           if len(tokens) else float("nan"))
-    failed = int(df.status.isin(["failed", "timed_out"]).sum())
-    empty = int(((df.generated == 0) & (df.status != "unfinished")).sum())
-    done = df[df.status == "completed"]
-    multi = done[done.generated > 1]
+    chunks = streamed & (ok_gen > 1)  # the ITL list: streamed text chunks
+    itl = ((_nansum(t_done[ok][chunks] - ok_first[chunks]) / (ok_gen[chunks] - 1).sum())
+           if chunks.any() else float("nan"))
+    failed = int(((status == "failed") | (status == "timed_out")).sum())
+    unfinished = status == "unfinished"
+    empty = int(((generated == 0) & ~unfinished).sum())
+    done = status == "completed"
+    multi = done & (generated > 1)
     dur = duration if duration and duration > 0 else float("nan")
-    looked = df[(df.prefill_tokens > 0) | (df.cached_tokens > 0)]  # reached a prefill forward
-    looked_in = int(looked.input_len.sum())
+    looked = (col["prefill_tokens"] > 0) | (col["cached_tokens"] > 0)  # reached a prefill
+    looked_in = int(col["input_len"][looked].sum())
+    gen_total = generated.sum()
     return {
         "requests": n,
-        "successful_requests": int(len(ok)),
-        "completed_requests": int(len(done)),
+        "successful_requests": n_ok,
+        "completed_requests": int(done.sum()),
         "failed": failed,
-        "unfinished": int((df.status == "unfinished").sum()),
+        "unfinished": int(unfinished.sum()),
         "empty_responses": empty,
         "empty_share": round(empty / n, 4) if n else 0.0,
         "duration_s": round(float(duration), 3),
         "output_throughput_tok_s": round(as_reported / dur, 2) if n else 0.0,
-        "true_output_throughput_tok_s": round(float(df.generated.sum()) / dur, 2) if n else 0.0,
-        "total_throughput_tok_s": round(float(ok.input_len.sum() + as_reported) / dur, 2)
+        "true_output_throughput_tok_s": round(float(gen_total) / dur, 2) if n else 0.0,
+        "total_throughput_tok_s": round(float(ok_in.sum() + as_reported) / dur, 2)
         if n else 0.0,
-        "request_throughput_req_s": round(len(ok) / dur, 3) if n else 0.0,
-        "total_input_tokens": int(ok.input_len.sum()),
+        "request_throughput_req_s": round(n_ok / dur, 3) if n else 0.0,
+        "total_input_tokens": int(ok_in.sum()),
         "total_generated_tokens": int(as_reported),
-        "total_generated_tokens_true": int(df.generated.sum()),
-        "mean_ttft_ms": _ms(ttft.mean()),
+        "total_generated_tokens_true": int(gen_total),
+        "mean_ttft_ms": _ms(_mean(ttft)),
         "median_ttft_ms": _ms(_q(ttft, 0.5)),
         "p99_ttft_ms": _ms(_q(ttft, 0.99)),
-        "mean_tpot_ms": _ms(tpot.mean()),
+        "mean_tpot_ms": _ms(_mean(tpot)),
         "median_tpot_ms": _ms(_q(tpot, 0.5)),
         "p99_tpot_ms": _ms(_q(tpot, 0.99)),
         "mean_itl_ms": _ms(itl),
-        "mean_e2e_ms": _ms(latency.mean()),
+        "mean_e2e_ms": _ms(_mean(latency)),
         "median_e2e_ms": _ms(_q(latency, 0.5)),
-        "prefix_cache_hit_rate": round(int(looked.cached_tokens.sum()) / looked_in, 4)
+        "prefix_cache_hit_rate": round(int(col["cached_tokens"][looked].sum()) / looked_in, 4)
         if looked_in else 0.0,
-        "concurrency": round(float(latency.sum() / dur), 2) if len(ok) else 0.0,
-        "completed_mean_ttft_ms": _ms((done.t_first_token - done.t_arrival).mean()),
-        "completed_mean_tpot_ms": _ms(((multi.t_done - multi.t_first_token)
-                                       / (multi.generated - 1)).mean()),
+        "concurrency": round(float(_nansum(latency) / dur), 2) if n_ok else 0.0,
+        "completed_mean_ttft_ms": _ms(_mean(t_first[done] - t_arrival[done])),
+        "completed_mean_tpot_ms": _ms(_mean((t_done[multi] - t_first[multi])
+                                           / (generated[multi] - 1))),
     }
 
 
