@@ -14,7 +14,7 @@ from typing import Protocol
 import numpy as np
 import simpy
 
-from pdsim.clock import call_at, later, reserve_block, soon, urgent
+from pdsim.clock import Link, Relay, later, reserve_block, soon, timer_at, urgent
 from pdsim.request import Request
 from pdsim.rng import Streams
 from pdsim.scenario import BenchClientConfig, EvalClientConfig
@@ -167,6 +167,8 @@ class BenchClient(Client):
         self._backlog: deque[int] = deque()
         self._returned = 0
         self._all_returned = env.event()
+        self._sender = Relay(env, self._send)  # a prompt sends one step after its slot
+        self._releaser = Link(env, self._release)
         urgent(env, self._start)  # where the prompts' processes would have started
         yield self._all_returned
 
@@ -185,17 +187,21 @@ class BenchClient(Client):
         i = self._next_timer
         if i < len(self._later):
             k = self._later[i]
-            call_at(self.env, self.t0 + self._at[k], self._timer, self._timer_ids + i)
+            timer_at(self.env, self.t0 + self._at[k], self, self._timer_ids + i)
 
-    def _timer(self, _ev: simpy.Event) -> None:
-        k = self._later[self._next_timer]
-        self._next_timer += 1
+    def tick(self) -> None:
+        """The next prompt's arrival timer (a plain heap entry under its reserved id)."""
+        i = self._next_timer
+        k = self._later[i]
+        self._next_timer = i + 1
         self._arm_next()
-        self._arrive(k)
-
-    def _arrive(self, k: int) -> None:
-        if self._take_slot(k):  # the granted slot resumed its prompt one step later
-            later(self.env, lambda: self._send(k), 1)
+        # a free slot now, or the end of the queue for one (FIFO); the granted slot resumed
+        # its prompt one step later
+        if self._busy < self._slots and not self._backlog:
+            self._busy += 1
+            self._sender(k)
+        else:
+            self._backlog.append(k)
 
     def _take_slot(self, k: int) -> bool:
         """A free slot now, or the end of the queue for one (FIFO)."""
@@ -208,14 +214,16 @@ class BenchClient(Client):
     def _send(self, k: int) -> None:
         p = self._prompt_list[k]
         self.sent += 1
-        self.send("bench", p["input"], p["output"], self.cfg.stream, self._returned_one,
-                  p.get("blocks"))
+        front = self.frontend
+        req = front.new_request(self.name, "bench", p["input"], p["output"], self.cfg.stream,
+                                p.get("blocks"), -1, 0)
+        front.generate(req, self._returned_one)
 
     def _returned_one(self, _req: Request) -> None:
         """The prompt's process resumed a step on and released its slot; the release granted
         it to the longest-waiting prompt one step later, which sent a step after that."""
         self._returned += 1
-        later(self.env, self._release, 1)
+        self._releaser()
         if self._returned == len(self._prompt_list):  # the all_of resumed the client
             later(self.env, self._all_returned.succeed, 2)
 
@@ -228,7 +236,7 @@ class BenchClient(Client):
         if self._backlog and self._busy < self._slots:
             k = self._backlog.popleft()
             self._busy += 1
-            later(self.env, lambda: self._send(k), 1)
+            self._sender(k)
 
 
 class EvalClient(Client):

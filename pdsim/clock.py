@@ -25,6 +25,7 @@ tests/test_sim_speed.py checks that contract.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Generator
 from heapq import heappop, heappush
 from itertools import count
@@ -318,3 +319,96 @@ class Deadlines:
         if self.live(item):
             self.expire(item)  # (it may add deadlines: still armed, so add() leaves the timer)
         self._arm()
+
+
+# --- helpers of the per-request path (h2) ----------------------------------------------------
+
+
+def timer_at(env: Environment, when: float, obj: object, eid: int) -> None:
+    """``obj.tick()`` at ``when`` (>= now) under the id ``eid`` taken by :func:`reserve` (or
+    :func:`reserve_block`): where ``call_at(env, when, ..., eid)`` would run its callback, as a
+    plain heap entry instead of an event."""
+    env.reserved -= 1  # the reserved id now names a scheduled entry
+    env.timer_entries += 1
+    heappush(env._steps, (when, NORMAL, eid, obj))
+
+
+class Relay:
+    """A reusable target of zero-delay links: ``relay(arg)`` runs ``callback(arg)`` one
+    zero-delay step later, as ``soon(env, lambda: callback(arg))`` would, without an object
+    per call. The links of one relay all sort at the current instant with one priority, so
+    they are processed in the order they were made: a FIFO of arguments says whose turn it is.
+    """
+
+    __slots__ = ("env", "callback", "args")
+
+    def __init__(self, env: Environment, callback: Callable[[object], None]) -> None:
+        self.env, self.callback, self.args = env, callback, deque()
+
+    def __call__(self, arg: object) -> None:
+        self.args.append(arg)
+        self.env.link(self)
+
+    def tick(self) -> None:
+        self.callback(self.args.popleft())
+
+
+class FifoDeadlines:
+    """:class:`Deadlines` for one fixed timeout: deadlines come due in the order they were
+    added, so they wait in a FIFO and the one pending timer (for the front) is a plain heap
+    entry under the front's reserved id, firing exactly where its own timeout would have."""
+
+    __slots__ = ("env", "timeout", "live", "expire", "_items", "_armed")
+
+    def __init__(self, env: Environment, timeout: float, live: Callable[[object], bool],
+                 expire: Callable[[object], None]) -> None:
+        self.env = env
+        self.timeout = timeout
+        self.live = live
+        self.expire = expire
+        self._items: deque[tuple[float, int, object]] = deque()
+        self._armed = False  # a timer is pending for the front item
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, item: object) -> None:
+        """Start ``item``'s deadline now (where ``env.timeout(timeout)`` would be created)."""
+        env = self.env
+        env.reserved += 1
+        self._items.append((env._now + self.timeout, next(env._eid), item))
+        if not self._armed:
+            self._arm()
+
+    def _arm(self) -> None:
+        items, live = self._items, self.live
+        while items and not live(items[0][2]):
+            items.popleft()
+        if not items:
+            self._armed = False
+            return
+        when, eid, _item = items[0]
+        timer_at(self.env, when, self, eid)
+        self._armed = True
+
+    def tick(self) -> None:
+        _when, _eid, item = self._items.popleft()
+        if self.live(item):
+            self.expire(item)  # (it may add deadlines: still armed, so add() leaves the timer)
+        self._arm()
+
+
+class Link:
+    """A reusable target of zero-delay links: ``link()`` runs ``callback()`` one zero-delay
+    step later, as ``soon(env, callback)`` would, without an object per call."""
+
+    __slots__ = ("env", "callback")
+
+    def __init__(self, env: Environment, callback: Callable[[], None]) -> None:
+        self.env, self.callback = env, callback
+
+    def __call__(self) -> None:
+        self.env.link(self)
+
+    def tick(self) -> None:
+        self.callback()

@@ -19,7 +19,7 @@ from itertools import islice
 
 import simpy
 
-from pdsim.clock import Deadlines, call_later
+from pdsim.clock import FifoDeadlines
 from pdsim.log import EventLog
 from pdsim.predictor import Predictor
 from pdsim.rank import Rank
@@ -73,16 +73,17 @@ class DecodeRank(Rank):
         self._dropped: set[int] = set()  # rooms a crash abandoned: their outcome is not ours
         self._epoch = self._planned = 0  # a crash voids the step in flight (pdsim.faults)
         # per-request waiting timeouts, as one FIFO with one pending timer
-        self._waiting_deadlines = Deadlines(env, waiting_timeout_s, self._in_transfer,
-                                            self._waiting_timeout)
+        self._waiting_deadlines = FifoDeadlines(env, waiting_timeout_s, self._in_transfer,
+                                                self._waiting_timeout)
 
     # --- arrivals, pre-allocation, transfer ----------------------------------------------
 
     def submit(self, req: Request) -> None:
         self._catch_up()
-        req.room.session = self.session
-        req.room.port = self.port
-        req.room.done.callbacks.append(lambda _e, r=req: self._on_done(r))
+        room = req.room
+        room.session = self.session
+        room.port = self.port
+        room.on_done.append(self._on_done)
         self.prealloc.append(req)
         self.load_tokens += req.input_len + req.output_len
         self._try_prealloc()
@@ -113,16 +114,10 @@ class DecodeRank(Rank):
             req.room.state = Poll.WaitingForInput
             delay = self.bootstrap_s + self.tokenize_s_per_token * req.input_len
             if delay > 0:  # the handshake (and tokenization) before the prefill may run
-                call_later(self.env, delay, lambda r=req: self._bootstrapped(r))
+                req.room.start_bootstrap(delay)
             else:
-                req.room.bootstrapped.succeed(True)
+                req.room.bootstrap()
             self._waiting_deadlines.add(req)
-
-    @staticmethod
-    def _bootstrapped(req: Request) -> None:
-        # (a failed room signals no bootstrap: the prefill would ignore it)
-        if not req.room.resolved and not req.room.bootstrapped.triggered:
-            req.room.bootstrapped.succeed(True)
 
     def _in_transfer(self, req: Request) -> bool:
         return req.rid in self.transfer and not req.room.resolved

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import simpy
 from simpy.events import Event
 
-from pdsim.clock import call_later, soon
+from pdsim.clock import soon
 
 
 class NIC:
@@ -50,9 +50,9 @@ class NIC:
         out. Returns the write's id (for ``cancel``)."""
         self._advance()
         fid = self._next_id
+        self._next_id = fid + 1
         self._active[fid] = [float(nbytes), self.rate * self._factor * self.utilisation(nbytes),
                              done]
-        self._next_id += 1
         self._replan()
         return fid
 
@@ -84,23 +84,37 @@ class NIC:
             flow[0] -= flow[1] / n * dt
 
     def _replan(self) -> None:
-        self._plan += 1
-        if not self._active:
+        """One wake-up for the write that finishes first at today's shares (earlier plans'
+        wake-ups find themselves superseded)."""
+        self._plan = plan = self._plan + 1
+        active = self._active
+        if not active:
             return
-        n = len(self._active)
-        fid, flow = min(self._active.items(), key=lambda kv: kv[1][0] / kv[1][1])
+        n = len(active)
+        if n == 1:
+            fid, flow = next(iter(active.items()))
+        else:
+            fid, flow = min(active.items(), key=lambda kv: kv[1][0] / kv[1][1])
         delay = max(0.0, flow[0] / (flow[1] / n))
-        plan = self._plan
-        call_later(self.env, delay, lambda: self._finish(plan, fid))
+        self.env.timer(delay, _Finish(self, plan, fid))
 
-    def _finish(self, plan: int, fid: int) -> None:
-        if plan != self._plan:  # superseded by a later start or finish
-            return
+    def _finish(self, fid: int) -> None:
         self._advance()
-        finished = [self._active.pop(fid)[2]]
+        active = self._active
+        done = active.pop(fid)[2]
         # writes that finish at the same instant
-        for other in [k for k, f in self._active.items() if f[0] <= 1e-6]:
-            finished.append(self._active.pop(other)[2])
+        others = [k for k, f in active.items() if f[0] <= 1e-6] if active else ()
+        if not others:  # (the usual case: one write ends)
+            if isinstance(done, Event):
+                done.succeed()
+                self._replan()
+            else:
+                self._replan()
+                done()
+            return
+        finished = [done]
+        for other in others:
+            finished.append(active.pop(other)[2])
         callbacks = []
         for done in finished:
             if isinstance(done, Event):
@@ -114,3 +128,17 @@ class NIC:
                 soon(self.env, done, 2)
             else:
                 done()
+
+
+class _Finish:
+    """The NIC's wake-up for its earliest-finishing write (a plain timer entry)."""
+
+    __slots__ = ("nic", "plan", "fid")
+
+    def __init__(self, nic: NIC, plan: int, fid: int) -> None:
+        self.nic, self.plan, self.fid = nic, plan, fid
+
+    def tick(self) -> None:
+        nic = self.nic
+        if self.plan == nic._plan:  # (else superseded by a later start or finish)
+            nic._finish(self.fid)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import simpy
 
-from pdsim.clock import Deadlines
+from pdsim.clock import FifoDeadlines
 from pdsim.kv import PrefixCache
 from pdsim.log import EventLog
 from pdsim.predictor import Predictor
@@ -51,8 +51,8 @@ class PrefillRank(Rank):
         # set by the fleet when a partition may cut this server off (pdsim.faults.Faults.cut_state)
         self.cut_state: Callable[[], int] | None = None
         # per-request bootstrap timeouts, as one FIFO with one pending timer
-        self._bootstrap_deadlines = Deadlines(env, bootstrap_timeout_s, self._in_bootstrap,
-                                              self._bootstrap_timeout)
+        self._bootstrap_deadlines = FifoDeadlines(env, bootstrap_timeout_s,
+                                                  self._in_bootstrap, self._bootstrap_timeout)
 
     # --- arrivals and room callbacks -----------------------------------------------------
 
@@ -60,8 +60,8 @@ class PrefillRank(Rank):
         self.bootstrap[req.rid] = req
         self.load_tokens += req.input_len
         room = req.room
-        room.bootstrapped.callbacks.append(lambda _e, r=req: self._on_bootstrapped(r))
-        room.done.callbacks.append(lambda _e, r=req: self._on_done(r))
+        room.on_bootstrapped = self._on_bootstrapped
+        room.on_done.append(self._on_done)
         self._bootstrap_deadlines.add(req)
 
     def _on_bootstrapped(self, req: Request) -> None:

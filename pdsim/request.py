@@ -21,35 +21,70 @@ class Poll(IntEnum):
 class Room:
     """The transfer session of one request between its prefill rank and its decode rank.
 
-    Both ranks hear of its events one zero-delay step after they happen (SimPy events), after
-    anything else already due in that instant (a flush arriving with the dispatch, a
-    time-series sample at a timeout's instant).
+    Both ranks hear of its events one zero-delay step after they happen, after anything else
+    already due in that instant (a flush arriving with the dispatch, a time-series sample at a
+    timeout's instant): where the SimPy events ``bootstrapped`` and ``done`` it replaces were
+    processed. The room is itself the plain heap entry (``pdsim.clock.Environment.link``) of
+    those steps, and of the decode's bootstrap delay (``start_bootstrap``): no event objects.
+
+    The room's entries never overlap in a way ``tick`` cannot tell apart: a bootstrap delay's
+    timer, when pending, is what ticks at its own instant (its id was drawn before any link
+    of this instant's); the bootstrapped link is made only while the room is unresolved, so it
+    comes before the done link when both are pending.
     """
 
-    __slots__ = ("id", "state", "resolved", "bootstrapped", "done", "session", "port",
-                 "doomed", "reason")
+    __slots__ = ("id", "state", "resolved", "session", "port", "doomed", "reason", "env",
+                 "req", "booted", "on_bootstrapped", "on_done", "_boot_link", "_boot_at")
 
-    def __init__(self, env: simpy.Environment, room_id: int) -> None:
+    def __init__(self, env: simpy.Environment, room_id: int, req: Request | None = None) -> None:
         self.id = room_id
+        self.env = env
+        self.req = req  # what the listeners are called with
         self.state = Poll.Bootstrapping
         self.resolved = False  # Failed or Success (terminal; only succeed() and fail() set it)
-        self.bootstrapped = env.event()  # decode pre-allocated: prefill may run the forward
-        self.done = env.event()  # transfer resolved: value True (Success) or False (Failed)
+        self.booted = False  # bootstrapped signalled: decode pre-allocated, prefill may run
+        # the prefill's callback(req) once bootstrapped; callbacks(req) once resolved, in order
+        self.on_bootstrapped: Callable[[Request], None] | None = None
+        self.on_done: list[Callable[[Request], None]] = []
+        self._boot_link = False  # the bootstrapped step is pending
+        self._boot_at = -1.0  # when a pending bootstrap delay ends (-1: none pending)
         self.session = ""  # decode session id host:port
         self.port = 0
         self.doomed = ""  # set when a flush freed pages under this transfer
         self.reason = ""
 
     def bootstrap(self) -> None:
-        """The decode holds KV pages for it (WaitingForInput)."""
-        self.state = Poll.WaitingForInput
-        self.bootstrapped.succeed(True)
+        """The decode holds KV pages for it: the prefill hears one zero-delay step later."""
+        self.booted = True
+        self._boot_link = True
+        self.env.link(self)
+
+    def start_bootstrap(self, delay: float) -> None:
+        """Bootstrap after ``delay`` s (the handshake), unless the room resolves first."""
+        self._boot_at = self.env._now + delay
+        self.env.timer(delay, self)
+
+    def tick(self) -> None:
+        """One of the room's steps (see the class docstring for which)."""
+        if self._boot_at >= 0.0 and self._boot_at == self.env._now:  # the bootstrap delay
+            self._boot_at = -1.0
+            # (a failed room signals no bootstrap: the prefill would ignore it)
+            if not self.resolved and not self.booted:
+                self.bootstrap()
+        elif self._boot_link:
+            self._boot_link = False
+            if self.on_bootstrapped is not None:
+                self.on_bootstrapped(self.req)
+        else:
+            req = self.req
+            for callback in self.on_done:
+                callback(req)
 
     def succeed(self) -> None:
         if not self.resolved:
             self.state = Poll.Success
             self.resolved = True
-            self.done.succeed(True)
+            self.env.link(self)
 
     def fail(self, reason: str) -> bool:
         """Mark Failed (terminal). Returns False if the room was already resolved. (The
@@ -59,7 +94,7 @@ class Room:
         self.state = Poll.Failed
         self.resolved = True
         self.reason = reason
-        self.done.succeed(False)
+        self.env.link(self)
         return True
 
 
@@ -88,7 +123,7 @@ class Request:
         self.blocks = blocks
         self.question = question
         self.attempt = attempt
-        self.t_arrival = env.now
+        self.t_arrival = env._now
         self.t_first_token = float("nan")
         self.t_done = float("nan")
         self.t_prefill_end = float("nan")

@@ -21,11 +21,72 @@ from collections.abc import Callable, Generator
 import numpy as np
 import simpy
 
-from pdsim.clock import Deadlines, call_later, later, urgent, urgent_pending
+from pdsim.clock import FifoDeadlines, call_later, later, urgent, urgent_pending
 from pdsim.log import EventLog
 from pdsim.request import Request, Room
 from pdsim.scenario import RouterConfig
 from pdsim.server import Server
+
+
+class RoutingDraws:
+    """The routing stream's draws exactly as ``rng.integers`` makes them, one at a time, from
+    the bit generator's raw 64-bit outputs taken in blocks (a numpy call per draw cost more
+    than the rest of routing a request).
+
+    numpy 1.17+ ``Generator.integers`` (Lemire's method, numpy/random/src/distributions/
+    distributions.c): a 63-bit room id ``integers(0, 2**63, dtype=int64)`` is one raw output
+    shifted right by one (no rejection is possible for that range); a server index
+    ``integers(n)`` (n <= 2**32) multiplies a 32-bit output by ``n`` and keeps the high half,
+    redrawing while the low half is under ``(2**32 - n) % n``; 32-bit outputs are the low then
+    the high half of one raw output (PCG64's ``next_uint32`` keeps the high half for the next
+    call). tests/test_sim_speed.py checks these against numpy itself. Drawing ahead only
+    advances this stream, which nothing else reads.
+    """
+
+    __slots__ = ("bitgen", "block", "raw", "pos", "half")
+
+    def __init__(self, rng: np.random.Generator, block: int = 1024) -> None:
+        self.bitgen = rng.bit_generator
+        self.block = block  # raw outputs drawn at a time
+        self.raw: list[int] = []
+        self.pos = 0
+        self.half = -1  # the high half of the last raw output, when its low half was used
+
+    def _next(self) -> int:
+        pos = self.pos
+        if pos == len(self.raw):
+            self.raw = self.bitgen.random_raw(self.block).tolist()
+            pos = 0
+        self.pos = pos + 1
+        return self.raw[pos]
+
+    def _next32(self) -> int:
+        half = self.half
+        if half >= 0:
+            self.half = -1
+            return half
+        x = self._next()
+        self.half = x >> 32
+        return x & 0xFFFFFFFF
+
+    def room(self) -> int:
+        """``int(rng.integers(0, 2**63, dtype=np.int64))``."""
+        pos = self.pos
+        if pos == len(self.raw):
+            return self._next() >> 1
+        self.pos = pos + 1
+        return self.raw[pos] >> 1
+
+    def index(self, n: int) -> int:
+        """``int(rng.integers(n))`` for 2 <= n <= 2**32."""
+        m = self._next32() * n
+        low = m & 0xFFFFFFFF
+        if low < n:
+            threshold = (0xFFFFFFFF - (n - 1)) % n
+            while low < threshold:
+                m = self._next32() * n
+                low = m & 0xFFFFFFFF
+        return m >> 32
 
 
 class MiniLB:
@@ -39,46 +100,43 @@ class MiniLB:
         self.log = log
         self.hop = cfg.http_latency_ms / 1e3
         self.flush_calls: list[dict] = []
-        self._deadlines = Deadlines(env, cfg.request_timeout_s, self._waiting, self._timed_out)
+        self.draws = RoutingDraws(rng)
+        self._deadlines = FifoDeadlines(env, cfg.request_timeout_s, self._waiting,
+                                        self._timed_out)
 
     # --- generate --------------------------------------------------------------------------
     #
     # A request costs no process and no timeout of its own: a timer per hop, a callback from
-    # the decode's answer, and the router timeout as a deadline in one heap (clock.Deadlines).
-    # The handler process this replaces waited on response-or-timeout; its steps are kept
-    # (clock.later: at once when nothing else is due in the instant). ``on_return(req)`` runs
-    # where it returned the response to the client (after the return hop).
+    # the decode's answer, and the router timeout as a deadline in one FIFO
+    # (clock.FifoDeadlines). The handler process this replaces waited on response-or-timeout;
+    # its steps are kept, as plain heap entries of the request's _Call. ``on_return(req)``
+    # runs where it returned the response to the client (after the return hop).
 
     def generate(self, req: Request, on_return: Callable[[Request], None]) -> None:
         """POST /generate: pick a prefill and a decode server and a bootstrap room, then
         dispatch to both after one hop."""
-        if urgent_pending(self.env):  # the handler process would have started after those
-            urgent(self.env, lambda: self._route(req, on_return))
+        env = self.env
+        if urgent_pending(env):  # the handler process would have started after those
+            urgent(env, lambda: self._route(req, on_return))
         else:
             self._route(req, on_return)
 
     def _route(self, req: Request, on_return: Callable[[Request], None]) -> None:
-        env = self.env
-        p = self.prefills[self._pick(len(self.prefills))]
-        d = self.decodes[self._pick(len(self.decodes))]
-        room = Room(env, int(self.rng.integers(0, 2**63, dtype=np.int64)))
-        req.room = room
-        call = _Call(req, p, d, on_return)
+        draws = self.draws
+        prefills, decodes = self.prefills, self.decodes
+        p = prefills[0] if len(prefills) == 1 else prefills[draws.index(len(prefills))]
+        d = decodes[0] if len(decodes) == 1 else decodes[draws.index(len(decodes))]
+        req.room = Room(self.env, draws.room(), req)
+        call = _Call(self, req, p, d, on_return)
         if self.hop:
-            call_later(env, self.hop, lambda: self._dispatch(call))
+            self.env.timer(self.hop, call)  # call.tick: _dispatch
         else:
             self._dispatch(call)
-
-    def _pick(self, n: int) -> int:
-        """Uniform server index. numpy draws nothing for a one-value range (its bounded
-        integers return ``low`` at once), so one server costs no call and the stream is the
-        same (tests/test_sim_speed.py checks that numpy still behaves so)."""
-        return 0 if n == 1 else int(self.rng.integers(n))
 
     def _dispatch(self, call: _Call) -> None:
         req = call.req
         # (set first: a crashed decode server refuses at once, answering in dispatch)
-        req.on_response = lambda: self._answered(call)
+        req.on_response = call.answered_now
         call.d.dispatch(req)  # the decode registers the destination session first
         call.p.dispatch(req)
         self._deadlines.add(call)
@@ -86,18 +144,6 @@ class MiniLB:
     @staticmethod
     def _waiting(call: _Call) -> bool:
         return not call.fired
-
-    def _answered(self, call: _Call) -> None:
-        """The decode answered: its response event, then response-or-timeout, then the
-        handler."""
-
-        def processed() -> None:
-            call.answered = True
-            if not call.fired:
-                call.fired = True
-                later(self.env, lambda: self._resume(call), 1)
-
-        later(self.env, processed, 1)
 
     def _timed_out(self, call: _Call) -> None:
         """The router timeout fired first: response-or-timeout, then the handler."""
@@ -111,10 +157,13 @@ class MiniLB:
             req.status, req.reason, req.http_status = "timed_out", "router_timeout", 504
             req.t_done = self.env._now
             req.room.fail("aborted")  # frees KV on both sides; an abort never blacklists
-        if self.hop:
-            call_later(self.env, self.hop, lambda: call.on_return(req))
-        else:
+        if not self.hop:
             call.on_return(req)
+        elif call.stage == _Call.RESUME:  # (answered in time: its own entries end here)
+            call.stage = _Call.RETURN
+            self.env.timer(self.hop, call)
+        else:  # resumed by the timeout: the call's entries may still see the answer
+            call_later(self.env, self.hop, lambda: call.on_return(req))
 
     # --- flush -----------------------------------------------------------------------------
 
@@ -175,12 +224,41 @@ class MiniLB:
 
 
 class _Call:
-    """One POST /generate in the router: where it goes and how far its handler got."""
+    """One POST /generate in the router: where it goes and how far its handler got.
 
-    __slots__ = ("req", "p", "d", "on_return", "fired", "answered")
+    It is also the plain heap entry of the handler's steps (``tick``): the hop to the servers,
+    then, once the decode answered, the response event's step, the response-or-timeout
+    condition's step, and the hop back. (A timeout resumes the handler through its own
+    entries, so that an answer in the same instant still finds these.)
+    """
 
-    def __init__(self, req: Request, p: Server, d: Server,
+    __slots__ = ("lb", "req", "p", "d", "on_return", "fired", "answered", "stage")
+    DISPATCH, ANSWER, RESUME, RETURN = 0, 1, 2, 3
+
+    def __init__(self, lb: MiniLB, req: Request, p: Server, d: Server,
                  on_return: Callable[[Request], None]) -> None:
-        self.req, self.p, self.d, self.on_return = req, p, d, on_return
+        self.lb, self.req, self.p, self.d, self.on_return = lb, req, p, d, on_return
         self.fired = False  # response-or-timeout triggered
         self.answered = False  # the response event was processed
+        self.stage = _Call.DISPATCH
+
+    def answered_now(self) -> None:
+        """The decode answered (``req.on_response``): its response event is processed one
+        zero-delay step later."""
+        self.stage = _Call.ANSWER
+        self.lb.env.link(self)
+
+    def tick(self) -> None:
+        stage = self.stage
+        if stage == _Call.DISPATCH:  # the hop to the servers
+            self.lb._dispatch(self)
+        elif stage == _Call.ANSWER:  # the response event, then response-or-timeout
+            self.answered = True
+            if not self.fired:
+                self.fired = True
+                self.stage = _Call.RESUME
+                self.lb.env.link(self)
+        elif stage == _Call.RESUME:  # the handler resumes
+            self.lb._resume(self)
+        else:  # the hop back to the client
+            self.on_return(self.req)

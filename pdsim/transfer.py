@@ -40,10 +40,9 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import simpy
-from simpy.events import Event
 
 from pdsim.blacklist import Policy
-from pdsim.clock import Deadlines, call_later, later, run_inline
+from pdsim.clock import Deadlines, later, run_inline
 from pdsim.faults import SILENT, UP, Paths
 from pdsim.log import EventLog
 from pdsim.nic import NIC
@@ -85,17 +84,16 @@ class TransferEngine:
         self.injected_error = injected_error or (lambda: False)
         self.queues = [deque() for _ in range(queues)]
         self._asleep = [True] * queues  # no chunk and no wake-up pending
+        self._wakers = [_Wake(self, i) for i in range(queues)]
         self.writing: dict[int, Chunk] = {}  # queue index -> chunk being written
         self._deadlines = Deadlines(env, timeout_s, _Write.pending, self._timed_out)
 
     def submit(self, chunk: Chunk) -> None:
         i = chunk.room.port % len(self.queues)
         self.queues[i].append(chunk)
-        if self._asleep[i]:
+        if self._asleep[i]:  # the worker wakes one zero-delay step later
             self._asleep[i] = False
-            ev = Event(self.env)
-            ev.callbacks.append(lambda _e: self._serve(i))
-            ev.succeed()
+            self.env.link(self._wakers[i])
 
     def queued(self) -> int:
         return sum(len(q) for q in self.queues) + len(self.writing)
@@ -134,9 +132,9 @@ class TransferEngine:
                 continue
             room.state = Poll.Transferring
             self.writing[i] = chunk
-            w = _Write(i, chunk, self.env._now)
+            w = _Write(self, i, chunk, self.env._now)
             if self.latency:  # per-call cost before the bytes move (1.6 ms + bytes / bw)
-                call_later(self.env, self.latency, lambda w=w: self._start(w))
+                self.env.timer(self.latency, w)  # w.tick: _start
             else:
                 self._start(w)
             return
@@ -149,15 +147,8 @@ class TransferEngine:
                        lambda result: self._end(w, *result))
             return
         # every path is up: the bytes end the write, or its deadline does
-        w.fid = self.nic.start(nbytes, lambda: self._written(w))
+        w.fid = self.nic.start(nbytes, w.written)
         self._deadlines.add(w, self.timeout + nbytes * TIMEOUT_S_PER_BYTE)
-
-    def _written(self, w: _Write) -> None:
-        """The NIC wrote the last byte (the worker waited on that and on the deadline: it
-        resumed two zero-delay steps later, unless nothing else is due in this instant)."""
-        if w.state == _Write.PENDING:
-            w.state = _Write.WRITTEN
-            later(self.env, lambda: self._end(w, "", False), 2)
 
     def _timed_out(self, w: _Write) -> None:
         """The deadline came first (the worker resumed one zero-delay step later)."""
@@ -240,14 +231,50 @@ class TransferEngine:
             return "transfer_timeout", dead
 
 
-class _Write:
-    """One chunk's write on the fast path: pending until the NIC finishes it or its deadline."""
+class _Wake:
+    """A queue's worker waking (a plain zero-delay link, where its wake-up event was)."""
 
-    __slots__ = ("queue", "chunk", "t0", "state", "fid")
+    __slots__ = ("engine", "queue")
+
+    def __init__(self, engine: TransferEngine, queue: int) -> None:
+        self.engine, self.queue = engine, queue
+
+    def tick(self) -> None:
+        self.engine._serve(self.queue)
+
+
+class _Write:
+    """One chunk's write on the fast path: pending until the NIC finishes it or its deadline.
+
+    It is also the plain heap entry of its own steps (``tick``): the call-latency timer, then,
+    once the NIC wrote the last byte, the two zero-delay steps after which the worker that
+    waited on write-or-deadline resumed.
+    """
+
+    __slots__ = ("engine", "queue", "chunk", "t0", "state", "fid", "links")
     PENDING, WRITTEN, TIMED_OUT = 0, 1, 2
 
-    def __init__(self, queue: int, chunk: Chunk, t0: float) -> None:
-        self.queue, self.chunk, self.t0, self.state, self.fid = queue, chunk, t0, 0, -1
+    def __init__(self, engine: TransferEngine, queue: int, chunk: Chunk, t0: float) -> None:
+        self.engine, self.queue, self.chunk, self.t0 = engine, queue, chunk, t0
+        self.state, self.fid, self.links = 0, -1, -1
 
     def pending(self) -> bool:
         return self.state == _Write.PENDING
+
+    def written(self) -> None:
+        """The NIC wrote the last byte (the worker waited on that and on the deadline: it
+        resumed two zero-delay steps later)."""
+        if self.state == _Write.PENDING:
+            self.state = _Write.WRITTEN
+            self.links = 2
+            self.engine.env.link(self)
+
+    def tick(self) -> None:
+        links = self.links
+        if links < 0:  # the call latency passed: the bytes start moving
+            self.engine._start(self)
+        elif links == 2:
+            self.links = 1
+            self.engine.env.link(self)
+        else:
+            self.engine._end(self, "", False)

@@ -51,6 +51,28 @@ def test_numpy_draws_nothing_for_a_one_value_range():
     assert a.random() == b.random()
 
 
+def test_routing_draws_are_numpys_own():
+    """The router draws room ids and server indices from raw 64-bit outputs taken in blocks
+    (pdsim.router.RoutingDraws); mixed in any order, they equal ``rng.integers`` one call at a
+    time, rejections included (ranges near 2**32 reject often), across block boundaries."""
+    import random
+
+    import numpy as np
+
+    from pdsim.router import RoutingDraws
+
+    rnd = random.Random(11)
+    for seed in range(12):
+        numpy_rng = np.random.default_rng(seed)
+        draws = RoutingDraws(np.random.default_rng(seed), block=rnd.randint(1, 40))
+        for _ in range(2000):
+            if rnd.random() < 0.4:
+                assert draws.room() == int(numpy_rng.integers(0, 2**63, dtype=np.int64))
+            else:
+                n = rnd.choice([2, 3, 7, 1024, 3 * 2**30, 2**32 - 5, rnd.randint(2, 2**32)])
+                assert draws.index(n) == int(numpy_rng.integers(n)), (seed, n)
+
+
 @pytest.mark.parametrize("kind", ["fitted", "roofline", "operator"])
 def test_decode_span_durations_equal_each_steps_own(kind):
     """A decode span's step durations (the fast path) equal, to the last bit, each step's
