@@ -180,12 +180,23 @@ def _nothing_scheduled(env: simpy.Environment, horizon: simpy.Event) -> bool:
 
 
 def _timeseries(rows: list) -> pd.DataFrame:
-    ts = pd.DataFrame(rows)
-    if ts.empty:
-        return ts
-    dt = ts.time.diff().fillna(ts.time.iloc[0] or 1.0).replace(0, np.nan)
-    ts.insert(1, "tokens_per_s", (ts.tokens_out.diff().fillna(ts.tokens_out) / dt).fillna(0))
-    ts.insert(2, "failed_per_s", (ts.failed.diff().fillna(ts.failed) / dt).fillna(0))
+    """The samples, with rates per second since the previous sample (the first: since 0)."""
+    if not rows:
+        return pd.DataFrame(rows)
+    ts = pd.DataFrame({k: [r[k] for r in rows] for k in rows[0]})  # every row has every key
+    t = ts["time"].to_numpy(dtype=float)
+    dt = np.empty(len(t))  # Series.diff(), its first value t[0] (1 if 0), 0 -> NaN
+    dt[0] = t[0] or 1.0
+    dt[1:] = t[1:] - t[:-1]
+    dt[dt == 0] = np.nan
+    for i, (name, col) in enumerate((("tokens_per_s", "tokens_out"), ("failed_per_s", "failed"))):
+        x = ts[col].to_numpy(dtype=float)
+        rate = np.empty(len(x))
+        rate[0] = x[0]
+        rate[1:] = x[1:] - x[:-1]
+        rate /= dt
+        rate[np.isnan(rate)] = 0.0  # fillna(0)
+        ts.insert(i + 1, name, rate)
     return ts
 
 
