@@ -199,7 +199,12 @@ class BenchClient(Client):
         # its prompt one step later
         if self._busy < self._slots and not self._backlog:
             self._busy += 1
-            self._sender(k)
+            env = self.env
+            now, steps, queue = env._now, env._steps, env._queue
+            if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
+                self._sender(k)
+            else:  # nothing else is due this instant and this step does nothing more
+                self._send(k)
         else:
             self._backlog.append(k)
 

@@ -101,7 +101,8 @@ class DecodeRank(Rank):
             if req.room.resolved:
                 self.prealloc.popleft()
                 continue
-            if self._slots_used() >= self.cfg.max_running_requests:
+            if (len(self.transfer) + len(self.waiting) + len(self.running)
+                    + len(self.retracted)) >= self.cfg.max_running_requests:  # _slots_used()
                 return
             tokens = req.input_len + self.cfg.retract_reserve_tokens
             pages = self.alloc.alloc(self.alloc.pages_for(tokens))
@@ -134,7 +135,13 @@ class DecodeRank(Rank):
             self._dropped.discard(req.rid)
             return
         self._catch_up()
-        self._resolved(req)
+        if req.room.state == Poll.Success:  # (the usual case: _resolved's first branch)
+            if self.transfer.pop(req.rid, None) is not None:
+                req.t_transfer_done = self.env._now
+                self.waiting.append(req)
+                self._kick()
+        else:
+            self._resolved(req)
         self._changed()
 
     def _resolved(self, req: Request) -> None:

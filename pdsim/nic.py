@@ -109,7 +109,10 @@ class NIC:
                 done.succeed()
                 self._replan()
             else:
-                self._replan()
+                if active:
+                    self._replan()
+                else:  # (what _replan does with no write left)
+                    self._plan += 1
                 done()
             return
         finished = [done]

@@ -66,11 +66,21 @@ class Room:
 
     def tick(self) -> None:
         """One of the room's steps (see the class docstring for which)."""
-        if self._boot_at >= 0.0 and self._boot_at == self.env._now:  # the bootstrap delay
+        env = self.env
+        now = env._now
+        if self._boot_at >= 0.0 and self._boot_at == now:  # the bootstrap delay
             self._boot_at = -1.0
             # (a failed room signals no bootstrap: the prefill would ignore it)
             if not self.resolved and not self.booted:
-                self.bootstrap()
+                self.booted = True
+                steps, queue = env._steps, env._queue
+                if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
+                    self._boot_link = True
+                    env.link(self)
+                elif self.on_bootstrapped is not None:
+                    # nothing else is due this instant and this step does nothing more: the
+                    # bootstrapped step would come next
+                    self.on_bootstrapped(self.req)
         elif self._boot_link:
             self._boot_link = False
             if self.on_bootstrapped is not None:

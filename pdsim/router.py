@@ -20,8 +20,9 @@ from collections.abc import Callable, Generator
 
 import numpy as np
 import simpy
+from simpy.events import URGENT
 
-from pdsim.clock import FifoDeadlines, call_later, later, urgent, urgent_pending
+from pdsim.clock import FifoDeadlines, call_later, later, urgent
 from pdsim.log import EventLog
 from pdsim.request import Request, Room
 from pdsim.scenario import RouterConfig
@@ -116,7 +117,11 @@ class MiniLB:
         """POST /generate: pick a prefill and a decode server and a bootstrap room, then
         dispatch to both after one hop."""
         env = self.env
-        if urgent_pending(env):  # the handler process would have started after those
+        now, steps, queue = env._now, env._steps, env._queue
+        if ((steps and steps[0][1] == URGENT and steps[0][0] == now)
+                or (queue and queue[0][1] == URGENT and queue[0][0] == now)):
+            # urgent events (processes not yet started) wait in this instant: the handler
+            # process would have started after those
             urgent(env, lambda: self._route(req, on_return))
         else:
             self._route(req, on_return)
@@ -257,7 +262,12 @@ class _Call:
             if not self.fired:
                 self.fired = True
                 self.stage = _Call.RESUME
-                self.lb.env.link(self)
+                env = self.lb.env
+                now, steps, queue = env._now, env._steps, env._queue
+                if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
+                    env.link(self)
+                else:  # nothing else is due this instant: its step would come next
+                    self.lb._resume(self)
         elif stage == _Call.RESUME:  # the handler resumes
             self.lb._resume(self)
         else:  # the hop back to the client

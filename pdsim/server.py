@@ -32,8 +32,10 @@ class Server:
                 req.d_server = self.index
                 self.ranks[0].refuse(req)
             return
-        i = self.balancer.pick(self.ranks, req.room.id)
-        rank = self.ranks[i]
+        ranks = self.ranks
+        # (one rank: every balancer picks it, and none keeps state another pick would read)
+        i = 0 if len(ranks) == 1 else self.balancer.pick(ranks, req.room.id)
+        rank = ranks[i]
         if self.role == "prefill":
             req.p_server, req.p_rank = self.index, i
         else:

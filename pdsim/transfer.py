@@ -85,6 +85,8 @@ class TransferEngine:
         self.queues = [deque() for _ in range(queues)]
         self._asleep = [True] * queues  # no chunk and no wake-up pending
         self._wakers = [_Wake(self, i) for i in range(queues)]
+        # (most policies ignore successes: skip the call when this one's is the base no-op)
+        self._records_success = type(blacklist).record_success is not Policy.record_success
         self.writing: dict[int, Chunk] = {}  # queue index -> chunk being written
         self._deadlines = Deadlines(env, timeout_s, _Write.pending, self._timed_out)
 
@@ -173,7 +175,8 @@ class TransferEngine:
         elif self.injected_error():
             self.fail(chunk, "injected_error", counts=True)
         else:
-            self.blacklist.record_success(room.session)
+            if self._records_success:
+                self.blacklist.record_success(room.session)
             if not room.resolved:
                 self.stats.bytes_transferred += chunk.nbytes
                 if chunk.last:
@@ -275,6 +278,11 @@ class _Write:
             self.engine._start(self)
         elif links == 2:
             self.links = 1
-            self.engine.env.link(self)
+            env = self.engine.env
+            now, steps, queue = env._now, env._steps, env._queue
+            if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
+                env.link(self)
+            else:  # nothing else is due this instant: the worker's step would come next
+                self.engine._end(self, "", False)
         else:
             self.engine._end(self, "", False)
