@@ -257,12 +257,13 @@ class DecodeRank(Rank):
 
     def plan_step(self) -> tuple[int, int, int] | None:
         """Admit and size the next step: (batch, summed context, tokens to recompute) or None."""
-        recompute = self._admit()
-        if not self.running:
+        recompute = self._admit() if self.retracted or self.waiting else 0
+        running = self.running
+        if not running:
             return None
         self.stats.decode_steps += 1
         self._planned = self._epoch
-        return len(self.running), self.ctx_sum, recompute
+        return len(running), self.ctx_sum, recompute
 
     def step_time(self, plan: tuple) -> float:
         batch, ctx, recompute = plan[:3]
@@ -292,17 +293,19 @@ class DecodeRank(Rank):
         if self._planned != self._epoch:  # the process died during this step
             return
         batch = plan[0]
-        self.step += 1
+        self.step = step = self.step + 1
         self.ctx_sum += batch
         self.stats.tokens_out += batch
         heap = self._finish
         done = False
-        while heap and heap[0][0] <= self.step:
+        while heap and heap[0][0] <= step:
             _s, _q, version, req = heapq.heappop(heap)
             if version == req.version and req.rid in self.running:
                 self._complete(req, refill=False)
                 done = True
-        self._grow_pages()  # running requests grow first, then new ones are pre-allocated
+        grow = self._grow
+        if grow and grow[0][0] <= step:
+            self._grow_pages()  # running requests grow first, then new ones are pre-allocated
         if done:
             self._try_prealloc()
             self._maybe_idle()
@@ -313,16 +316,21 @@ class DecodeRank(Rank):
             _s, _q, version, req = heapq.heappop(heap)
             if version != req.version or req.rid not in self.running:
                 continue
-            if self.alloc.free < self.growth_pages and not self._retract_for(req):
+            alloc = self.alloc
+            if (alloc.capacity - alloc.used < self.growth_pages
+                    and not self._retract_for(req)):
                 continue
             self._grow_one(req)
 
     def _grow_one(self, req: Request) -> None:
-        self.alloc.grow(req.d_pages, self.growth_pages)
-        req.cap_tokens += self.growth_pages * self.alloc.page_size
-        self._sync(req)
-        ctx = req.input_len + req.generated
-        self._push(self._grow, self.step + max(1, req.cap_tokens - ctx), req)
+        alloc, gp, step = self.alloc, self.growth_pages, self.step
+        alloc.grow(req.d_pages, gp)
+        req.cap_tokens += gp * alloc.page_size
+        req.generated = generated = req.gen_at_join + (step - req.join_step)  # _sync
+        ctx = req.input_len + generated
+        self._seq += 1  # _push
+        heapq.heappush(self._grow, (step + max(1, req.cap_tokens - ctx), self._seq, req.version,
+                                    req))
 
     # --- spans of steps that cannot change the batch (pdsim.lockstep.Stepper) --------------
 
@@ -338,8 +346,9 @@ class DecodeRank(Rank):
                 return 1
             if self.retracted:
                 head = self.retracted[0]
-                need = self.alloc.pages_for(head.input_len + head.generated) + self.growth_pages
-                if self.alloc.free >= need:
+                alloc = self.alloc
+                need = alloc.pages_for(head.input_len + head.generated) + self.growth_pages
+                if alloc.capacity - alloc.used >= need:
                     return 1
         if not running:
             return limit
@@ -352,7 +361,8 @@ class DecodeRank(Rank):
             if limit <= 1:
                 return 1
         # a request grows at most once a step: when the free pages cover that, no walk
-        cover = self.alloc.free // self.growth_pages
+        alloc = self.alloc
+        cover = (alloc.capacity - alloc.used) // self.growth_pages
         if cover >= len(running) * limit:
             return limit
         growths = self._growth_steps(step + limit)

@@ -111,20 +111,34 @@ class PrefixCache:
 
     def insert(self, block_ids: tuple[int, ...]) -> None:
         blocks, alloc, need = self.blocks, self.alloc, self.block_pages
+        move = blocks.move_to_end
         for b in block_ids:
             if b in blocks:
-                blocks.move_to_end(b)
+                move(b)
                 continue
             if alloc.capacity - alloc.used < need and not self.evict(need):
                 return
-            blocks[b] = alloc.alloc(need)
+            # alloc.alloc(need), which cannot fail here
+            alloc.used += need
+            if alloc.used > alloc.peak:
+                alloc.peak = alloc.used
+            blocks[b] = Pages(need, alloc.epoch)
 
     def evict(self, need_pages: int) -> bool:
         """Evict LRU blocks until ``need_pages`` are free; False if the cache cannot give them."""
-        while self.alloc.free < need_pages and self.blocks:
-            _, pages = self.blocks.popitem(last=False)
-            self.alloc.release(pages)
-        return self.alloc.free >= need_pages
+        alloc, blocks = self.alloc, self.blocks
+        pop, epoch = blocks.popitem, alloc.epoch
+        while alloc.capacity - alloc.used < need_pages and blocks:
+            pages = pop(last=False)[1]
+            # alloc.release(pages)
+            if pages.freed:
+                raise KVError("double free of a page holding")
+            pages.freed = True
+            if pages.epoch == epoch:
+                alloc.used -= pages.n
+                if alloc.used < 0:
+                    raise KVError("pages in use went negative")
+        return alloc.capacity - alloc.used >= need_pages
 
     def reset(self) -> None:
         """Flush: drop every block (their pages are freed by the allocator reset)."""
