@@ -61,6 +61,10 @@ class Stepper:
         self._t_ended = 0.0  # when the last of them ended
         self._durations: Iterator[float] = iter(())
         self.next_end = 0.0  # when the step in flight ends
+        # per rank of a group: the step (of the span) its own span ends at (0: idle), and its
+        # _mods when that was computed; unchanged since, it holds in the next span
+        self._own: list[int] = [0] * len(self.ranks)
+        self._mods: list[int] = [0] * len(self.ranks)
         self._sleep()
 
     # --- the loop ------------------------------------------------------------------------
@@ -74,9 +78,10 @@ class Stepper:
     def _wake_up(self, _ev: Event) -> None:
         self._go()
 
-    def _go(self) -> None:
+    def _go(self, after: int = 0) -> None:
         """Plan the next step of every rank and start it (and the span it may begin), unless
-        a rank is halted (a hang or a crash, pdsim.faults): then wait for its resumption."""
+        a rank is halted (a hang or a crash, pdsim.faults): then wait for its resumption.
+        ``after``: the steps of the span that just ended (0: waking up)."""
         r = self.solo
         if r is not None:  # one rank: no plan lists (the same steps, fewer objects)
             if r.halted:
@@ -111,11 +116,23 @@ class Stepper:
             self._sleep()
             return
         self._plans, self._live = plans, live
+        # each live rank's own span (span_steps(limit) is min(limit, its own)): a rank that
+        # nothing changed since the last span began keeps that span's end, ``after`` steps on
+        own, mods = self._own, self._mods
         k = 1 << 30
-        for r, _p in live:
-            k = r.span_steps(k)
-            if k == 1:
-                break
+        for i, r in enumerate(self.ranks):
+            if plans[i] is None:
+                own[i] = 0
+                continue
+            m = r._mods
+            if after and own[i] > after and mods[i] == m:
+                n = own[i] - after
+            else:
+                n = r.span_steps(1 << 30)
+                mods[i] = m
+            own[i] = n
+            if n < k:
+                k = n
         self._k, self._ended, self._done = k, 0, 0
         self._t0 = now = self.env._now
         rank = self.ranks[0]
@@ -163,7 +180,7 @@ class Stepper:
         if self.rec is not None:
             for r, p in zip(self.ranks, self._plans, strict=True):
                 self.rec.step(r, self._t0, now, p, steps=ended)
-        self._go()
+        self._go(ended)
 
     def _advance(self, m: int) -> None:
         """Commit the span's steps up to the ``m``-th (none of them finishes a request)."""

@@ -21,6 +21,7 @@ class Rank:
     recorder = None  # a pdsim.recorder.Recorder when the run records its steps (set by the fleet)
     stepper = None  # the pdsim.lockstep.Stepper running this rank's steps (set by it)
     spans = False  # whether span_steps may exceed 1 (a solo stepper skips the call if not)
+    _mods = 0  # times _changed() was called (a lockstep group's cached span ends check it)
 
     def __init__(self, env: simpy.Environment, server: int, index: int,
                  cfg: PrefillConfig | DecodeConfig, predictor: Predictor, pool_pages: int,
@@ -136,6 +137,7 @@ class Rank:
 
     def _changed(self) -> None:
         """This rank's queues or pages changed: a span may have to end sooner."""
+        self._mods += 1
         stepper = self.stepper
         if stepper is not None and stepper._k > 1:
             stepper.interrupt(self)
