@@ -31,7 +31,9 @@ class Frontend(Protocol):
                     stream: bool, blocks: tuple[int, ...] | None, question: int,
                     attempt: int) -> Request: ...
 
-    def generate(self, req: Request, on_return: Callable[[Request], None]) -> None: ...
+    def generate(self, req: Request, on_return: Callable[[Request], None]) -> None:
+        """POST /generate; ``on_return(req)`` when the response is back, as the last thing
+        its simulation step does."""
 
     def flush(self, timeout: float | None, caller: str) -> simpy.Process: ...
 
@@ -228,9 +230,16 @@ class BenchClient(Client):
         """The prompt's process resumed a step on and released its slot; the release granted
         it to the longest-waiting prompt one step later, which sent a step after that."""
         self._returned += 1
-        self._releaser()
         if self._returned == len(self._prompt_list):  # the all_of resumed the client
+            self._releaser()
             later(self.env, self._all_returned.succeed, 2)
+            return
+        env = self.env
+        now, steps, queue = env._now, env._steps, env._queue
+        if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
+            self._releaser()
+        else:  # nothing else is due this instant and this is its step's last act (generate)
+            self._release()
 
     def _release(self) -> None:
         self._busy -= 1

@@ -33,6 +33,7 @@ class NIC:
         self._plan = 0
         self._next_id = 0
         self._factor = 1.0  # a degraded NIC runs at this fraction of its rate
+        self.tail = False  # a completion callback running now is its step's last act
 
     def utilisation(self, nbytes: float) -> float:
         """Share of line rate one write of this size reaches alone (small writes do worse)."""
@@ -48,11 +49,17 @@ class NIC:
     def start(self, nbytes: float, done: Callable[[], None] | simpy.Event) -> int:
         """Start writing ``nbytes``; ``done`` (a callback or an event) when the last byte is
         out. Returns the write's id (for ``cancel``)."""
-        self._advance()
+        active = self._active
+        if active:
+            self._advance()
+        else:  # (what _advance does with no write active)
+            self._last = self.env._now
         fid = self._next_id
         self._next_id = fid + 1
-        self._active[fid] = [float(nbytes), self.rate * self._factor * self.utilisation(nbytes),
-                             done]
+        # utilisation(nbytes), inline
+        frac = min(1.0, nbytes / self.saturation)
+        util = max(self.min_util, self.peak_util * frac) if frac < 1 else self.peak_util
+        active[fid] = [float(nbytes), self.rate * self._factor * util, done]
         self._replan()
         return fid
 
@@ -113,7 +120,9 @@ class NIC:
                     self._replan()
                 else:  # (what _replan does with no write left)
                     self._plan += 1
+                self.tail = True  # the callback is the last thing this step does
                 done()
+                self.tail = False
             return
         finished = [done]
         for other in others:

@@ -115,7 +115,8 @@ class MiniLB:
 
     def generate(self, req: Request, on_return: Callable[[Request], None]) -> None:
         """POST /generate: pick a prefill and a decode server and a bootstrap room, then
-        dispatch to both after one hop."""
+        dispatch to both after one hop. ``on_return(req)`` is always the last thing its
+        simulation step does (pdsim.client.Frontend relies on it)."""
         env = self.env
         now, steps, queue = env._now, env._steps, env._queue
         if ((steps and steps[0][1] == URGENT and steps[0][0] == now)
@@ -255,8 +256,13 @@ class _Call:
 
     def tick(self) -> None:
         stage = self.stage
-        if stage == _Call.DISPATCH:  # the hop to the servers
-            self.lb._dispatch(self)
+        if stage == _Call.DISPATCH:  # the hop to the servers: MiniLB._dispatch, inline
+            req = self.req
+            # (set first: a crashed decode server refuses at once, answering in dispatch)
+            req.on_response = self.answered_now
+            self.d.dispatch(req)  # the decode registers the destination session first
+            self.p.dispatch(req)
+            self.lb._deadlines.add(self)
         elif stage == _Call.ANSWER:  # the response event, then response-or-timeout
             self.answered = True
             if not self.fired:

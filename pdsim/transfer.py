@@ -269,8 +269,15 @@ class _Write:
         resumed two zero-delay steps later)."""
         if self.state == _Write.PENDING:
             self.state = _Write.WRITTEN
+            engine = self.engine
+            env = engine.env
+            if engine.nic.tail:  # nothing follows in this step: if nothing else is due this
+                now, steps, queue = env._now, env._steps, env._queue  # instant, both steps
+                if not ((steps and steps[0][0] == now) or (queue and queue[0][0] == now)):
+                    engine._end(self, "", False)  # would come next, with nothing between
+                    return
             self.links = 2
-            self.engine.env.link(self)
+            env.link(self)
 
     def tick(self) -> None:
         links = self.links
