@@ -427,12 +427,12 @@ class BenchClientConfig(Strict):
         if ds.kind == "trace":
             try:
                 p = ctx.resolve(ds.path, "trace file")
-                rows = trace.read_trace(p, self.trace_limit(), ds.time_scale, ds.max_input_len)
+                rows = trace.check_trace(p, self.trace_limit())  # the client reads them later
             except (UserFileError, trace.TraceError) as err:
                 raise Invalid("dataset.path", str(err)) from None
             if not rows:
                 raise Invalid("dataset.path", "the trace file holds no requests")
-            ds._resolved, ds._rows = p, len(rows)
+            ds._resolved, ds._rows = p, rows
 
 
 class EvalClientConfig(Strict):

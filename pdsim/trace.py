@@ -34,38 +34,49 @@ def _constant(name: str) -> float:
     raise ValueError(f"{name} is not a number here")
 
 
-def _count(row: dict, key: str, where: str) -> int:
+class _Bad(ValueError):
+    """A line's problem, before :func:`_parse` names the file and line (formatted only then)."""
+
+
+def _count(row: dict, key: str) -> int:
     v = row.get(key)
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise TraceError(f"{where}: '{key}' must be a number of tokens")
+        raise _Bad(f"'{key}' must be a number of tokens")
     if not 0 <= v <= MAX_TRACE_TOKENS:
-        raise TraceError(f"{where}: '{key}' must be 0..{MAX_TRACE_TOKENS:,} tokens")
+        raise _Bad(f"'{key}' must be 0..{MAX_TRACE_TOKENS:,} tokens")
     return int(v)
 
 
-def _row(line: bytes, where: str) -> tuple[float, int, int, tuple[int, ...]]:
+# one decoder for every line (json.loads with an argument builds a decoder per call)
+_DECODER = json.JSONDecoder(parse_constant=_constant)
+_INT = frozenset((int,))
+
+
+def _row(line: bytes) -> tuple[float, int, int, tuple[int, ...]]:
     try:
-        row = json.loads(line.decode("utf-8"), parse_constant=_constant)
+        text = line.decode("utf-8")
+        # (json.loads's own check and message for a byte-order mark, then its decoding)
+        row = (json.loads(text, parse_constant=_constant) if text.startswith("\ufeff")
+               else _DECODER.decode(text))
     except UnicodeDecodeError:
-        raise TraceError(f"{where}: not UTF-8 text") from None
+        raise _Bad("not UTF-8 text") from None
     except RecursionError:
-        raise TraceError(f"{where}: JSON nested too deeply") from None
+        raise _Bad("JSON nested too deeply") from None
     except ValueError as err:  # JSONDecodeError, or an integer past Python's digit limit
         msg = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
-        raise TraceError(f"{where}: not valid JSON ({clip(msg, 80)})") from None
+        raise _Bad(f"not valid JSON ({clip(msg, 80)})") from None
     if not isinstance(row, dict):
-        raise TraceError(f"{where}: each line must be a JSON object")
+        raise _Bad("each line must be a JSON object")
     ts = row.get("timestamp")
     if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
-        raise TraceError(f"{where}: 'timestamp' (ms) must be a number")
+        raise _Bad("'timestamp' (ms) must be a number")
     if abs(ts) > 1e15:
-        raise TraceError(f"{where}: 'timestamp' must be within ±1e15 ms")
+        raise _Bad("'timestamp' must be within ±1e15 ms")
     blocks = row.get("hash_ids", ())
-    if not isinstance(blocks, list | tuple) or not all(
-            isinstance(b, int) and not isinstance(b, bool) for b in blocks):
-        raise TraceError(f"{where}: 'hash_ids' must be a list of integers")
-    return (ts, _count(row, "input_length", where), _count(row, "output_length", where),
-            tuple(blocks))
+    # JSON makes no int subclass but bool: type(b) is int <=> an int and not a bool
+    if not isinstance(blocks, list | tuple) or not _INT.issuperset(map(type, blocks)):
+        raise _Bad("'hash_ids' must be a list of integers")
+    return ts, _count(row, "input_length"), _count(row, "output_length"), tuple(blocks)
 
 
 class _Bounded(io.RawIOBase):
@@ -127,7 +138,10 @@ def _parse(key: tuple, limit: int) -> tuple:
             if len(rows) >= limit:
                 break
             if line.strip():
-                rows.append(_row(line, f"trace file {name}, line {n}"))
+                try:
+                    rows.append(_row(line))
+                except _Bad as err:
+                    raise TraceError(f"trace file {name}, line {n}: {err}") from None
     return tuple(rows)
 
 
@@ -142,21 +156,34 @@ def count_rows(path: str | Path) -> int:
     return _count_rows(_key(path))
 
 
+def _rows(path: str | Path, limit: int | None) -> tuple:
+    rows = _parse(_key(path), limit if limit is not None else MAX_TRACE_ROWS + 1)
+    if limit is None and len(rows) > MAX_TRACE_ROWS:
+        raise TraceError(f"trace file {show_path(path)} holds more than {MAX_TRACE_ROWS:,} "
+                         f"requests; replay its first rows with num_prompts")
+    return rows
+
+
+def check_trace(path: str | Path, limit: int | None) -> int:
+    """The rows :func:`read_trace` would return (parsed and checked, as it does; cached for
+    it), without building them. Raises :class:`TraceError`."""
+    return len(_rows(path, limit))
+
+
 def read_trace(path: str | Path, limit: int | None, time_scale: float,
                max_input_len: int | None) -> list[dict]:
     """Rows of a Mooncake trace: arrival ``t`` (s, from the first row, times ``time_scale``),
     ``input`` and ``output`` lengths (at least 1; input capped at ``max_input_len``) and
     prefix ``blocks``. ``limit`` None reads every row (at most ``MAX_TRACE_ROWS``). Raises
     :class:`TraceError` (one line, naming the line number)."""
-    rows = _parse(_key(path), limit if limit is not None else MAX_TRACE_ROWS + 1)
-    if limit is None and len(rows) > MAX_TRACE_ROWS:
-        raise TraceError(f"trace file {show_path(path)} holds more than {MAX_TRACE_ROWS:,} "
-                         f"requests; replay its first rows with num_prompts")
+    rows = _rows(path, limit)
     t0 = rows[0][0] if rows else 0
+    cap = max_input_len
     out = []
+    append = out.append
     for ts, inp, outp, blocks in rows:
-        if max_input_len:
-            inp = min(inp, max_input_len)
-        out.append({"t": (ts - t0) / 1e3 * time_scale, "input": max(1, inp),
-                    "output": max(1, outp), "blocks": blocks})
+        if cap and inp > cap:  # min(inp, cap)
+            inp = cap
+        append({"t": (ts - t0) / 1e3 * time_scale, "input": inp if inp > 1 else 1,
+                "output": outp if outp > 1 else 1, "blocks": blocks})
     return out
