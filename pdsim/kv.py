@@ -83,14 +83,16 @@ class PrefixCache:
     """LRU over prefix blocks (radix cache at block granularity).
 
     Cached blocks keep their pages in the allocator until evicted. ``match`` returns how many
-    leading blocks of a prompt are cached.
+    leading blocks of a prompt are cached. Every block holds ``block_pages`` pages, so the
+    cache keeps, per block, only the allocator epoch its pages were taken in (a holding
+    from before a flush is an orphan: evicting it frees nothing).
     """
 
     def __init__(self, allocator: PageAllocator, block_tokens: int) -> None:
         self.alloc = allocator
         self.block_tokens = block_tokens
         self.block_pages = allocator.pages_for(block_tokens)
-        self.blocks: OrderedDict[int, Pages] = OrderedDict()
+        self.blocks: OrderedDict[int, int] = OrderedDict()  # block id -> its pages' epoch
         self.hits = 0
         self.lookups = 0
 
@@ -100,10 +102,11 @@ class PrefixCache:
 
     def match(self, block_ids: tuple[int, ...]) -> int:
         n = 0
+        blocks = self.blocks
         for b in block_ids:
-            if b not in self.blocks:
+            if b not in blocks:
                 break
-            self.blocks.move_to_end(b)
+            blocks.move_to_end(b)
             n += 1
         self.lookups += len(block_ids)
         self.hits += n
@@ -122,26 +125,19 @@ class PrefixCache:
             alloc.used += need
             if alloc.used > alloc.peak:
                 alloc.peak = alloc.used
-            blocks[b] = Pages(need, alloc.epoch)
+            blocks[b] = alloc.epoch
 
     def evict(self, need_pages: int) -> bool:
         """Evict LRU blocks until ``need_pages`` are free; False if the cache cannot give them."""
-        alloc, blocks = self.alloc, self.blocks
+        alloc, blocks, n = self.alloc, self.blocks, self.block_pages
         pop, epoch = blocks.popitem, alloc.epoch
         while alloc.capacity - alloc.used < need_pages and blocks:
-            pages = pop(last=False)[1]
-            # alloc.release(pages)
-            if pages.freed:
-                raise KVError("double free of a page holding")
-            pages.freed = True
-            if pages.epoch == epoch:
-                alloc.used -= pages.n
+            if pop(last=False)[1] == epoch:  # (alloc.release of the block's pages)
+                alloc.used -= n
                 if alloc.used < 0:
                     raise KVError("pages in use went negative")
         return alloc.capacity - alloc.used >= need_pages
 
     def reset(self) -> None:
         """Flush: drop every block (their pages are freed by the allocator reset)."""
-        for pages in self.blocks.values():
-            pages.freed = True
         self.blocks.clear()

@@ -235,6 +235,7 @@ class OperatorPredictor:
         # decode attention per context token per layer: KV bytes read, or MLA's FLOPs
         self.per_ctx = max(self.dc_ctx_flops / self.pk_dattn, self.kv_layer_bytes / self.bw)
         self._decode_cache: dict[tuple[float, float], tuple] = {}
+        self._prefill_cache: dict[tuple, float] = {}
         self._nd, self._nm = m.dense_mlp_layers, m.moe_layers  # (properties: read once)
 
     # --- building blocks ----------------------------------------------------------------
@@ -348,6 +349,18 @@ class OperatorPredictor:
 
     def prefill(self, tokens: float, sq_tokens: float, pairs: float | None = None,
                 reqs: float = 1, prefix: float = 0, attn_tokens: float | None = None) -> float:
+        """One prefill forward (remembered per arguments: prompts' first chunks repeat)."""
+        key = (tokens, sq_tokens, pairs, reqs, prefix, attn_tokens)
+        dt = self._prefill_cache.get(key)
+        if dt is None:
+            dt = self._prefill(tokens, sq_tokens, pairs, reqs, prefix, attn_tokens)
+            if len(self._prefill_cache) > 200_000:
+                self._prefill_cache.clear()
+            self._prefill_cache[key] = dt
+        return dt
+
+    def _prefill(self, tokens: float, sq_tokens: float, pairs: float | None, reqs: float,
+                 prefix: float, attn_tokens: float | None) -> float:
         eng = self.engine
         fixed = eng.prefill_step_ms / 1e3
         if tokens <= 0:

@@ -115,13 +115,14 @@ class PrefillRank(Rank):
     def _take(self, req: Request, budget: int) -> int:
         """Allocate pages for the next chunk of ``req``; returns its token count (0: no room)."""
         left = req.input_len - req.cached_tokens - self.progress.get(req.rid, 0)
-        n = min(left, budget)
-        need = self.alloc.pages_for(n)
-        if self.alloc.free < need and self.cache is not None:
+        n = left if left < budget else budget
+        alloc = self.alloc
+        need = -(-n // alloc.page_size)  # alloc.pages_for(n)
+        if alloc.capacity - alloc.used < need and self.cache is not None:
             self.cache.evict(need)
         if req.p_pages is None:
-            req.p_pages = self.alloc.alloc(0)
-        if not self.alloc.grow(req.p_pages, need):
+            req.p_pages = alloc.alloc(0)
+        if not alloc.grow(req.p_pages, need):
             return 0
         return n
 
@@ -164,11 +165,12 @@ class PrefillRank(Rank):
         tokens = 0
         sq = pairs = 0.0
         prefix = 0
-        now = self.env.now
+        now = self.env._now
+        progress = self.progress
         for req, n, first in batch:
             if first:  # taken from the waiting queue: its first chunk
                 req.t_prefill_start = now
-            ctx = req.cached_tokens + self.progress.get(req.rid, 0)
+            ctx = req.cached_tokens + progress.get(req.rid, 0)
             tokens += n
             sq += n * (n + ctx)
             pairs += n * ctx + n * (n + 1) / 2
@@ -200,7 +202,7 @@ class PrefillRank(Rank):
             if last:
                 if self.chunked is req:
                     self.chunked = None
-                req.t_prefill_end = env.now
+                req.t_prefill_end = env._now
             if req.room.resolved:  # failed mid-prefill: nothing is sent; freed after the last
                 if last:
                     self._release(req)
