@@ -104,26 +104,25 @@ class Stepper:
                 self.next_end = now + next(durations)
             self.env.step_at(self.next_end, self)
             return
-        for r in self.ranks:
+        ranks = self.ranks
+        for r in ranks:
             if r.halted:
                 self._k = 0
                 r._resumed.callbacks.append(self._wake_up)
                 return
-        plans = [r.plan_step() for r in self.ranks]
-        live = [(r, p) for r, p in zip(self.ranks, plans, strict=True) if p is not None]
-        if not live:
-            self._k = 0
-            self._sleep()
-            return
-        self._plans, self._live = plans, live
+        plans = [r.plan_step() for r in ranks]
         # each live rank's own span (span_steps(limit) is min(limit, its own)): a rank that
         # nothing changed since the last span began keeps that span's end, ``after`` steps on
         own, mods = self._own, self._mods
+        live, ps = [], []
         k = 1 << 30
-        for i, r in enumerate(self.ranks):
-            if plans[i] is None:
+        for i, p in enumerate(plans):
+            if p is None:
                 own[i] = 0
                 continue
+            r = ranks[i]
+            live.append((r, p))
+            ps.append(p)
             m = r._mods
             if after and own[i] > after and mods[i] == m:
                 n = own[i] - after
@@ -133,15 +132,19 @@ class Stepper:
             own[i] = n
             if n < k:
                 k = n
+        if not live:
+            self._k = 0
+            self._sleep()
+            return
+        self._plans, self._live = plans, live
         self._k, self._ended, self._done = k, 0, 0
         self._t0 = now = self.env._now
-        rank = self.ranks[0]
-        n = len(self.ranks) if self.together else 0
+        rank = ranks[0]
+        n = len(ranks) if self.together else 0
         if k == 1:
-            ps = [p for _r, p in live]
             self.next_end = now + rank.step_time(rank.combine(ps, n) if n else ps[0])
         else:
-            self._durations = durations = rank.span_durations([p for _r, p in live], n)
+            self._durations = durations = rank.span_durations(ps, n)
             self.next_end = now + next(durations)  # exactly SimPy's now + delay
         self.env.step_at(self.next_end, self)
 
@@ -170,13 +173,13 @@ class Stepper:
         r = self.solo
         if r is not None:
             p = self._plan
-            r.commit_step(p if ended == 1 else r.nth_plan(p, ended))
+            r.commit_step(p)  # (nth_plan keeps the batch, all commit_step reads)
             if self.rec is not None:
                 self.rec.step(r, self._t0, now, p, steps=ended)
             self._go()
             return
-        for r, p in self._live:
-            r.commit_step(p if ended == 1 else r.nth_plan(p, ended))
+        for r, p in self._live:  # (a span's steps commit what its first plan's batch made)
+            r.commit_step(p)
         if self.rec is not None:
             for r, p in zip(self.ranks, self._plans, strict=True):
                 self.rec.step(r, self._t0, now, p, steps=ended)

@@ -106,6 +106,8 @@ class Rank:
         raise NotImplementedError
 
     def commit_step(self, plan: tuple) -> None:
+        """The step planned as ``plan`` ended. A span's last step passes the span's first
+        plan: ``plan[0]`` (what a commit reads) is the same in every step of a span."""
         raise NotImplementedError
 
     def span_steps(self, limit: int) -> int:
