@@ -26,10 +26,11 @@ class TotalTokens:
     name = "total_tokens"
 
     def pick(self, ranks: Sequence, room: int) -> int:
-        best, best_load = 0, None
-        for i, r in enumerate(ranks):
-            if best_load is None or r.load_tokens < best_load:
-                best, best_load = i, r.load_tokens
+        best, best_load = 0, ranks[0].load_tokens  # the first least loaded
+        for i in range(1, len(ranks)):
+            load = ranks[i].load_tokens
+            if load < best_load:
+                best, best_load = i, load
         return best
 
 

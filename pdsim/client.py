@@ -116,9 +116,9 @@ class BenchClient(Client):
         # random prompts share no prefix blocks, within a client or across clients
         base = (self.index + 1) << 40
         blocks_per = math.ceil(ds.input_len / 512)
-        return [{"input": int(i), "output": int(o),
-                 "blocks": tuple(base + k * blocks_per + b for b in range(blocks_per))}
-                for k, (i, o) in enumerate(zip(ins, outs, strict=True))]
+        return [{"input": i, "output": o,
+                 "blocks": tuple(range(base + k * blocks_per, base + (k + 1) * blocks_per))}
+                for k, (i, o) in enumerate(zip(ins.tolist(), outs.tolist(), strict=True))]
 
     def _arrivals(self, prompts: list[dict]) -> np.ndarray:
         rate = self.cfg.request_rate

@@ -451,10 +451,19 @@ class DecodeRank(Rank):
         self.alloc.release(req.d_pages)
         req.d_pages = None
         self.load_tokens -= req.input_len + req.output_len
-        self._respond(req, "completed")
+        if req.status != "timed_out":  # _respond(req, "completed"), inline
+            req.status = "completed"
+            req.reason = ""
+            req.t_done = self.env._now
+            req.http_status = 200
+            answer = req.on_response
+            if answer is not None:  # the router learns of it once
+                req.on_response = None
+                answer()
         if refill:
             self._try_prealloc()
-            self._maybe_idle()
+            if self._idle_waiters:
+                self._maybe_idle()
 
     # --- crash and restart (pdsim.faults) ---------------------------------------------------
 

@@ -108,7 +108,8 @@ class PrefillRank(Rank):
             self.cache.insert(req.blocks)
         self.load_tokens -= req.input_len
         self._kick()  # freed pages may unblock a forward
-        self._maybe_idle()
+        if self._idle_waiters:
+            self._maybe_idle()
 
     # --- the scheduler loop --------------------------------------------------------------
 
