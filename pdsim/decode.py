@@ -277,6 +277,9 @@ class DecodeRank(Rank):
     def combine(plans: list[tuple], n_ranks: int) -> tuple:
         """Gathered MoE batch at the mean over the ranks; attention batch, KV reads and
         recompute at the max."""
+        if len(plans) == 1:  # (the same floats: a sum and maxima of one)
+            p = plans[0]
+            return p[0] / n_ranks, p[1], p[2], p[0]
         return (sum(p[0] for p in plans) / n_ranks, max(p[1] for p in plans),
                 max(p[2] for p in plans), max(p[0] for p in plans))
 
@@ -320,11 +323,19 @@ class DecodeRank(Rank):
             if (alloc.capacity - alloc.used < self.growth_pages
                     and not self._retract_for(req)):
                 continue
-            self._grow_one(req)
+            self._grow_one(req, self.step)
 
-    def _grow_one(self, req: Request) -> None:
-        alloc, gp, step = self.alloc, self.growth_pages, self.step
-        alloc.grow(req.d_pages, gp)
+    def _grow_one(self, req: Request, step: int) -> None:
+        """Grow ``req`` by a block at (the commit of) ``step``."""
+        alloc, gp = self.alloc, self.growth_pages
+        if gp <= alloc.capacity - alloc.used:  # alloc.grow(req.d_pages, gp)
+            pages = req.d_pages
+            if pages.epoch != alloc.epoch:  # orphan from before a flush
+                pages.n, pages.epoch = 0, alloc.epoch
+            pages.n += gp
+            alloc.used += gp
+            if alloc.used > alloc.peak:
+                alloc.peak = alloc.used
         req.cap_tokens += gp * alloc.page_size
         req.generated = generated = req.gen_at_join + (step - req.join_step)  # _sync
         ctx = req.input_len + generated
@@ -434,14 +445,14 @@ class DecodeRank(Rank):
         """``n`` steps that finish nothing and retract nothing (a span's inner steps): their
         commits (tokens, context, KV growth at each one's own step) and the plans after them."""
         start, end, heap = self.step, self.step + n, self._grow
+        running = self.running
         while heap and heap[0][0] <= end:
             s, _q, version, req = heapq.heappop(heap)
-            if version != req.version or req.rid not in self.running:
+            if version != req.version or req.rid not in running:
                 continue
-            self.step = max(s, start + 1)  # the commit that grows it
-            self._grow_one(req)
+            self._grow_one(req, s if s > start else start + 1)  # the commit that grows it
         self.step = end
-        batch = len(self.running)
+        batch = len(running)
         self.ctx_sum += batch * n
         self.stats.tokens_out += batch * n
         self.stats.decode_steps += n

@@ -127,7 +127,7 @@ class Stepper:
             if after and own[i] > after and mods[i] == m:
                 n = own[i] - after
             else:
-                n = r.span_steps(1 << 30)
+                n = r.span_steps(1 << 30) if r.spans else 1
                 mods[i] = m
             own[i] = n
             if n < k:

@@ -160,6 +160,8 @@ class PrefillRank(Rank):
     def plan_step(self) -> tuple | None:
         """Form the next forward: (new tokens, sum len*(len+prefix), causal attention pairs,
         requests, prefix tokens attended), or None."""
+        if self.chunked is None and not self.waiting:  # (_form_batch would find nothing)
+            return None
         batch = self._form_batch()
         if not batch:
             return None
@@ -186,6 +188,9 @@ class PrefillRank(Rank):
     @staticmethod
     def combine(plans: list[tuple], n_ranks: int) -> tuple:
         """Gathered MoE tokens at the mean over the ranks, attention at the slowest rank."""
+        if len(plans) == 1:  # (the same floats: a sum and maxima of one)
+            p = plans[0]
+            return p[0] / n_ranks, p[1], p[2], p[3], p[4], p[0]
         return (sum(p[0] for p in plans) / n_ranks, max(p[1] for p in plans),
                 max(p[2] for p in plans), max(p[3] for p in plans), max(p[4] for p in plans),
                 max(p[0] for p in plans))
