@@ -15,7 +15,7 @@ import math
 from collections import deque
 from collections.abc import Callable, Iterator
 from functools import partial
-from itertools import islice
+from itertools import chain, islice
 
 import simpy
 
@@ -37,6 +37,27 @@ def _decode_series(decode: Callable[..., float], batch: float, attn: float, ctx:
     while True:
         yield decode(batch, ctx, attn)
         ctx += grow
+
+
+def _envelope(series: Callable[..., Iterator[float]], batch: float, attn: float,
+              plans: list[tuple[int, int, int]]) -> Iterator[Iterator[float]]:
+    """The durations of a lockstep span's steps 2, 3, ..., segment by segment: in each, one
+    rank's context line (context at step i: c + b*i) is the largest."""
+    lines = [(b, c - b) for b, c, _r in plans]
+    i = 2
+    while True:
+        ctx, b, c = max((c + b * i, b, c) for b, c in lines)  # the leader at step i
+        nxt = 0  # the first step a steeper line is above it
+        for bj, cj in lines:
+            if bj > b:
+                t = (c - cj) // (bj - b) + 1
+                if not nxt or t < nxt:
+                    nxt = t
+        if not nxt:
+            yield series(batch, attn, ctx, b)
+            return
+        yield islice(series(batch, attn, ctx, b), nxt - i)
+        i = nxt
 
 
 class DecodeRank(Rank):
@@ -417,7 +438,7 @@ class DecodeRank(Rank):
         time at the largest context (what ``combine`` takes): the upper envelope of the
         ranks' context lines, followed segment by segment (integers, so the same contexts)."""
         first_plan = self.combine(plans, n_ranks) if n_ranks else plans[0]
-        yield self.step_time(first_plan)
+        first = (self.step_time(first_plan),)
         batch = first_plan[0]
         attn = first_plan[3] if len(first_plan) > 3 else batch
         series = getattr(self.predictor, "decode_series", None)
@@ -425,21 +446,8 @@ class DecodeRank(Rank):
             series = partial(_decode_series, self.predictor.decode)
         if len(plans) == 1:
             b, c, _r = plans[0]
-            yield from series(batch, attn, c + b, b)  # step i: c + b*(i-1)
-        lines = [(b, c - b) for b, c, _r in plans]  # context at step i: c - b + b*i
-        i = 2
-        while True:
-            ctx, b, c = max((c + b * i, b, c) for b, c in lines)  # the leader at step i
-            nxt = 0  # the first step a steeper line is above it
-            for bj, cj in lines:
-                if bj > b:
-                    t = (c - cj) // (bj - b) + 1
-                    if not nxt or t < nxt:
-                        nxt = t
-            if not nxt:
-                yield from series(batch, attn, ctx, b)
-            yield from islice(series(batch, attn, ctx, b), nxt - i)
-            i = nxt
+            return chain(first, series(batch, attn, c + b, b))  # step i: c + b*(i-1)
+        return chain(first, chain.from_iterable(_envelope(series, batch, attn, plans)))
 
     def quiet_steps(self, n: int) -> None:
         """``n`` steps that finish nothing and retract nothing (a span's inner steps): their
