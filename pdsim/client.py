@@ -171,6 +171,7 @@ class BenchClient(Client):
         self._all_returned = env.event()
         self._sender = Relay(env, self._send)  # a prompt sends one step after its slot
         self._releaser = Link(env, self._release)
+        self._granter = Link(env, self._grant)
         urgent(env, self._start)  # where the prompts' processes would have started
         yield self._all_returned
 
@@ -194,9 +195,11 @@ class BenchClient(Client):
     def tick(self) -> None:
         """The next prompt's arrival timer (a plain heap entry under its reserved id)."""
         i = self._next_timer
-        k = self._later[i]
-        self._next_timer = i + 1
-        self._arm_next()
+        due = self._later
+        k = due[i]
+        self._next_timer = i = i + 1
+        if i < len(due):  # the next prompt's timer (_arm_next, inline)
+            timer_at(self.env, self.t0 + self._at[due[i]], self, self._timer_ids + i)
         # a free slot now, or the end of the queue for one (FIFO); the granted slot resumed
         # its prompt one step later
         if self._busy < self._slots and not self._backlog:
@@ -242,15 +245,27 @@ class BenchClient(Client):
             self._release()
 
     def _release(self) -> None:
+        """(Always its step's last act: a Link's tick, or the tail of ``_returned_one``.)"""
         self._busy -= 1
         if self._backlog:
-            later(self.env, self._grant, 1)
+            env = self.env
+            now, steps, queue = env._now, env._steps, env._queue
+            if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
+                self._granter()
+            else:  # nothing else is due this instant: the grant's step would come next
+                self._grant()
 
     def _grant(self) -> None:
+        """(Always its step's last act, as ``_release``.)"""
         if self._backlog and self._busy < self._slots:
             k = self._backlog.popleft()
             self._busy += 1
-            self._sender(k)
+            env = self.env
+            now, steps, queue = env._now, env._steps, env._queue
+            if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
+                self._sender(k)
+            else:  # nothing else is due this instant: the send's step would come next
+                self._send(k)
 
 
 class EvalClient(Client):
