@@ -748,10 +748,29 @@ def _prescan(text: str, loader: type) -> None:
             depth -= 1
 
 
+# Documents parsed before, by their text (an LRU of a few): a sweep, an exploration or the
+# benchmark loads the same files again and again, and a deep copy costs a fraction of a parse
+_PARSED: dict[str, Any] = {}
+_PARSED_MAX = 16
+
+
 def parse_yaml(text: str, what: str) -> Any:
     """Parse one YAML document safely (tags of ``yaml.SafeLoader`` only) with bounded nesting,
     size and alias expansion, no duplicate keys and no over-long integers; errors are one
-    line."""
+    line. The result is the caller's own (a copy when the text was parsed before)."""
+    if text in _PARSED:
+        doc = _PARSED.pop(text)
+        _PARSED[text] = doc  # most recently used last
+        return copy.deepcopy(doc)
+    doc = _parse_yaml(text, what)
+    if len(text) <= MAX_FILE_BYTES:
+        if len(_PARSED) >= _PARSED_MAX:
+            del _PARSED[next(iter(_PARSED))]
+        _PARSED[text] = copy.deepcopy(doc)
+    return doc
+
+
+def _parse_yaml(text: str, what: str) -> Any:
     cls = _FAST_LOADER or _BoundedLoader
     loader = None
     try:
