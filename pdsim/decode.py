@@ -449,9 +449,10 @@ class DecodeRank(Rank):
             return chain(first, series(batch, attn, c + b, b))  # step i: c + b*(i-1)
         return chain(first, chain.from_iterable(_envelope(series, batch, attn, plans)))
 
-    def quiet_steps(self, n: int) -> None:
+    def quiet_steps(self, n: int, plans: int | None = None) -> None:
         """``n`` steps that finish nothing and retract nothing (a span's inner steps): their
-        commits (tokens, context, KV growth at each one's own step) and the plans after them."""
+        commits (tokens, context, KV growth at each one's own step) and the plans after them
+        (``plans`` of them: a lazy lockstep group counts a continued plan when it makes it)."""
         start, end, heap = self.step, self.step + n, self._grow
         running = self.running
         while heap and heap[0][0] <= end:
@@ -463,7 +464,7 @@ class DecodeRank(Rank):
         batch = len(running)
         self.ctx_sum += batch * n
         self.stats.tokens_out += batch * n
-        self.stats.decode_steps += n
+        self.stats.decode_steps += n if plans is None else plans
 
     def _complete(self, req: Request, refill: bool = True) -> None:
         self._leave(req)

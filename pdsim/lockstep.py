@@ -63,8 +63,21 @@ class Stepper:
         self.next_end = 0.0  # when the step in flight ends
         # per rank of a group: the step (of the span) its own span ends at (0: idle), and its
         # _mods when that was computed; unchanged since, it holds in the next span
-        self._own: list[int] = [0] * len(self.ranks)
-        self._mods: list[int] = [0] * len(self.ranks)
+        n = len(self.ranks)
+        self._own: list[int] = [0] * n
+        self._mods: list[int] = [0] * n
+        # A decode group without a recorder commits lazily: at a span's end only the ranks
+        # whose own span ends there, or that changed, commit and plan; the others owe their
+        # quiet steps (all of which would only count tokens and grow pages) until someone
+        # catches them up (``catch_up(rank)``, as anything reading a rank does) or they are
+        # due, and their next plan is their plan's continuation.
+        self._lazy = together and n > 1 and self.rec is None and self.ranks[0].spans
+        self._index = {r: i for i, r in enumerate(self.ranks)}
+        self._base = 0  # (lazy) steps of the group's earlier spans
+        self._committed = [0] * n  # (lazy) steps each rank committed (of all the group's)
+        self._owed_ends = [0] * n  # (lazy) span ends among a rank's owed steps
+        self._due = [True] * n  # (lazy) ranks that committed and planned at the last span end
+        self._cursor = -1  # (lazy) the rank committing at a span's end (-1: not ending)
         self._sleep()
 
     # --- the loop ------------------------------------------------------------------------
@@ -110,7 +123,10 @@ class Stepper:
                 self._k = 0
                 r._resumed.callbacks.append(self._wake_up)
                 return
-        plans = [r.plan_step() for r in ranks]
+        if self._lazy:
+            plans = self._lazy_plans(after)
+        else:
+            plans = [r.plan_step() for r in ranks]
         # each live rank's own span (span_steps(limit) is min(limit, its own)): a rank that
         # nothing changed since the last span began keeps that span's end, ``after`` steps on
         own, mods = self._own, self._mods
@@ -167,6 +183,10 @@ class Stepper:
             env.step_at(end, self)
             return
         self._ended, self._t_ended = ended, now
+        if self._lazy:
+            self._k = 0
+            self._lazy_end(ended)
+            return
         if ended > 1:
             self._advance(ended - 1)
         self._k = 0  # the last step commits as any step does; nothing is in flight meanwhile
@@ -185,6 +205,71 @@ class Stepper:
                 self.rec.step(r, self._t0, now, p, steps=ended)
         self._go(ended)
 
+    def _lazy_end(self, ended: int) -> None:
+        """A lazy group's span ended after ``ended`` steps: the ranks due commit, in order."""
+        end = self._base + ended
+        own, mods, committed, ends, due = (self._own, self._mods, self._committed,
+                                           self._owed_ends, self._due)
+        for i, p in enumerate(self._plans):
+            if p is None:
+                continue
+            r = self.ranks[i]
+            self._cursor = i
+            if own[i] == ended or r._mods != mods[i]:
+                n = end - 1 - committed[i]
+                if n > 0:
+                    r.quiet_steps(n, n - ends[i])
+                    ends[i] = 0
+                committed[i] = end
+                r.commit_step(p)
+                due[i] = True
+            else:
+                ends[i] += 1  # its commit of this step is owed
+                due[i] = False
+        self._cursor = -1
+        self._base = end
+        self._ended = 0
+        self._go(ended)
+
+    def _lazy_plans(self, after: int) -> list:
+        """A lazy group's plans: a rank that was not due and did not change since continues
+        its plan (``nth_plan`` after ``after`` steps, counted as plan_step counts); the others
+        are brought up to now and plan."""
+        ranks, old, due, mods = self.ranks, self._plans, self._due, self._mods
+        committed, ends, base = self._committed, self._owed_ends, self._base
+        plans = []
+        for i, r in enumerate(ranks):
+            q = old[i] if after else None
+            if q is not None and not due[i] and r._mods == mods[i]:
+                b, c, _r = q
+                plans.append((b, c + b * after, 0))
+                r.stats.decode_steps += 1
+                continue
+            self._catch(i)  # (a rank idle in the last span owes nothing)
+            p = r.plan_step()
+            committed[i] = base
+            ends[i] = 0
+            due[i] = True  # (fresh: its span end is asked, not carried)
+            plans.append(p)
+        return plans
+
+    def _catch(self, i: int) -> None:
+        """(lazy) Commit the steps rank ``i`` owes (all quiet for it)."""
+        if not self._plans or self._plans[i] is None:
+            return
+        cursor = self._cursor
+        target = self._base + self._ended
+        if cursor >= 0:  # a span's end: ranks after the one committing have not committed it
+            if i == cursor:
+                return
+            if i > cursor:
+                target -= 1
+        n = target - self._committed[i]
+        if n > 0:
+            self.ranks[i].quiet_steps(n, n - self._owed_ends[i])
+            self._owed_ends[i] = 0
+            self._committed[i] = target
+
     def _advance(self, m: int) -> None:
         """Commit the span's steps up to the ``m``-th (none of them finishes a request)."""
         n = m - self._done
@@ -199,23 +284,32 @@ class Stepper:
 
     # --- what ranks call when something reaches them mid-span -----------------------------
 
-    def catch_up(self) -> None:
-        """Commit the span's steps that ended by now (the step in flight stays in flight)."""
-        if self._k > 1:
+    def catch_up(self, rank: Rank | None = None) -> None:
+        """Commit the span's steps that ended by now (the step in flight stays in flight): of
+        ``rank`` at least (of a lazy group: what it owes), or of every rank."""
+        if self._lazy:
+            if rank is None:
+                for i in range(len(self.ranks)):
+                    self._catch(i)
+            else:
+                self._catch(self._index[rank])
+        elif self._k > 1:
             self._advance(self._ended)
 
     def interrupt(self, rank: Rank) -> None:
         """``rank`` changed (call after ``catch_up`` and the change): if its next plan may
         differ, the step in flight, or a later one, becomes the span's last."""
         if self._k > 1:
-            m = self._done
+            m = self._ended if self._lazy else self._done  # (it was caught up first)
             k = m + rank.span_steps(self._k - m)
             if k < self._k:
                 self._k = k
 
     def close(self) -> None:
         """The run ends: bring the span up to now and record the steps it committed."""
-        if self._k > 1:
+        if self._lazy:
+            self.catch_up()
+        elif self._k > 1:
             self.catch_up()
             if self.rec is not None and self._done:
                 plans = [self._plan] if self.solo is not None else self._plans

@@ -127,15 +127,15 @@ class Rank:
             ps = plans if i == 1 else [self.nth_plan(p, i) for p in plans]
             yield self.step_time(self.combine(ps, n_ranks) if n_ranks else ps[0])
 
-    def quiet_steps(self, n: int) -> None:
+    def quiet_steps(self, n: int, plans: int | None = None) -> None:
         """Commit ``n`` inner steps of a span and count the plans after them, in bulk."""
         raise NotImplementedError
 
     def _catch_up(self) -> None:
         """Bring step-dependent state (tokens, KV growth) up to now, mid-span."""
         stepper = self.stepper
-        if stepper is not None and stepper._k > 1:
-            stepper.catch_up()
+        if stepper is not None and (stepper._k > 1 or stepper._lazy):
+            stepper.catch_up(self)
 
     def _changed(self) -> None:
         """This rank's queues or pages changed: a span may have to end sooner."""
