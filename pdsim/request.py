@@ -90,11 +90,21 @@ class Room:
             for callback in self.on_done:
                 callback(req)
 
-    def succeed(self) -> None:
+    def succeed(self, tail: bool = False) -> None:
+        """Mark Success (terminal). ``tail``: the caller's step does nothing more, so with
+        nothing else due this instant the done step (which would come next) runs at once."""
         if not self.resolved:
             self.state = Poll.Success
             self.resolved = True
-            self.env.link(self)
+            env = self.env
+            if tail:
+                now, steps, queue = env._now, env._steps, env._queue
+                if not ((steps and steps[0][0] == now) or (queue and queue[0][0] == now)):
+                    req = self.req
+                    for callback in self.on_done:
+                        callback(req)
+                    return
+            env.link(self)
 
     def fail(self, reason: str) -> bool:
         """Mark Failed (terminal). Returns False if the room was already resolved. (The

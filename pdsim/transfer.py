@@ -161,7 +161,8 @@ class TransferEngine:
         self.nic.cancel(w.fid)  # the write stops sharing the NIC
         self._end(w, "transfer_timeout", False)
 
-    def _end(self, w: _Write, reason: str, dead: bool) -> None:
+    def _end(self, w: _Write, reason: str, dead: bool, tail: bool = False) -> None:
+        """The worker's step after a write. ``tail``: this is that step's last act."""
         i, chunk = w.queue, w.chunk
         room = chunk.room
         del self.writing[i]
@@ -180,6 +181,12 @@ class TransferEngine:
             if not room.resolved:
                 self.stats.bytes_transferred += chunk.nbytes
                 if chunk.last:
+                    if tail and not self.queues[i] and self.recorder is None:
+                        # nothing follows in this step but the worker falling asleep
+                        # (_serve on an empty queue): the room's done step may run at once
+                        self._asleep[i] = True
+                        room.succeed(tail=True)
+                        return
                     room.succeed()
         if self.recorder is not None:
             self.recorder.write(self, i, chunk, w.t0, self.env.now)
@@ -274,7 +281,7 @@ class _Write:
             if engine.nic.tail:  # nothing follows in this step: if nothing else is due this
                 now, steps, queue = env._now, env._steps, env._queue  # instant, both steps
                 if not ((steps and steps[0][0] == now) or (queue and queue[0][0] == now)):
-                    engine._end(self, "", False)  # would come next, with nothing between
+                    engine._end(self, "", False, True)  # would come next, nothing between
                     return
             self.links = 2
             env.link(self)
@@ -290,6 +297,6 @@ class _Write:
             if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
                 env.link(self)
             else:  # nothing else is due this instant: the worker's step would come next
-                self.engine._end(self, "", False)
+                self.engine._end(self, "", False, True)
         else:
-            self.engine._end(self, "", False)
+            self.engine._end(self, "", False, True)
