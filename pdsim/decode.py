@@ -298,11 +298,19 @@ class DecodeRank(Rank):
     def combine(plans: list[tuple], n_ranks: int) -> tuple:
         """Gathered MoE batch at the mean over the ranks; attention batch, KV reads and
         recompute at the max."""
-        if len(plans) == 1:  # (the same floats: a sum and maxima of one)
-            p = plans[0]
-            return p[0] / n_ranks, p[1], p[2], p[0]
-        return (sum(p[0] for p in plans) / n_ranks, max(p[1] for p in plans),
-                max(p[2] for p in plans), max(p[0] for p in plans))
+        p = plans[0]
+        total = batch = p[0]
+        ctx, recompute = p[1], p[2]
+        for p in plans[1:]:  # (one pass: the same sum, in order, and the same maxima)
+            b = p[0]
+            total += b
+            if b > batch:
+                batch = b
+            if p[1] > ctx:
+                ctx = p[1]
+            if p[2] > recompute:
+                recompute = p[2]
+        return total / n_ranks, ctx, recompute, batch
 
     def commit_step(self, plan: tuple[int, int, int]) -> None:
         """The step finished: one token for every request in the batch.
@@ -361,7 +369,8 @@ class DecodeRank(Rank):
         req.generated = generated = req.gen_at_join + (step - req.join_step)  # _sync
         ctx = req.input_len + generated
         self._seq += 1  # _push
-        heapq.heappush(self._grow, (step + max(1, req.cap_tokens - ctx), self._seq, req.version,
+        left = req.cap_tokens - ctx
+        heapq.heappush(self._grow, (step + (left if left > 1 else 1), self._seq, req.version,
                                     req))
 
     # --- spans of steps that cannot change the batch (pdsim.lockstep.Stepper) --------------
