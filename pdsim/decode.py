@@ -46,7 +46,11 @@ def _envelope(series: Callable[..., Iterator[float]], batch: float, attn: float,
     lines = [(b, c - b) for b, c, _r in plans]
     i = 2
     while True:
-        ctx, b, c = max((c + b * i, b, c) for b, c in lines)  # the leader at step i
+        ctx = b = c = -1  # the leader at step i: the largest context, the steepest of equals
+        for bj, cj in lines:
+            v = cj + bj * i
+            if v > ctx or (v == ctx and bj > b):
+                ctx, b, c = v, bj, cj
         nxt = 0  # the first step a steeper line is above it
         for bj, cj in lines:
             if bj > b:

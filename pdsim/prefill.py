@@ -188,12 +188,23 @@ class PrefillRank(Rank):
     @staticmethod
     def combine(plans: list[tuple], n_ranks: int) -> tuple:
         """Gathered MoE tokens at the mean over the ranks, attention at the slowest rank."""
-        if len(plans) == 1:  # (the same floats: a sum and maxima of one)
-            p = plans[0]
-            return p[0] / n_ranks, p[1], p[2], p[3], p[4], p[0]
-        return (sum(p[0] for p in plans) / n_ranks, max(p[1] for p in plans),
-                max(p[2] for p in plans), max(p[3] for p in plans), max(p[4] for p in plans),
-                max(p[0] for p in plans))
+        p = plans[0]
+        total = tokens = p[0]
+        sq, pairs, reqs, prefix = p[1], p[2], p[3], p[4]
+        for p in plans[1:]:  # (one pass: the same sum, in order, and the same maxima)
+            t = p[0]
+            total += t
+            if t > tokens:
+                tokens = t
+            if p[1] > sq:
+                sq = p[1]
+            if p[2] > pairs:
+                pairs = p[2]
+            if p[3] > reqs:
+                reqs = p[3]
+            if p[4] > prefix:
+                prefix = p[4]
+        return total / n_ranks, sq, pairs, reqs, prefix, tokens
 
     def commit_step(self, plan: tuple) -> None:
         """The forward finished: hand each chunk's KV to the transfer engine."""
