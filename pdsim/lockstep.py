@@ -12,8 +12,9 @@ predictor that is ``a + b*mean(tokens) + c*max(sum len^2)`` for prefill and
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from heapq import heappush
 
-from simpy.events import Event
+from simpy.events import NORMAL, Event
 
 from pdsim.clock import Environment
 from pdsim.rank import Rank
@@ -180,7 +181,8 @@ class Stepper:
                 now = env._now = end
                 end = now + next(durations)
             self._ended, self._t_ended, self.next_end = ended, now, end
-            env.step_at(end, self)
+            env.step_entries += 1  # env.step_at(end, self), inline
+            heappush(steps, (end, NORMAL, next(env._eid), self))
             return
         self._ended, self._t_ended = ended, now
         if self._lazy:
