@@ -41,17 +41,21 @@ class RoutingDraws:
     redrawing while the low half is under ``(2**32 - n) % n``; 32-bit outputs are the low then
     the high half of one raw output (PCG64's ``next_uint32`` keeps the high half for the next
     call). tests/test_sim_speed.py checks these against numpy itself. Drawing ahead only
-    advances this stream, which nothing else reads.
+    advances this stream: it takes the generator over (nothing else may draw from it).
     """
 
     __slots__ = ("bitgen", "block", "raw", "pos", "half")
 
     def __init__(self, rng: np.random.Generator, block: int = 1024) -> None:
+        if type(rng.bit_generator) is not np.random.PCG64:  # the 32-bit halves are PCG64's
+            raise TypeError("RoutingDraws needs a PCG64 generator")
         self.bitgen = rng.bit_generator
         self.block = block  # raw outputs drawn at a time
         self.raw: list[int] = []
         self.pos = 0
-        self.half = -1  # the high half of the last raw output, when its low half was used
+        state = self.bitgen.state  # a 32-bit half numpy kept from an earlier draw comes first
+        # the high half of the last raw output, when its low half was used (-1: none)
+        self.half = state["uinteger"] if state["has_uint32"] else -1
 
     def _next(self) -> int:
         pos = self.pos
@@ -97,11 +101,10 @@ class MiniLB:
         self.prefills = prefills
         self.decodes = decodes
         self.cfg = cfg
-        self.rng = rng
         self.log = log
         self.hop = cfg.http_latency_ms / 1e3
         self.flush_calls: list[dict] = []
-        self.draws = RoutingDraws(rng)
+        self.draws = RoutingDraws(rng)  # the routing stream is the router's alone
         self._deadlines = FifoDeadlines(env, cfg.request_timeout_s, self._waiting,
                                         self._timed_out)
 

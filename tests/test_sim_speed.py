@@ -69,8 +69,24 @@ def test_routing_draws_are_numpys_own():
             if rnd.random() < 0.4:
                 assert draws.room() == int(numpy_rng.integers(0, 2**63, dtype=np.int64))
             else:
-                n = rnd.choice([2, 3, 7, 1024, 3 * 2**30, 2**32 - 5, rnd.randint(2, 2**32)])
+                n = rnd.choice([2, 3, 7, 1024, 3 * 2**30, 2**32 - 5, 2**32,
+                                rnd.randint(2, 2**32)])
                 assert draws.index(n) == int(numpy_rng.integers(n)), (seed, n)
+
+
+def test_routing_draws_continue_a_stream_numpy_already_drew_from():
+    """A generator whose last 32-bit draw left the high half of a raw output buffered: the
+    next 32-bit draw is that half, as numpy's own would be."""
+    import numpy as np
+
+    from pdsim.router import RoutingDraws
+
+    a, b = np.random.default_rng(5), np.random.default_rng(5)
+    a.integers(7)
+    b.integers(7)
+    assert b.bit_generator.state["has_uint32"]
+    draws = RoutingDraws(b)
+    assert [draws.index(7) for _ in range(6)] == [int(a.integers(7)) for _ in range(6)]
 
 
 @pytest.mark.parametrize("kind", ["fitted", "roofline", "operator"])
