@@ -17,6 +17,17 @@ pieces:
   (where a chain of events, e.g. response event, condition, process resumption, would have run
   it), or where a process started now would run.
 - :func:`run_inline`: a generator driven as the process that used to ``yield from`` it.
+- :func:`timer_at`, :class:`FifoDeadlines`, :class:`Relay`, :class:`Link`: the per-request
+  path's entries (a timer under a reserved id, fixed-timeout deadlines as a FIFO, reusable
+  targets of zero-delay links, no object per call).
+
+The "nothing else is due" rule: a zero-delay link that is the last act of the step making it
+would be processed next, with nothing in between, when neither heap holds anything else for
+this instant; its work then runs at once and no id is drawn for it (ids only order entries,
+so skipping one moves nothing). :class:`_Chain` and the per-request path use it; whatever
+runs code that might read the heaps for it keeps them complete first (see
+``Deadlines._fire``). tests/test_properties.py compares runs with and without step recording,
+which turns the per-request path's shortcut off.
 
 They use SimPy 4's scheduling internals (``Environment._queue`` entries
 ``(time, priority, id, event)``, the ``_eid`` counter, ``Event._ok/_value/callbacks``);
@@ -197,15 +208,6 @@ def urgent(env: simpy.Environment, callback: Callable[[], None]) -> None:
     env.schedule(ev, URGENT)
 
 
-def urgent_pending(env: simpy.Environment) -> bool:
-    """Whether urgent events (processes not yet started) wait in this instant."""
-    q = env._queue
-    if q and q[0][1] == URGENT and q[0][0] == env._now:
-        return True
-    s = getattr(env, "_steps", None)
-    return bool(s) and s[0][1] == URGENT and s[0][0] == env._now
-
-
 def run_inline(gen: Generator, then: Callable[[object], None]) -> None:
     """Drive ``gen`` as the process that ran it inline (``yield from``) did: its first step
     now, each later one when the event it yielded is processed, then ``then(result)`` in that
@@ -316,12 +318,16 @@ class Deadlines:
         if ev is not self._armed:
             return  # overtaken by an earlier deadline; re-armed from the heap when due
         _when, _eid, item = heappop(self._items)
-        if self.live(item):
-            self.expire(item)  # (it may add deadlines: still armed, so add() leaves the timer)
+        due = self.live(item)
+        # the next deadline's timer goes on the heap first (under the id reserved when it was
+        # added, so its place is the same), so that while ``expire`` runs the heaps show
+        # everything due this instant (the "nothing else is due" shortcuts read them)
         self._arm()
+        if due:
+            self.expire(item)  # (it may add deadlines: add() re-arms only for an earlier one)
 
 
-# --- helpers of the per-request path (h2) ----------------------------------------------------
+# --- helpers of the per-request path --------------------------------------------------------
 
 
 def timer_at(env: Environment, when: float, obj: object, eid: int) -> None:
@@ -393,9 +399,10 @@ class FifoDeadlines:
 
     def tick(self) -> None:
         _when, _eid, item = self._items.popleft()
-        if self.live(item):
-            self.expire(item)  # (it may add deadlines: still armed, so add() leaves the timer)
-        self._arm()
+        due = self.live(item)
+        self._arm()  # first, as Deadlines._fire does (the heaps show what is due this instant)
+        if due:
+            self.expire(item)  # (it may add deadlines: later ones, so the armed timer stays)
 
 
 class Link:

@@ -114,9 +114,6 @@ class DecodeRank(Rank):
         self._try_prealloc()
         self._changed()
 
-    def _slots_used(self) -> int:
-        return len(self.transfer) + len(self.waiting) + len(self.running) + len(self.retracted)
-
     def _try_prealloc(self) -> None:
         if self.halted:  # pre-allocation runs in the scheduler loop
             return
@@ -127,7 +124,7 @@ class DecodeRank(Rank):
                 self.prealloc.popleft()
                 continue
             if (len(self.transfer) + len(self.waiting) + len(self.running)
-                    + len(self.retracted)) >= self.cfg.max_running_requests:  # _slots_used()
+                    + len(self.retracted)) >= self.cfg.max_running_requests:  # slots used
                 return
             tokens = req.input_len + self.cfg.retract_reserve_tokens
             pages = self.alloc.alloc(self.alloc.pages_for(tokens))

@@ -41,7 +41,10 @@ class Stepper:
     anything: whoever reads or changes a rank mid-span first brings it up to the steps already
     ended (``catch_up``, their commits in bulk), and a change that alters the next plan makes
     the step in flight, or a later one, the span's last (``interrupt``). The last step commits
-    and plans as any step does. Each step's duration is that of the plan it would have had.
+    and plans as any step does, except in a DP-attention group run without a step recorder:
+    there only the ranks whose own span ends there, or that changed, commit and plan; the
+    others owe their quiet steps until someone reads them (``Rank._catch_up``). Each step's
+    duration is that of the plan it would have had.
     """
 
     def __init__(self, env: Environment, ranks: Sequence[Rank], together: bool) -> None:
