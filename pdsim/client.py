@@ -205,8 +205,7 @@ class BenchClient(Client):
         if self._busy < self._slots and not self._backlog:
             self._busy += 1
             env = self.env
-            now, steps, queue = env._now, env._steps, env._queue
-            if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
+            if env.due_now():
                 self._sender(k)
             else:  # nothing else is due this instant and this step does nothing more
                 self._send(k)
@@ -238,8 +237,7 @@ class BenchClient(Client):
             later(self.env, self._all_returned.succeed, 2)
             return
         env = self.env
-        now, steps, queue = env._now, env._steps, env._queue
-        if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
+        if env.due_now():
             self._releaser()
         else:  # nothing else is due this instant and this is its step's last act (generate)
             self._release()
@@ -249,8 +247,7 @@ class BenchClient(Client):
         self._busy -= 1
         if self._backlog:
             env = self.env
-            now, steps, queue = env._now, env._steps, env._queue
-            if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
+            if env.due_now():
                 self._granter()
             else:  # nothing else is due this instant: the grant's step would come next
                 self._grant()
@@ -261,8 +258,7 @@ class BenchClient(Client):
             k = self._backlog.popleft()
             self._busy += 1
             env = self.env
-            now, steps, queue = env._now, env._steps, env._queue
-            if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
+            if env.due_now():
                 self._sender(k)
             else:  # nothing else is due this instant: the send's step would come next
                 self._send(k)

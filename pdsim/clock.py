@@ -123,6 +123,13 @@ class Environment(simpy.Environment):
             raise RuntimeError(f'No scheduled events left but "until" event was not '
                                f"triggered: {until}") from None
 
+    def due_now(self) -> bool:
+        """Whether either heap holds an entry for this instant. When not, a zero-delay link
+        that is the last act of the step making it would be processed next, with nothing in
+        between, so its work may run at once (the run-now rule, module docstring)."""
+        now, steps, queue = self._now, self._steps, self._queue
+        return bool(steps and steps[0][0] == now) or bool(queue and queue[0][0] == now)
+
     def peek(self) -> float:
         t = super().peek()
         return min(t, self._steps[0][0]) if self._steps else t
@@ -146,8 +153,7 @@ class _Chain:
         self.steps -= 1
         if self.steps > 0:
             env = self.env
-            now, steps, queue = env._now, env._steps, env._queue
-            if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
+            if env.due_now():
                 env.link(self)
                 return
             # nothing else is due this instant: the rest of the chain would run next, link

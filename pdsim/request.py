@@ -73,8 +73,7 @@ class Room:
             # (a failed room signals no bootstrap: the prefill would ignore it)
             if not self.resolved and not self.booted:
                 self.booted = True
-                steps, queue = env._steps, env._queue
-                if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
+                if env.due_now():
                     self._boot_link = True
                     env.link(self)
                 elif self.on_bootstrapped is not None:
@@ -98,8 +97,7 @@ class Room:
             self.resolved = True
             env = self.env
             if tail:
-                now, steps, queue = env._now, env._steps, env._queue
-                if not ((steps and steps[0][0] == now) or (queue and queue[0][0] == now)):
+                if not env.due_now():
                     req = self.req
                     for callback in self.on_done:
                         callback(req)

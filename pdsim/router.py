@@ -259,21 +259,15 @@ class _Call:
 
     def tick(self) -> None:
         stage = self.stage
-        if stage == _Call.DISPATCH:  # the hop to the servers: MiniLB._dispatch, inline
-            req = self.req
-            # (set first: a crashed decode server refuses at once, answering in dispatch)
-            req.on_response = self.answered_now
-            self.d.dispatch(req)  # the decode registers the destination session first
-            self.p.dispatch(req)
-            self.lb._deadlines.add(self)
+        if stage == _Call.DISPATCH:  # the hop to the servers
+            self.lb._dispatch(self)
         elif stage == _Call.ANSWER:  # the response event, then response-or-timeout
             self.answered = True
             if not self.fired:
                 self.fired = True
                 self.stage = _Call.RESUME
                 env = self.lb.env
-                now, steps, queue = env._now, env._steps, env._queue
-                if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
+                if env.due_now():
                     env.link(self)
                 else:  # nothing else is due this instant: its step would come next
                     self.lb._resume(self)

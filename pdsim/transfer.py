@@ -278,11 +278,11 @@ class _Write:
             self.state = _Write.WRITTEN
             engine = self.engine
             env = engine.env
-            if engine.nic.tail:  # nothing follows in this step: if nothing else is due this
-                now, steps, queue = env._now, env._steps, env._queue  # instant, both steps
-                if not ((steps and steps[0][0] == now) or (queue and queue[0][0] == now)):
-                    engine._end(self, "", False, True)  # would come next, nothing between
-                    return
+            # nothing follows in this step (nic.tail): if nothing else is due this instant,
+            # both steps would come next, nothing between
+            if engine.nic.tail and not env.due_now():
+                engine._end(self, "", False, True)
+                return
             self.links = 2
             env.link(self)
 
@@ -293,8 +293,7 @@ class _Write:
         elif links == 2:
             self.links = 1
             env = self.engine.env
-            now, steps, queue = env._now, env._steps, env._queue
-            if (steps and steps[0][0] == now) or (queue and queue[0][0] == now):
+            if env.due_now():
                 env.link(self)
             else:  # nothing else is due this instant: the worker's step would come next
                 self.engine._end(self, "", False, True)
