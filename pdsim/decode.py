@@ -358,14 +358,7 @@ class DecodeRank(Rank):
     def _grow_one(self, req: Request, step: int) -> None:
         """Grow ``req`` by a block at (the commit of) ``step``."""
         alloc, gp = self.alloc, self.growth_pages
-        if gp <= alloc.capacity - alloc.used:  # alloc.grow(req.d_pages, gp)
-            pages = req.d_pages
-            if pages.epoch != alloc.epoch:  # orphan from before a flush
-                pages.n, pages.epoch = 0, alloc.epoch
-            pages.n += gp
-            alloc.used += gp
-            if alloc.used > alloc.peak:
-                alloc.peak = alloc.used
+        alloc.grow(req.d_pages, gp)
         req.cap_tokens += gp * alloc.page_size
         req.generated = generated = req.gen_at_join + (step - req.join_step)  # _sync
         ctx = req.input_len + generated
