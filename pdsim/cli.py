@@ -910,7 +910,8 @@ def _main(argv: list[str] | None) -> int:
         print(report.render(res, verbose=args.verbose))
         sys.stdout.flush()
         print(f"simulated {summary['simulated_s']} s in {summary['sim_wall_s']} s wall "
-              f"({summary['events']} events)", file=sys.stderr)
+              f"({res.scheduled} scheduled entries, of which {summary['events']} SimPy "
+              f"events)", file=sys.stderr)
     return 0
 
 

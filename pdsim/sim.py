@@ -53,6 +53,12 @@ class Result:
     sim_timer_entries: int = 0
 
     @property
+    def scheduled(self) -> int:
+        """Everything the run put on a heap: SimPy events plus pdsim's plain entries."""
+        return (self.summary.get("events", 0) + self.sim_step_entries + self.sim_chain_entries
+                + self.sim_timer_entries)
+
+    @property
     def unknowns(self) -> list:
         """The scenario's declared unknowns, which this run took at their nominal values."""
         return self.scenario.unknowns

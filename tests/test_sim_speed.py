@@ -161,8 +161,9 @@ def test_a_request_costs_no_process_and_few_events():
     n = len(res.requests)
     assert n == 300 and res.summary["completed_requests"] == n
     assert len(made) < 10, made  # the client, the sampler, the horizon: not one per request
-    scheduled = (res.summary["events"] + res.sim_step_entries + res.sim_chain_entries
-                 + res.sim_timer_entries)
+    scheduled = res.scheduled
+    assert scheduled == (res.summary["events"] + res.sim_step_entries + res.sim_chain_entries
+                         + res.sim_timer_entries)
     assert scheduled / n < 14, scheduled / n
     # of which SimPy events (1.24 per request at the last move; mostly rank wake-ups): a
     # one-callback timer turned back into a SimPy timeout keeps the total but moves one per
