@@ -16,8 +16,8 @@ from heapq import heappush
 
 from simpy.events import NORMAL, Event
 
-from pdsim.clock import Environment
-from pdsim.rank import Rank
+from pdsim.clock import Environment, Link
+from pdsim.rank import AWAKE, Rank
 
 
 def step_time(ranks: Sequence[Rank], plans: list) -> float:
@@ -82,6 +82,11 @@ class Stepper:
         self._owed_ends = [0] * n  # (lazy) span ends among a rank's owed steps
         self._due = [True] * n  # (lazy) ranks that committed and planned at the last span end
         self._cursor = -1  # (lazy) the rank committing at a span's end (-1: not ending)
+        # a solo rank wakes its stepper with a plain link where a SimPy event was scheduled
+        # (same id drawn at the same moment; the stepper was its event's only waiter)
+        self._wake_link = Link(env, self._go)
+        if self.solo is not None:
+            self.solo._wake = AWAKE
         self._sleep()
 
     # --- the loop ------------------------------------------------------------------------
@@ -89,6 +94,8 @@ class Stepper:
     def _sleep(self) -> None:
         if self.together:
             self.env.any_of([r._sleep() for r in self.ranks]).callbacks.append(self._wake_up)
+        elif self.solo is not None:  # its wake-up is a plain link, not a SimPy event
+            self.solo._waker = self._wake_link
         else:
             self.ranks[0]._sleep().callbacks.append(self._wake_up)
 
@@ -108,7 +115,7 @@ class Stepper:
             p = r.plan_step()
             if p is None:
                 self._k = 0
-                r._sleep().callbacks.append(self._wake_up)
+                r._waker = self._wake_link  # (see _sleep)
                 return
             self._plan = p
             k = r.span_steps(1 << 30) if r.spans else 1

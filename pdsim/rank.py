@@ -16,8 +16,19 @@ from pdsim.scenario import DecodeConfig, PrefillConfig
 from pdsim.stats import Stats
 
 
+class _Awake:
+    """The wake-up event of a rank no stepper waits on through SimPy (a solo stepper's rank,
+    woken by :attr:`Rank._waker` instead): always triggered, so ``_kick`` passes it by."""
+
+    triggered = True
+
+
+AWAKE = _Awake()
+
+
 class Rank:
     role = "rank"
+    _waker = None  # a solo stepper asleep on this rank: its wake-up link (pdsim.clock.Link)
     recorder = None  # a pdsim.recorder.Recorder when the run records its steps (set by the fleet)
     stepper = None  # the pdsim.lockstep.Stepper running this rank's steps (set by it)
     spans = False  # whether span_steps may exceed 1 (a solo stepper skips the call if not)
@@ -62,7 +73,11 @@ class Rank:
                 ev.succeed()
 
     def _kick(self) -> None:
-        if not self._wake.triggered:
+        waker = self._waker
+        if waker is not None:  # a plain link where the wake-up event would be scheduled
+            self._waker = None
+            waker()
+        elif not self._wake.triggered:
             self._wake.succeed()
 
     def _sleep(self) -> simpy.Event:
