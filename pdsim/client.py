@@ -194,23 +194,15 @@ class BenchClient(Client):
 
     def tick(self) -> None:
         """The next prompt's arrival timer (a plain heap entry under its reserved id)."""
-        i = self._next_timer
-        due = self._later
-        k = due[i]
-        self._next_timer = i = i + 1
-        if i < len(due):  # the next prompt's timer (_arm_next, inline)
-            timer_at(self.env, self.t0 + self._at[due[i]], self, self._timer_ids + i)
-        # a free slot now, or the end of the queue for one (FIFO); the granted slot resumed
-        # its prompt one step later
-        if self._busy < self._slots and not self._backlog:
-            self._busy += 1
-            env = self.env
-            if env.due_now():
+        k = self._later[self._next_timer]
+        self._next_timer += 1
+        self._arm_next()
+        # the granted slot resumed its prompt one step later
+        if self._take_slot(k):
+            if self.env.due_now():
                 self._sender(k)
             else:  # nothing else is due this instant and this step does nothing more
                 self._send(k)
-        else:
-            self._backlog.append(k)
 
     def _take_slot(self, k: int) -> bool:
         """A free slot now, or the end of the queue for one (FIFO)."""
