@@ -253,8 +253,7 @@ class Stepper:
         for i, r in enumerate(ranks):
             q = old[i] if after else None
             if q is not None and not due[i] and r._mods == mods[i]:
-                b, c, _r = q
-                plans.append((b, c + b * after, 0))
+                plans.append(r.nth_plan(q, after + 1))  # the step after the span's last
                 r.stats.decode_steps += 1
                 continue
             self._catch(i)  # (a rank idle in the last span owes nothing)
