@@ -1,0 +1,245 @@
+"""pdsim.clock against SimPy itself: every shortcut processes callbacks in SimPy's order.
+
+pdsim.clock replaces SimPy events with plain heap entries (timers, zero-delay links, reserved
+ids, deadline heaps, the run-now rule) and promises the order SimPy would have given. These
+tests run random programs of callbacks twice, once with pdsim.clock's primitives and once
+written with plain SimPy events (timeouts, triggered events, processes), and compare the order
+and times in which the callbacks ran. Integer delays of 0-2 s make many callbacks share an
+instant, where only the (time, priority, id) order decides. A primitive that drew its id at
+another moment, skipped an entry that something else was due beside, or ran a chain's
+callback early would reorder them.
+"""
+
+from __future__ import annotations
+
+import simpy
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+from simpy.events import Event, Timeout
+
+from pdsim import clock
+
+KINDS = ("timer", "call_later", "step_at", "link", "urgent", "soon", "reserved_timer",
+         "reserved_call", "deadline", "fifo", "relay", "link_obj", "tail")
+
+# a program: a tree of callbacks; a node runs (is logged), then schedules its children with
+# each child's kind (its delay: seconds, chain length, deadline timeout), in order
+def _node(children):
+    return st.tuples(st.sampled_from(KINDS), st.integers(0, 2), st.integers(0, 3), children)
+
+
+programs = st.lists(_node(st.recursive(st.just([]), lambda kids: st.lists(_node(kids),
+                                                                           max_size=3),
+                                       max_leaves=12)), min_size=1, max_size=5)
+
+HORIZON = 40.0
+
+
+class _Tick:
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def tick(self):
+        self.fn()
+
+
+class _World:
+    """Runs a program and logs (time, node number) as each node's callback runs."""
+
+    def __init__(self, env):
+        self.env = env
+        self.log: list[tuple[float, int]] = []
+        self.numbers: dict[int, int] = {}
+
+    def number(self, program):
+        """Number the nodes in the order they are written (the same in both worlds)."""
+        stack = list(reversed(program))
+        while stack:
+            n = stack.pop()
+            self.numbers[id(n)] = len(self.numbers)
+            stack.extend(reversed(n[3]))
+
+    def fire(self, n):
+        self.log.append((self.env.now, self.numbers[id(n)]))
+        kids = n[3]
+        tail = kids[-1] if kids and kids[-1][0] == "tail" else None
+        late = [f for f in (self.schedule(c) for c in (kids[:-1] if tail else kids))
+                if f is not None]
+        for finish in late:  # (reserved ids used after the siblings drew theirs)
+            finish()
+        if tail is not None:  # a zero-delay link as the step's last act
+            self.schedule_tail(tail)
+
+    def schedule_tail(self, n):
+        self.schedule(n)
+
+    def alive(self, n, born):
+        """A deadline's item stays live for ``extra`` s (its third field) after it was added:
+        some expire, some resolve first, some resolve exactly when their deadline falls."""
+        return self.env.now < born + n[2]
+
+
+class _Reference(_World):
+    """The same program written with plain SimPy events."""
+
+    def schedule(self, n):
+        env, kind, d, k = self.env, n[0], n[1], n[2]
+        fire = self.fire
+        if kind in ("timer", "call_later", "step_at", "reserved_timer", "reserved_call"):
+            Timeout(env, d).callbacks.append(lambda _e: fire(n))
+        elif kind in ("link", "relay", "link_obj", "tail"):
+            ev = Event(env)
+            ev.callbacks.append(lambda _e: fire(n))
+            ev.succeed()
+        elif kind == "urgent":  # where a process started now runs its first step
+            def proc():
+                fire(n)
+                yield from ()
+            env.process(proc())
+        elif kind == "soon":  # a chain of k triggered events, the callback in the last
+            if k == 0:
+                fire(n)
+                return None
+
+            def link(left):
+                ev = Event(env)
+                ev.callbacks.append(lambda _e: link(left - 1) if left > 1 else fire(n))
+                ev.succeed()
+            link(k)
+        elif kind in ("deadline", "fifo"):  # a timeout per item, acting if it is still live
+            born = env.now
+            timeout = d if kind == "deadline" else 1
+            Timeout(env, timeout).callbacks.append(
+                lambda _e: fire(n) if self.alive(n, born) else None)
+        return None
+
+
+class _Clock(_World):
+    """The same program with pdsim.clock's primitives."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.deadlines = clock.Deadlines(env, 1.0, lambda it: self.alive(*it),
+                                         lambda it: self.fire(it[0]))
+        self.fifo = clock.FifoDeadlines(env, 1.0, lambda it: self.alive(*it),
+                                        lambda it: self.fire(it[0]))
+        self.relay = clock.Relay(env, self.fire)
+
+    def schedule(self, n):
+        env, kind, d, k = self.env, n[0], n[1], n[2]
+        fire = self.fire
+        if kind == "timer":
+            env.timer(d, _Tick(lambda: fire(n)))
+        elif kind == "call_later":
+            clock.call_later(env, d, lambda: fire(n))
+        elif kind == "step_at":
+            env.step_at(env.now + d, _Tick(lambda: fire(n)))
+        elif kind == "link":
+            env.link(_Tick(lambda: fire(n)))
+        elif kind == "urgent":
+            clock.urgent(env, lambda: fire(n))
+        elif kind == "soon":
+            clock.soon(env, lambda: fire(n), k)
+        elif kind == "reserved_timer":
+            eid, when = clock.reserve(env), env.now + d
+            return lambda: clock.timer_at(env, when, _Tick(lambda: fire(n)), eid)
+        elif kind == "reserved_call":
+            eid, when = clock.reserve(env), env.now + d
+            return lambda: clock.call_at(env, when, lambda _e: fire(n), eid)
+        elif kind == "deadline":
+            self.deadlines.add((n, env.now), d)
+        elif kind == "fifo":
+            self.fifo.add((n, env.now))
+        elif kind == "relay":
+            self.relay(n)
+        elif kind in ("link_obj", "tail"):  # (a tail not last in its step: a plain link)
+            clock.Link(env, lambda: fire(n))()
+        return None
+
+    def schedule_tail(self, n):
+        """The run-now rule as the per-request path applies it (router, transfer, client):
+        nothing else due this instant, so the link's work runs at once."""
+        if self.env.due_now():
+            clock.Link(self.env, lambda: self.fire(n))()
+        else:
+            self.fire(n)
+
+
+def _run(world_type, env, program, stepwise=False):
+    w = world_type(env)
+    w.number(program)
+    for n in program:  # the roots start together at t = 0, each in its own process
+        env.process(_start(w, n))
+    if stepwise:  # Environment.step, one entry at a time
+        while env.peek() < HORIZON:
+            env.step()
+    else:  # Environment.run's inlined loop over both heaps
+        env.run(until=env.timeout(HORIZON))
+    return w.log
+
+
+def _start(w, n):
+    late = w.schedule(n)
+    if late is not None:
+        late()
+    yield from ()
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(programs)
+# two deadlines due together, the first expiring into a tail link: the second's timer must be
+# on the heap while the first expires, or the tail would run ahead of it
+@example([("fifo", 0, 2, [("tail", 0, 0, [])]), ("fifo", 0, 2, [])])
+@example([("deadline", 1, 2, [("tail", 0, 0, [])]), ("deadline", 1, 2, [])])
+def test_clock_primitives_run_callbacks_in_simpys_order(program):
+    want = _run(_Reference, simpy.Environment(), program)
+    assert _run(_Clock, clock.Environment(), program) == want
+    assert _run(_Clock, clock.Environment(), program, stepwise=True) == want
+
+
+def test_the_comparison_catches_a_chain_run_too_early(monkeypatch):
+    """The comparison above can fail: a two-link chain started before a zero-delay timer
+    runs its callback after the timer in SimPy (its second link is drawn after the timer's
+    id). A clock whose run-now rule ignored the timer would run the chain first."""
+    program = [("soon", 0, 2, []), ("timer", 0, 0, [])]
+    want = _run(_Reference, simpy.Environment(), program)
+    assert want == [(0, 1), (0, 0)]
+    assert _run(_Clock, clock.Environment(), program) == want
+    monkeypatch.setattr(clock.Environment, "due_now", lambda self: False)
+    assert _run(_Clock, clock.Environment(), program) == [(0, 0), (0, 1)]
+
+
+def test_a_chain_runs_at_once_only_when_nothing_else_is_due():
+    """The run-now rule (``Environment.due_now``): with nothing else due this instant, a
+    chain's callback runs at once and draws no further id; with a timer due, it waits."""
+    env = clock.Environment()
+    ran = []
+    clock.soon(env, lambda: ran.append(env.now), 3)
+    before = env.chain_entries
+    env.step()  # the first link: nothing else is due, so the rest runs now
+    assert ran == [0] and env.chain_entries == before
+    env.timer(0, _Tick(lambda: ran.append("timer")))
+    clock.soon(env, lambda: ran.append("chain"), 2)
+    while env._steps:
+        env.step()
+    assert ran == [0, "timer", "chain"]
+
+
+def test_fifo_deadlines_keep_one_timer_pending():
+    """A thousand fixed-timeout deadlines resolved before they fall schedule one timer at a
+    time (the front's), and none fires."""
+    env = clock.Environment()
+    fired = []
+    live = set()
+    fifo = clock.FifoDeadlines(env, 5.0, lambda item: item in live, fired.append)
+    for i in range(1000):
+        live.add(i)
+        fifo.add(i)
+    assert env.timer_entries == 1 and len(fifo) == 1000
+    live.clear()
+    live.add(999)
+    env.run(until=env.timeout(100))
+    assert fired == [999] and env.now == 100
+    assert env.timer_entries == 2  # the front's timer, then the only live one's
