@@ -170,6 +170,7 @@ class BenchClient(Client):
         self._returned = 0
         self._all_returned = env.event()
         self._sender = Relay(env, self._send)  # a prompt sends one step after its slot
+        self._on_return = self._returned_one  # (bound once, not per prompt)
         self._releaser = Link(env, self._release)
         self._granter = Link(env, self._grant)
         urgent(env, self._start)  # where the prompts' processes would have started
@@ -218,7 +219,7 @@ class BenchClient(Client):
         front = self.frontend
         req = front.new_request(self.name, "bench", p["input"], p["output"], self.cfg.stream,
                                 p.get("blocks"), -1, 0)
-        front.generate(req, self._returned_one)
+        front.generate(req, self._on_return)
 
     def _returned_one(self, _req: Request) -> None:
         """The prompt's process resumed a step on and released its slot; the release granted

@@ -108,38 +108,40 @@ class DecodeRank(Rank):
         room = req.room
         room.session = self.session
         room.port = self.port
-        room.on_done.append(self._on_done)
+        room.decode = self  # it hears room_done
         self.prealloc.append(req)
         self.load_tokens += req.input_len + req.output_len
         self._try_prealloc()
         self._changed()
 
     def _try_prealloc(self) -> None:
-        if self.halted:  # pre-allocation runs in the scheduler loop
+        prealloc = self.prealloc
+        if not prealloc or self.halted:  # pre-allocation runs in the scheduler loop
             return
+        alloc, cfg, transfer = self.alloc, self.cfg, self.transfer
         # retracted requests get freed pages before new ones are pre-allocated
-        while self.prealloc and not self.retracted:
-            req = self.prealloc[0]
-            if req.room.resolved:
-                self.prealloc.popleft()
+        while prealloc and not self.retracted:
+            req = prealloc[0]
+            room = req.room
+            if room.resolved:
+                prealloc.popleft()
                 continue
-            if (len(self.transfer) + len(self.waiting) + len(self.running)
-                    + len(self.retracted)) >= self.cfg.max_running_requests:  # slots used
+            if (len(transfer) + len(self.waiting) + len(self.running)
+                    + len(self.retracted)) >= cfg.max_running_requests:  # slots used
                 return
-            tokens = req.input_len + self.cfg.retract_reserve_tokens
-            pages = self.alloc.alloc(self.alloc.pages_for(tokens))
+            pages = alloc.alloc(alloc.pages_for(req.input_len + cfg.retract_reserve_tokens))
             if pages is None:
                 return
-            self.prealloc.popleft()
+            prealloc.popleft()
             req.d_pages = pages
-            req.cap_tokens = pages.n * self.alloc.page_size
-            self.transfer[req.rid] = req
-            req.room.state = Poll.WaitingForInput
+            req.cap_tokens = pages.n * alloc.page_size
+            transfer[req.rid] = req
+            room.state = Poll.WaitingForInput
             delay = self.bootstrap_s + self.tokenize_s_per_token * req.input_len
             if delay > 0:  # the handshake (and tokenization) before the prefill may run
-                req.room.start_bootstrap(delay)
+                room.start_bootstrap(delay)
             else:
-                req.room.bootstrap()
+                room.bootstrap()
             self._waiting_deadlines.add(req)
 
     def _in_transfer(self, req: Request) -> bool:
@@ -152,7 +154,8 @@ class DecodeRank(Rank):
         if self.on_waiting_timeout is not None:
             self.on_waiting_timeout(self.session, req)
 
-    def _on_done(self, req: Request) -> None:
+    def room_done(self, req: Request) -> None:
+        """The room resolved (pdsim.request.Room)."""
         if self._dropped and req.rid in self._dropped:
             self._dropped.discard(req.rid)
             return

@@ -60,11 +60,11 @@ class PrefillRank(Rank):
         self.bootstrap[req.rid] = req
         self.load_tokens += req.input_len
         room = req.room
-        room.on_bootstrapped = self._on_bootstrapped
-        room.on_done.append(self._on_done)
+        room.prefill = self  # it hears room_bootstrapped and room_done
         self._bootstrap_deadlines.add(req)
 
-    def _on_bootstrapped(self, req: Request) -> None:
+    def room_bootstrapped(self, req: Request) -> None:
+        """The decode pre-allocated (pdsim.request.Room)."""
         if req.room.resolved or req.rid not in self.bootstrap:
             return
         if self.cut_state is not None and (cut := self.cut_state()):
@@ -85,7 +85,8 @@ class PrefillRank(Rank):
     def _prefilling(self, req: Request) -> bool:
         return req is self.chunked or any(r is req for r, _n, _f in self.batch)
 
-    def _on_done(self, req: Request) -> None:
+    def room_done(self, req: Request) -> None:
+        """The room resolved (pdsim.request.Room)."""
         if req.room.state == Poll.Failed and self._prefilling(req):
             # SGLang does not stop a failed room's prefill: the scheduler keeps scheduling the
             # chunked request (disaggregation/prefill.py process_prefill_chunk and

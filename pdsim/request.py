@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import IntEnum
+from typing import Protocol
 
 import simpy
+
+NAN = float("nan")
 
 
 class Poll(IntEnum):
@@ -18,6 +21,14 @@ class Poll(IntEnum):
     Success = 4
 
 
+class Listener(Protocol):
+    """A rank that hears of a room's steps (pdsim.prefill.PrefillRank, pdsim.decode.DecodeRank)."""
+
+    def room_bootstrapped(self, req: Request) -> None: ...
+
+    def room_done(self, req: Request) -> None: ...
+
+
 class Room:
     """The transfer session of one request between its prefill rank and its decode rank.
 
@@ -27,6 +38,11 @@ class Room:
     processed. The room is itself the plain heap entry (``pdsim.clock.Environment.link``) of
     those steps, and of the decode's bootstrap delay (``start_bootstrap``): no event objects.
 
+    Who hears: the ranks the request was dispatched to, each setting itself as ``decode`` or
+    ``prefill`` in its ``submit`` (rank objects, not bound methods in a list: a room costs no
+    allocation per listener). ``room_done(req)`` goes to the decode first, then the prefill,
+    the order in which the router dispatches (and the order their callbacks were added in).
+
     The room's entries never overlap in a way ``tick`` cannot tell apart: a bootstrap delay's
     timer, when pending, is what ticks at its own instant (its id was drawn before any link
     of this instant's); the bootstrapped link is made only while the room is unresolved, so it
@@ -34,7 +50,7 @@ class Room:
     """
 
     __slots__ = ("id", "state", "resolved", "session", "port", "doomed", "reason", "env",
-                 "req", "booted", "on_bootstrapped", "on_done", "_boot_link", "_boot_at")
+                 "req", "booted", "decode", "prefill", "_boot_link", "_boot_at")
 
     def __init__(self, env: simpy.Environment, room_id: int, req: Request | None = None) -> None:
         self.id = room_id
@@ -43,9 +59,9 @@ class Room:
         self.state = Poll.Bootstrapping
         self.resolved = False  # Failed or Success (terminal; only succeed() and fail() set it)
         self.booted = False  # bootstrapped signalled: decode pre-allocated, prefill may run
-        # the prefill's callback(req) once bootstrapped; callbacks(req) once resolved, in order
-        self.on_bootstrapped: Callable[[Request], None] | None = None
-        self.on_done: list[Callable[[Request], None]] = []
+        # the listening ranks: the prefill hears room_bootstrapped(req), both room_done(req)
+        self.decode: Listener | None = None
+        self.prefill: Listener | None = None
         self._boot_link = False  # the bootstrapped step is pending
         self._boot_at = -1.0  # when a pending bootstrap delay ends (-1: none pending)
         self.session = ""  # decode session id host:port
@@ -76,18 +92,24 @@ class Room:
                 if env.due_now():
                     self._boot_link = True
                     env.link(self)
-                elif self.on_bootstrapped is not None:
+                elif self.prefill is not None:
                     # nothing else is due this instant and this step does nothing more: the
                     # bootstrapped step would come next
-                    self.on_bootstrapped(self.req)
+                    self.prefill.room_bootstrapped(self.req)
         elif self._boot_link:
             self._boot_link = False
-            if self.on_bootstrapped is not None:
-                self.on_bootstrapped(self.req)
+            if self.prefill is not None:
+                self.prefill.room_bootstrapped(self.req)
         else:
-            req = self.req
-            for callback in self.on_done:
-                callback(req)
+            self._done()
+
+    def _done(self) -> None:
+        """The done step: the listeners hear, the decode first."""
+        req = self.req
+        if self.decode is not None:
+            self.decode.room_done(req)
+        if self.prefill is not None:
+            self.prefill.room_done(req)
 
     def succeed(self, tail: bool = False) -> None:
         """Mark Success (terminal). ``tail``: the caller's step does nothing more, so with
@@ -98,9 +120,7 @@ class Room:
             env = self.env
             if tail:
                 if not env.due_now():
-                    req = self.req
-                    for callback in self.on_done:
-                        callback(req)
+                    self._done()
                     return
             env.link(self)
 
@@ -142,10 +162,10 @@ class Request:
         self.question = question
         self.attempt = attempt
         self.t_arrival = env._now
-        self.t_first_token = float("nan")
-        self.t_done = float("nan")
-        self.t_prefill_end = float("nan")
-        self.t_transfer_done = float("nan")
+        self.t_first_token = NAN
+        self.t_done = NAN
+        self.t_prefill_end = NAN
+        self.t_transfer_done = NAN
         self.generated = 0
         self.status = "unfinished"  # completed | failed | timed_out | unfinished
         self.reason = ""
@@ -153,7 +173,7 @@ class Request:
         self.room: Room | None = None
         self.p_server = self.p_rank = self.d_server = self.d_rank = -1
         self.prefill_tokens = 0  # prefill forward work spent on this request
-        self.t_prefill_start = float("nan")  # its first prefill forward began
+        self.t_prefill_start = NAN  # its first prefill forward began
         self.cached_tokens = 0
         self.on_response: Callable[[], None] | None = None  # the router's, once dispatched
         self.d_pages = None

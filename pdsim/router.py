@@ -138,17 +138,9 @@ class MiniLB:
         req.room = Room(self.env, draws.room(), req)
         call = _Call(self, req, p, d, on_return)
         if self.hop:
-            self.env.timer(self.hop, call)  # call.tick: _dispatch
+            self.env.timer(self.hop, call)  # call.tick: the dispatch
         else:
-            self._dispatch(call)
-
-    def _dispatch(self, call: _Call) -> None:
-        req = call.req
-        # (set first: a crashed decode server refuses at once, answering in dispatch)
-        req.on_response = call.answered_now
-        call.d.dispatch(req)  # the decode registers the destination session first
-        call.p.dispatch(req)
-        self._deadlines.add(call)
+            call.tick()
 
     @staticmethod
     def _waiting(call: _Call) -> bool:
@@ -251,16 +243,21 @@ class _Call:
         self.answered = False  # the response event was processed
         self.stage = _Call.DISPATCH
 
-    def answered_now(self) -> None:
-        """The decode answered (``req.on_response``): its response event is processed one
-        zero-delay step later."""
+    def __call__(self) -> None:
+        """The decode answered (the call is the request's ``on_response``: no bound method
+        per request): its response event is processed one zero-delay step later."""
         self.stage = _Call.ANSWER
         self.lb.env.link(self)
 
     def tick(self) -> None:
         stage = self.stage
-        if stage == _Call.DISPATCH:  # the hop to the servers
-            self.lb._dispatch(self)
+        if stage == _Call.DISPATCH:  # the hop to the servers: POST to both
+            req = self.req
+            # (set first: a crashed decode server refuses at once, answering in dispatch)
+            req.on_response = self  # __call__: answered
+            self.d.dispatch(req)  # the decode registers the destination session first
+            self.p.dispatch(req)
+            self.lb._deadlines.add(self)
         elif stage == _Call.ANSWER:  # the response event, then response-or-timeout
             self.answered = True
             if not self.fired:

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 
 import simpy
 
@@ -53,13 +52,6 @@ DEAD_MSG = "Decode instance could be dead, remote mooncake session is not alive"
 TIMEOUT_S_PER_BYTE = 1e-9  # Mooncake batchTransferSync: timeout = MC_TRANSFER_TIMEOUT + length ns
 PROBE_BYTES = 4096
 
-
-@dataclass(slots=True)
-class Chunk:
-    req: Request
-    room: Room
-    nbytes: float
-    last: bool
 
 
 class TransferEngine:
@@ -81,14 +73,14 @@ class TransferEngine:
         self.log = log
         self.stats = stats
         self.paths = paths
-        self.injected_error = injected_error or (lambda: False)
+        self.injected_error = injected_error  # None: no injected errors (no call per write)
         self.queues = [deque() for _ in range(queues)]
         self._asleep = [True] * queues  # no chunk and no wake-up pending
         self._wakers = [_Wake(self, i) for i in range(queues)]
         # (most policies ignore successes: skip the call when this one's is the base no-op)
         self._records_success = type(blacklist).record_success is not Policy.record_success
         self.writing: dict[int, Chunk] = {}  # queue index -> chunk being written
-        self._deadlines = Deadlines(env, timeout_s, _Write.pending, self._timed_out)
+        self._deadlines = Deadlines(env, timeout_s, Chunk.pending, self._timed_out)
 
     def submit(self, chunk: Chunk) -> None:
         i = chunk.room.port % len(self.queues)
@@ -134,46 +126,46 @@ class TransferEngine:
                 continue
             room.state = Poll.Transferring
             self.writing[i] = chunk
-            w = _Write(self, i, chunk, self.env._now)
+            chunk.engine, chunk.queue, chunk.t0 = self, i, self.env._now
             if self.latency:  # per-call cost before the bytes move (1.6 ms + bytes / bw)
-                self.env.timer(self.latency, w)  # w.tick: _start
+                self.env.timer(self.latency, chunk)  # chunk.tick: _start
             else:
-                self._start(w)
+                self._start(chunk)
             return
         self._asleep[i] = True
 
-    def _start(self, w: _Write) -> None:
-        nbytes = w.chunk.nbytes
+    def _start(self, w: Chunk) -> None:
+        nbytes = w.nbytes
         if self.paths.active:  # a fault may cut the path: the general write, run in place
-            run_inline(self._write(w.chunk.room.session, nbytes),
+            run_inline(self._write(w.room.session, nbytes),
                        lambda result: self._end(w, *result))
             return
         # every path is up: the bytes end the write, or its deadline does
-        w.fid = self.nic.start(nbytes, w.written)
+        w.fid = self.nic.start(nbytes, w)  # w(): written
         self._deadlines.add(w, self.timeout + nbytes * TIMEOUT_S_PER_BYTE)
 
-    def _timed_out(self, w: _Write) -> None:
+    def _timed_out(self, w: Chunk) -> None:
         """The deadline came first (the worker resumed one zero-delay step later)."""
-        w.state = _Write.TIMED_OUT
+        w.state = Chunk.TIMED_OUT
         later(self.env, lambda: self._gave_up(w), 1)
 
-    def _gave_up(self, w: _Write) -> None:
+    def _gave_up(self, w: Chunk) -> None:
         self.nic.cancel(w.fid)  # the write stops sharing the NIC
         self._end(w, "transfer_timeout", False)
 
-    def _end(self, w: _Write, reason: str, dead: bool, tail: bool = False) -> None:
+    def _end(self, chunk: Chunk, reason: str, dead: bool, tail: bool = False) -> None:
         """The worker's step after a write. ``tail``: this is that step's last act."""
-        i, chunk = w.queue, w.chunk
+        i = chunk.queue
         room = chunk.room
         del self.writing[i]
         if dead:
             self.stats.dead_peer_writes += 1
-            self.stats.dead_peer_write_s += self.env.now - w.t0
+            self.stats.dead_peer_write_s += self.env.now - chunk.t0
         if reason:
             self.fail(chunk, reason, counts=True)
         elif room.doomed:
             self.fail(chunk, "flush_freed_pages", counts=True)
-        elif self.injected_error():
+        elif self.injected_error is not None and self.injected_error():
             self.fail(chunk, "injected_error", counts=True)
         else:
             if self._records_success:
@@ -189,7 +181,7 @@ class TransferEngine:
                         return
                     room.succeed()
         if self.recorder is not None:
-            self.recorder.write(self, i, chunk, w.t0, self.env.now)
+            self.recorder.write(self, i, chunk, chunk.t0, self.env.now)
         self._serve(i)
 
     def _write(self, sid: str, nbytes: float) -> Generator:
@@ -253,29 +245,34 @@ class _Wake:
         self.engine._serve(self.queue)
 
 
-class _Write:
-    """One chunk's write on the fast path: pending until the NIC finishes it or its deadline.
+class Chunk:
+    """A finished prefill chunk's KV, queued for a write to the decode; also its write.
 
-    It is also the plain heap entry of its own steps (``tick``): the call-latency timer, then,
-    once the NIC wrote the last byte, the two zero-delay steps after which the worker that
-    waited on write-or-deadline resumed.
+    Once a worker takes it (``engine``, ``queue``, ``t0`` set), the chunk is the plain heap
+    entry of its write's steps on the fast path (``tick``): the call-latency timer, then,
+    once the NIC wrote the last byte (``chunk()``: the chunk is its own completion callback),
+    the two zero-delay steps after which the worker that waited on write-or-deadline resumed.
+    The write is pending until the NIC finishes it or its deadline comes.
     """
 
-    __slots__ = ("engine", "queue", "chunk", "t0", "state", "fid", "links")
+    __slots__ = ("req", "room", "nbytes", "last", "engine", "queue", "t0", "state", "fid",
+                 "links")
     PENDING, WRITTEN, TIMED_OUT = 0, 1, 2
 
-    def __init__(self, engine: TransferEngine, queue: int, chunk: Chunk, t0: float) -> None:
-        self.engine, self.queue, self.chunk, self.t0 = engine, queue, chunk, t0
+    def __init__(self, req: Request, room: Room, nbytes: float, last: bool) -> None:
+        self.req, self.room, self.nbytes, self.last = req, room, nbytes, last
+        self.engine: TransferEngine | None = None  # the engine whose worker writes it
+        self.queue, self.t0 = -1, 0.0
         self.state, self.fid, self.links = 0, -1, -1
 
     def pending(self) -> bool:
-        return self.state == _Write.PENDING
+        return self.state == Chunk.PENDING
 
-    def written(self) -> None:
-        """The NIC wrote the last byte (the worker waited on that and on the deadline: it
-        resumed two zero-delay steps later)."""
-        if self.state == _Write.PENDING:
-            self.state = _Write.WRITTEN
+    def __call__(self) -> None:
+        """The NIC wrote the last byte. The worker waited on that and on the deadline: it
+        resumed two zero-delay steps later."""
+        if self.state == Chunk.PENDING:
+            self.state = Chunk.WRITTEN
             engine = self.engine
             env = engine.env
             # nothing follows in this step (nic.tail): if nothing else is due this instant,

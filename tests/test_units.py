@@ -174,7 +174,12 @@ def test_transfer_time_is_call_latency_plus_bytes_over_bandwidth():
     room.session, room.port = "d:1", 1
     req = Request(env, 0, "c", "bench", 10, 1, True)
     done = []
-    room.on_done.append(lambda _req: done.append(env.now))
+
+    class Decode:  # a listener of the room (pdsim.request.Listener)
+        def room_done(self, _req: Request) -> None:
+            done.append(env.now)
+
+    room.decode = Decode()
     eng.submit(Chunk(req, room, 0.5e9, last=True))
     env.run()
     assert done == [pytest.approx(0.0016 + 0.5)]
