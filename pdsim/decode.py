@@ -341,34 +341,32 @@ class DecodeRank(Rank):
                 done = True
         grow = self._grow
         if grow and grow[0][0] <= step:
-            self._grow_pages()  # running requests grow first, then new ones are pre-allocated
+            self._grow_due(step, step)  # running requests grow first, then new ones pre-allocate
         if done:
             self._try_prealloc()
             self._maybe_idle()
 
-    def _grow_pages(self) -> None:
-        heap = self._grow
-        while heap and heap[0][0] <= self.step:
-            _s, _q, version, req = heapq.heappop(heap)
-            if version != req.version or req.rid not in self.running:
+    def _grow_due(self, end: int, first: int) -> None:
+        """Grow, by a block each, the running requests whose growth falls due by step
+        ``end``, in the growth heap's order, each at (the commit of) its own step, or
+        ``first`` if that is later. A growth the free pages do not cover retracts first
+        (``_retract_for``; never within a span's quiet steps, ``span_steps``)."""
+        heap, running, alloc = self._grow, self.running, self.alloc
+        gp = self.growth_pages
+        tokens = gp * alloc.page_size
+        while heap and heap[0][0] <= end:
+            s, _q, version, req = heapq.heappop(heap)
+            if version != req.version or req.rid not in running:
                 continue
-            alloc = self.alloc
-            if (alloc.capacity - alloc.used < self.growth_pages
-                    and not self._retract_for(req)):
+            if alloc.capacity - alloc.used < gp and not self._retract_for(req):
                 continue
-            self._grow_one(req, self.step)
-
-    def _grow_one(self, req: Request, step: int) -> None:
-        """Grow ``req`` by a block at (the commit of) ``step``."""
-        alloc, gp = self.alloc, self.growth_pages
-        alloc.grow(req.d_pages, gp)
-        req.cap_tokens += gp * alloc.page_size
-        req.generated = generated = req.gen_at_join + (step - req.join_step)  # _sync
-        ctx = req.input_len + generated
-        self._seq += 1  # _push
-        left = req.cap_tokens - ctx
-        heapq.heappush(self._grow, (step + (left if left > 1 else 1), self._seq, req.version,
-                                    req))
+            step = s if s > first else first
+            alloc.grow(req.d_pages, gp)
+            req.cap_tokens += tokens
+            req.generated = generated = req.gen_at_join + (step - req.join_step)  # _sync
+            left = req.cap_tokens - req.input_len - generated
+            self._seq += 1  # _push
+            heapq.heappush(heap, (step + (left if left > 1 else 1), self._seq, version, req))
 
     # --- spans of steps that cannot change the batch (pdsim.lockstep.Stepper) --------------
 
@@ -459,15 +457,11 @@ class DecodeRank(Rank):
         """``n`` steps that finish nothing and retract nothing (a span's inner steps): their
         commits (tokens, context, KV growth at each one's own step) and the plans after them
         (``plans`` of them: a lazy lockstep group counts a continued plan when it makes it)."""
-        start, end, heap = self.step, self.step + n, self._grow
-        running = self.running
-        while heap and heap[0][0] <= end:
-            s, _q, version, req = heapq.heappop(heap)
-            if version != req.version or req.rid not in running:
-                continue
-            self._grow_one(req, s if s > start else start + 1)  # the commit that grows it
+        end = self.step + n
+        if self._grow and self._grow[0][0] <= end:
+            self._grow_due(end, self.step + 1)
         self.step = end
-        batch = len(running)
+        batch = len(self.running)
         self.ctx_sum += batch * n
         self.stats.tokens_out += batch * n
         self.stats.decode_steps += n if plans is None else plans

@@ -56,7 +56,7 @@ class Stepper:
         for r in self.ranks:
             r.stepper = self
         self._plans: list = []  # the span's first plans, one per rank (None: idle rank)
-        self._live: list = []  # (rank, first plan) of the ranks with a batch
+        self._live: list = []  # (rank, first plan) of the ranks with a batch (not lazy)
         self._plan = None  # a solo rank's first plan of the span
         self._t0 = 0.0  # when the span's first step started
         self._k = 0  # steps in the span (0: asleep)
@@ -134,24 +134,42 @@ class Stepper:
                 self._k = 0
                 r._resumed.callbacks.append(self._wake_up)
                 return
-        if self._lazy:
-            plans = self._lazy_plans(after)
-        else:
-            plans = [r.plan_step() for r in ranks]
-        # each live rank's own span (span_steps(limit) is min(limit, its own)): a rank that
-        # nothing changed since the last span began keeps that span's end, ``after`` steps on
-        own, mods = self._own, self._mods
-        live, ps = [], []
+        # each rank's plan and own span (span_steps(limit) is min(limit, its own)), in one
+        # pass (a rank's planning reaches no other rank: what it sets off goes on the heaps).
+        # A rank that nothing changed since the last span began keeps that span's end,
+        # ``after`` steps on; in a lazy group it also continues its plan (``nth_plan``, counted
+        # as plan_step counts) unless it committed and planned at the span's end; the others
+        # are brought up to now (``_catch``) and plan.
+        own, mods, lazy = self._own, self._mods, self._lazy
+        old, due = self._plans, self._due
+        plans, live, ps = [], [], []
         k = 1 << 30
-        for i, p in enumerate(plans):
+        for i, r in enumerate(ranks):
+            if lazy:
+                q = old[i] if after else None
+                if q is not None and not due[i] and r._mods == mods[i]:
+                    p = r.nth_plan(q, after + 1)  # the step after the span's last
+                    r.stats.decode_steps += 1
+                    plans.append(p)
+                    ps.append(p)
+                    n = own[i] = own[i] - after  # (not due: its own span ends later)
+                    if n < k:
+                        k = n
+                    continue
+                self._catch(i)  # (a rank idle in the last span owes nothing)
+                self._committed[i] = self._base
+                self._owed_ends[i] = 0
+                due[i] = True  # (fresh: its span end is asked, not carried)
+            p = r.plan_step()
+            plans.append(p)
             if p is None:
                 own[i] = 0
                 continue
-            r = ranks[i]
-            live.append((r, p))
+            if not lazy:  # (a lazy group commits from its plans: _lazy_end)
+                live.append((r, p))
             ps.append(p)
             m = r._mods
-            if after and own[i] > after and mods[i] == m:
+            if not lazy and after and own[i] > after and mods[i] == m:
                 n = own[i] - after
             else:
                 n = r.span_steps(1 << 30) if r.spans else 1
@@ -159,7 +177,7 @@ class Stepper:
             own[i] = n
             if n < k:
                 k = n
-        if not live:
+        if not ps:
             self._k = 0
             self._sleep()
             return
@@ -222,12 +240,13 @@ class Stepper:
         end = self._base + ended
         own, mods, committed, ends, due = (self._own, self._mods, self._committed,
                                            self._owed_ends, self._due)
+        ranks = self.ranks
         for i, p in enumerate(self._plans):
             if p is None:
                 continue
-            r = self.ranks[i]
-            self._cursor = i
+            r = ranks[i]
             if own[i] == ended or r._mods != mods[i]:
+                self._cursor = i
                 n = end - 1 - committed[i]
                 if n > 0:
                     r.quiet_steps(n, n - ends[i])
@@ -242,27 +261,6 @@ class Stepper:
         self._base = end
         self._ended = 0
         self._go(ended)
-
-    def _lazy_plans(self, after: int) -> list:
-        """A lazy group's plans: a rank that was not due and did not change since continues
-        its plan (``nth_plan`` after ``after`` steps, counted as plan_step counts); the others
-        are brought up to now and plan."""
-        ranks, old, due, mods = self.ranks, self._plans, self._due, self._mods
-        committed, ends, base = self._committed, self._owed_ends, self._base
-        plans = []
-        for i, r in enumerate(ranks):
-            q = old[i] if after else None
-            if q is not None and not due[i] and r._mods == mods[i]:
-                plans.append(r.nth_plan(q, after + 1))  # the step after the span's last
-                r.stats.decode_steps += 1
-                continue
-            self._catch(i)  # (a rank idle in the last span owes nothing)
-            p = r.plan_step()
-            committed[i] = base
-            ends[i] = 0
-            due[i] = True  # (fresh: its span end is asked, not carried)
-            plans.append(p)
-        return plans
 
     def _catch(self, i: int) -> None:
         """(lazy) Commit the steps rank ``i`` owes (all quiet for it)."""
