@@ -38,8 +38,8 @@ class _Bad(ValueError):
     """A line's problem, before :func:`_parse` names the file and line (formatted only then)."""
 
 
-def _count(row: dict, key: str) -> int:
-    v = row.get(key)
+def _count(v: object, key: str) -> int:
+    """A row's ``key`` field ``v``: a whole number of tokens (floats are truncated)."""
     if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
         raise _Bad(f"'{key}' must be a number of tokens")
     if not 0 <= v <= MAX_TRACE_TOKENS:
@@ -50,9 +50,11 @@ def _count(row: dict, key: str) -> int:
 # one decoder for every line (json.loads with an argument builds a decoder per call)
 _DECODER = json.JSONDecoder(parse_constant=_constant)
 _INT = frozenset((int,))
+_JSON_SPACE = " \t\n\r"  # JSON's whitespace (str.strip() would take more)
 
 
 def _row(line: bytes) -> tuple[float, int, int, tuple[int, ...]]:
+    """A line's row (``_check``), or the line's problem (``_Bad``)."""
     try:
         text = line.decode("utf-8")
         # (json.loads's own check and message for a byte-order mark, then its decoding)
@@ -65,10 +67,16 @@ def _row(line: bytes) -> tuple[float, int, int, tuple[int, ...]]:
     except ValueError as err:  # JSONDecodeError, or an integer past Python's digit limit
         msg = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
         raise _Bad(f"not valid JSON ({clip(msg, 80)})") from None
+    return _check(row)
+
+
+def _check(row: object) -> tuple[float, int, int, tuple[int, ...]]:
+    """A decoded line's (timestamp ms, input length, output length, prefix blocks)."""
     if not isinstance(row, dict):
         raise _Bad("each line must be a JSON object")
     ts = row.get("timestamp")
-    if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
+    if type(ts) is not int and (isinstance(ts, bool) or not isinstance(ts, int | float)
+                                or not math.isfinite(ts)):
         raise _Bad("'timestamp' (ms) must be a number")
     if abs(ts) > 1e15:
         raise _Bad("'timestamp' must be within ±1e15 ms")
@@ -76,7 +84,12 @@ def _row(line: bytes) -> tuple[float, int, int, tuple[int, ...]]:
     # JSON makes no int subclass but bool: type(b) is int <=> an int and not a bool
     if not isinstance(blocks, list | tuple) or not _INT.issuperset(map(type, blocks)):
         raise _Bad("'hash_ids' must be a list of integers")
-    return ts, _count(row, "input_length"), _count(row, "output_length"), tuple(blocks)
+    inp, out = row.get("input_length"), row.get("output_length")
+    if not (type(inp) is int and 0 <= inp <= MAX_TRACE_TOKENS):  # (else _count checks)
+        inp = _count(inp, "input_length")
+    if not (type(out) is int and 0 <= out <= MAX_TRACE_TOKENS):
+        out = _count(out, "output_length")
+    return ts, inp, out, tuple(blocks)
 
 
 class _Bounded(io.RawIOBase):
@@ -131,17 +144,31 @@ def _key(path: str | Path) -> tuple:
 
 @lru_cache(maxsize=4)
 def _parse(key: tuple, limit: int) -> tuple:
-    rows = []
-    name = show_path(key[0])
+    rows: list = []
+    append = rows.append
+    scan = _DECODER.scan_once
+    n = 0
     with open_trace(key[0]) as f:
-        for n, line in enumerate(f, 1):
-            if len(rows) >= limit:
-                break
-            if line.strip():
+        try:
+            for n, line in enumerate(f, 1):  # noqa: B007 (n names a bad line)
+                if len(rows) >= limit:
+                    break
+                # A line that is one JSON value from its first character, then JSON whitespace
+                # only, decodes as _DECODER.decode would (it skips leading whitespace, scans,
+                # and refuses anything but whitespace after the value): scanning it directly
+                # skips decode's calls. Any other line that is not blank goes through _row,
+                # which decodes it as before and says what is wrong with it.
                 try:
-                    rows.append(_row(line))
-                except _Bad as err:
-                    raise TraceError(f"trace file {name}, line {n}: {err}") from None
+                    text = line.decode("utf-8")
+                    row, end = scan(text, 0)
+                except (ValueError, StopIteration, RecursionError):  # (UnicodeDecodeError too)
+                    end = -1
+                if end >= 0 and not text[end:].strip(_JSON_SPACE):
+                    append(_check(row))
+                elif line.strip():
+                    append(_row(line))
+        except _Bad as err:
+            raise TraceError(f"trace file {show_path(key[0])}, line {n}: {err}") from None
     return tuple(rows)
 
 

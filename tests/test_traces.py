@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 
 import pytest
 from conftest import SCENARIOS, TRACES, small_fleet
@@ -86,3 +87,28 @@ def test_shipped_trace_replay_scenario_replays_the_conversation_trace():
     assert m["failed"] == 0 and m["unfinished"] == 0
     assert res.measured.t_arrival.max() == pytest.approx(
         read_trace(c.dataset.resolved_path, 200, 1.0, None)[-1]["t"], abs=1e-6)
+
+
+def test_trace_lines_scanned_directly_read_as_decoded_line_by_line(tmp_path):
+    """trace._parse scans a plain line without json's per-line decode; any line it cannot
+    take that way goes through trace._row. Either way a line's row, or its error, is what
+    decoding that line alone gives (leading/trailing whitespace, a BOM, two values, non-JSON
+    whitespace, floats and bools as counts, blank lines)."""
+    from pdsim import trace
+
+    ok = '{"timestamp": 5, "input_length": 7, "output_length": 2, "hash_ids": [1, 2]}'
+    lines = [ok, "  " + ok, ok + " \t\r", "", "   ", '{"timestamp": 1.5, "input_length": 3.9,'
+             ' "output_length": 1}', '{"timestamp": 0, "input_length": 10000001, '
+             '"output_length": 1}', '{"timestamp": 0, "input_length": true, "output_length": 1}',
+             ok + " " + ok, ok + "\x0c", "\ufeff" + ok, "[1, 2]", ok + "]", '{"timestamp": NaN}']
+    for line in lines:
+        path = tmp_path / "t.jsonl"
+        path.write_bytes((line + "\n" + ok + "\n").encode())
+        trace._parse.cache_clear()
+        try:
+            want = ([trace._row(line.encode())] if line.strip() else []) + [trace._row(ok.encode())]
+        except trace._Bad as err:
+            with pytest.raises(trace.TraceError, match=f"line 1: {re.escape(str(err))}$"):
+                trace._parse(trace._key(path), 10)
+            continue
+        assert list(trace._parse(trace._key(path), 10)) == want, line
