@@ -74,7 +74,7 @@ class PrefillRank(Rank):
         del self.bootstrap[req.rid]
         self.waiting.append(req)
         self._queued.add(req.rid)
-        self._kick()
+        self._kick(last=True)  # (the room's step does nothing more)
 
     def _in_bootstrap(self, req: Request) -> bool:
         return req.rid in self.bootstrap and not req.room.resolved
@@ -94,9 +94,10 @@ class PrefillRank(Rank):
             # drops its chunks (mooncake/conn.py add_transfer_request: "already failed"), and
             # only after its last chunk does the in-flight poll see Failed and free its KV.
             return  # commit_step releases it after the last chunk
-        self._release(req)
+        self._release(req, last=True)  # (the room's done step does nothing more after it)
 
-    def _release(self, req: Request) -> None:
+    def _release(self, req: Request, last: bool = False) -> None:
+        """Free the request's pages and forget it. ``last``: its step does nothing more."""
         rid = req.rid
         self.bootstrap.pop(rid, None)
         self._queued.discard(rid)
@@ -108,7 +109,8 @@ class PrefillRank(Rank):
         if req.room.state == Poll.Success and self.cache is not None and req.blocks:
             self.cache.insert(req.blocks)
         self.load_tokens -= req.input_len
-        self._kick()  # freed pages may unblock a forward
+        # freed pages may unblock a forward
+        self._kick(last and not self._idle_waiters)
         if self._idle_waiters:
             self._maybe_idle()
 

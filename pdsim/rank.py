@@ -72,11 +72,17 @@ class Rank:
             for ev in waiters:
                 ev.succeed()
 
-    def _kick(self) -> None:
+    def _kick(self, last: bool = False) -> None:
+        """Wake the stepper. ``last``: this is the last act of its simulation step, so with
+        nothing else due this instant a solo stepper's wake-up link would be processed next,
+        nothing between: it plans at once (pdsim.clock's "nothing else is due" rule)."""
         waker = self._waker
         if waker is not None:  # a plain link where the wake-up event would be scheduled
             self._waker = None
-            waker()
+            if last and not self.env.due_now():
+                waker.callback()
+            else:
+                waker()
         elif not self._wake.triggered:
             self._wake.succeed()
 
