@@ -6,6 +6,7 @@ until the log is turned into a DataFrame.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import simpy
 
@@ -22,4 +23,47 @@ class EventLog:
         self.rows.append((self.env.now, event, component, rank, rid, room, peer, value, detail))
 
     def frame(self) -> pd.DataFrame:
-        return pd.DataFrame.from_records(self.rows, columns=list(COLUMNS))
+        return records_frame(self.rows, COLUMNS)
+
+
+# the numpy dtype pandas infers for a column whose values are all of exactly one of these types
+_NUMPY_DTYPES = {int: np.int64, float: np.float64, bool: np.bool_}
+
+
+def records_frame(rows: list[tuple], columns: tuple[str, ...] | list[str]) -> pd.DataFrame:
+    """``pd.DataFrame.from_records(rows, columns=columns)`` (rows as long as ``columns``): the
+    same dtypes and values, built a column at a time.
+
+    ``from_records`` copies the rows into one 2-D object array and infers each column's dtype
+    from its objects, converting every value to float and complex on the way: for the run's
+    tables (thousands of rows, a few dozen columns) most of the cost of the table. A column
+    whose values are all of exactly one type among int, float, bool and str (what the records
+    hold) is converted straight to the dtype ``from_records`` infers for such a column (int64,
+    float64, bool; for strings whatever it infers for a column of strings, asked of pandas on
+    one row). Any other column (None, ints beyond int64, numpy scalars, mixed types) goes
+    through ``from_records`` itself, alone: it infers each column on its own, so the result
+    is the same either way.
+    """
+    columns = list(columns)
+    n = len(rows)
+    if not n:
+        return pd.DataFrame.from_records(rows, columns=columns)
+    data = {}
+    str_dtype = None
+    for name, col in zip(columns, zip(*rows, strict=True), strict=True):
+        kind = type(col[0])
+        if list(map(type, col)).count(kind) == n:
+            if kind is str:
+                if str_dtype is None:
+                    str_dtype = pd.DataFrame.from_records([("",)]).dtypes.iloc[0]
+                data[name] = pd.array(col, dtype=str_dtype)
+                continue
+            dtype = _NUMPY_DTYPES.get(kind)
+            if dtype is not None:
+                try:
+                    data[name] = np.fromiter(col, dtype, n)
+                    continue
+                except OverflowError:  # ints beyond int64: pandas' own inference decides
+                    pass
+        data[name] = pd.DataFrame.from_records(list(zip(col)), columns=[name])[name].array
+    return pd.DataFrame(data, columns=columns)

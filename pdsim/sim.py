@@ -18,6 +18,7 @@ from pdsim import clock
 from pdsim import scenario as scenario_mod
 from pdsim import summary as summary_mod
 from pdsim.fleet import Fleet
+from pdsim.log import records_frame
 from pdsim.recorder import Recorder
 from pdsim.summary import FLUSH_REASONS, clean
 
@@ -153,7 +154,7 @@ def _records(fleet: Fleet) -> pd.DataFrame:
                      room.id if room else -1, r.p_server, r.p_rank, r.d_server, r.d_rank,
                      room.session if room else "", r.prefill_tokens, r.cached_tokens,
                      bool(room and room.doomed), r.stale_pages))
-    return pd.DataFrame.from_records(rows, columns=REQUEST_COLUMNS)
+    return records_frame(rows, REQUEST_COLUMNS)
 
 
 def _sampler(fleet: Fleet, interval: float, rows: list, horizon: simpy.Event,
