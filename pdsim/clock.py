@@ -384,6 +384,11 @@ class FifoDeadlines:
     def __len__(self) -> int:
         return len(self._items)
 
+    def clear(self) -> None:
+        """Forget every pending deadline and its item. Only for a run that is over (its armed
+        timer must not fire any more): ``pdsim.fleet.Fleet.release``."""
+        self._items.clear()
+
     def add(self, item: object) -> None:
         """Start ``item``'s deadline now (where ``env.timeout(timeout)`` would be created)."""
         env = self.env

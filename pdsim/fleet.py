@@ -281,6 +281,32 @@ class Fleet:
             "blacklisted_pairs": self.stats.blacklisted_pairs,
         }
 
+    def release(self) -> None:
+        """Let reference counting free the run's requests, once its outputs are made.
+
+        Each request and its room point at each other: a cycle per request that only
+        CPython's cyclic collector can free, and it pays for that by tracing everything the run
+        left alive and reachable from those cycles, the fleet included. Measured 2026-11-30
+        (the young collection after a run, process CPU time): stream of 8,000 requests 57-65 ->
+        ~15 ms, healthy 12-22 -> 5-7 ms, drop_timeout 26-31 -> 8-11 ms. So once the records
+        are made (nothing reads a request after that) this cuts the requests' side of those
+        cycles and drops what holds every request to the end: the request list, the log's
+        rows and the pending deadlines (the router's request timeout outlasts most runs, so
+        its FIFO holds every request ever routed). The run's requests, rooms, pages and
+        callbacks then go through reference counting; what the components still hold
+        (requests in flight at the end) goes with the fleet at the next collection. The fleet
+        cannot run on afterwards.
+        """
+        for r in self.requests:
+            r.room = None
+        self.requests = []
+        self.log.rows = []
+        self.router._deadlines.clear()
+        for p in self.prefill_ranks:
+            p._bootstrap_deadlines.clear()
+        for d in self.decode_ranks:
+            d._waiting_deadlines.clear()
+
 
 @dataclass(frozen=True, slots=True)
 class _Frontend:

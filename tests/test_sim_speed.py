@@ -38,6 +38,36 @@ def test_cyclic_gc_paused_during_the_run_and_restored(monkeypatch):
     assert gc.isenabled()
 
 
+def test_a_run_leaves_its_requests_to_reference_counting():
+    """Fleet.release: once the records are made, a finished request and its room no longer
+    wait for the cyclic collector (the request <-> room cycle is cut, the request list, log
+    rows and pending deadlines dropped). The only requests a collection after the run still
+    finds are those the transfer engines' pending writes hold; without the release it finds
+    every one."""
+    from pdsim import scenario as scenario_mod
+    from pdsim.request import Request, Room
+    from pdsim.transfer import Chunk
+
+    sc = scenario_mod.load("scenarios/healthy.yaml")
+    gc.collect()
+    gc.disable()
+    try:
+        res = sim._simulate(sc, None, False)
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        garbage = list(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    requests = [o for o in garbage if type(o) is Request]
+    rooms = [o for o in garbage if type(o) is Room]
+    chunks = [o for o in garbage if type(o) is Chunk]
+    assert len(requests) < len(res.requests) / 2
+    assert {id(r) for r in requests} <= {id(c.req) for c in chunks}
+    assert {id(r) for r in rooms} <= {id(c.room) for c in chunks}
+
+
 def test_numpy_draws_nothing_for_a_one_value_range():
     """The router skips ``rng.integers(1)`` (one server): numpy returns 0 without drawing, so
     the routing stream is the same either way."""
