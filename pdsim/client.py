@@ -163,7 +163,7 @@ class BenchClient(Client):
         if not prompts:
             return
         self._prompt_list = prompts
-        self._at = [float(t) for t in self._arrivals(prompts)]
+        self._at = self._arrivals(prompts).tolist()  # (Python floats, the same values)
         self._slots = cfg.max_concurrency or len(prompts)
         self._busy = 0
         self._backlog: deque[int] = deque()
@@ -171,6 +171,7 @@ class BenchClient(Client):
         self._all_returned = env.event()
         self._sender = Relay(env, self._send)  # a prompt sends one step after its slot
         self._on_return = self._returned_one  # (bound once, not per prompt)
+        self._stream = cfg.stream
         self._releaser = Link(env, self._release)
         self._granter = Link(env, self._grant)
         urgent(env, self._start)  # where the prompts' processes would have started
@@ -217,7 +218,7 @@ class BenchClient(Client):
         p = self._prompt_list[k]
         self.sent += 1
         front = self.frontend
-        req = front.new_request(self.name, "bench", p["input"], p["output"], self.cfg.stream,
+        req = front.new_request(self.name, "bench", p["input"], p["output"], self._stream,
                                 p.get("blocks"), -1, 0)
         front.generate(req, self._on_return)
 

@@ -527,6 +527,8 @@ class Faults:
 
     def write_error(self) -> bool:
         """Whether this write hits an injected ``ret != 0`` (draws only inside a window)."""
+        if not self.errors:  # (the usual case: no call of env.now per write)
+            return False
         now = self.env.now
         for f in self.errors:
             if f.from_s <= now and (f.to_s is None or now < f.to_s):

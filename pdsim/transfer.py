@@ -77,8 +77,10 @@ class TransferEngine:
         self.queues = [deque() for _ in range(queues)]
         self._asleep = [True] * queues  # no chunk and no wake-up pending
         self._wakers = [_Wake(self, i) for i in range(queues)]
-        # (most policies ignore successes: skip the call when this one's is the base no-op)
+        # (most policies ignore successes: skip the call when this one's is the base no-op;
+        # the base admit is a look-up in its entries, done here without a call)
         self._records_success = type(blacklist).record_success is not Policy.record_success
+        self._base_admit = type(blacklist).admit is Policy.admit
         self.writing: dict[int, Chunk] = {}  # queue index -> chunk being written
         self._deadlines = Deadlines(env, timeout_s, Chunk.pending, self._timed_out)
 
@@ -121,14 +123,16 @@ class TransferEngine:
             room = chunk.room
             if room.resolved:
                 continue
-            if not bl.admit(room.session):
+            if (room.session in bl.entries if self._base_admit  # (Policy.admit, inline)
+                    else not bl.admit(room.session)):
                 self.fail(chunk, "blacklisted_session", counts=False)
                 continue
             room.state = Poll.Transferring
             self.writing[i] = chunk
-            chunk.engine, chunk.queue, chunk.t0 = self, i, self.env._now
+            env = self.env
+            chunk.engine, chunk.queue, chunk.t0 = self, i, env._now
             if self.latency:  # per-call cost before the bytes move (1.6 ms + bytes / bw)
-                self.env.timer(self.latency, chunk)  # chunk.tick: _start
+                env.timer(self.latency, chunk)  # chunk.tick: _start
             else:
                 self._start(chunk)
             return
