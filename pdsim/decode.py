@@ -23,7 +23,7 @@ from pdsim.clock import FifoDeadlines
 from pdsim.log import EventLog
 from pdsim.predictor import Predictor
 from pdsim.rank import Rank
-from pdsim.request import Poll, Request
+from pdsim.request import SUCCESS, WAITING_FOR_INPUT, Request
 from pdsim.scenario import DecodeConfig
 from pdsim.stats import Stats
 
@@ -136,7 +136,7 @@ class DecodeRank(Rank):
             req.d_pages = pages
             req.cap_tokens = pages.n * alloc.page_size
             transfer[req.rid] = req
-            room.state = Poll.WaitingForInput
+            room.state = WAITING_FOR_INPUT
             delay = self.bootstrap_s + self.tokenize_s_per_token * req.input_len
             if delay > 0:  # the handshake (and tokenization) before the prefill may run
                 room.start_bootstrap(delay)
@@ -160,7 +160,7 @@ class DecodeRank(Rank):
             self._dropped.discard(req.rid)
             return
         self._catch_up()
-        if req.room.state == Poll.Success:  # (the usual case: _resolved's first branch)
+        if req.room.state == SUCCESS:  # (the usual case: _resolved's first branch)
             if self.transfer.pop(req.rid, None) is not None:
                 req.t_transfer_done = self.env._now
                 self.waiting.append(req)
@@ -170,7 +170,7 @@ class DecodeRank(Rank):
         self._changed()
 
     def _resolved(self, req: Request) -> None:
-        if req.room.state == Poll.Success:
+        if req.room.state == SUCCESS:
             if self.transfer.pop(req.rid, None) is not None:
                 req.t_transfer_done = self.env._now
                 self.waiting.append(req)

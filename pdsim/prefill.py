@@ -21,7 +21,7 @@ from pdsim.kv import PrefixCache
 from pdsim.log import EventLog
 from pdsim.predictor import Predictor
 from pdsim.rank import Rank
-from pdsim.request import Poll, Request
+from pdsim.request import FAILED, SUCCESS, Request
 from pdsim.scenario import PrefillConfig
 from pdsim.stats import Stats
 from pdsim.transfer import Chunk, TransferEngine
@@ -87,7 +87,7 @@ class PrefillRank(Rank):
 
     def room_done(self, req: Request) -> None:
         """The room resolved (pdsim.request.Room)."""
-        if req.room.state == Poll.Failed and self._prefilling(req):
+        if req.room.state == FAILED and self._prefilling(req):
             # SGLang does not stop a failed room's prefill: the scheduler keeps scheduling the
             # chunked request (disaggregation/prefill.py process_prefill_chunk and
             # process_batch_result_disagg_prefill never poll its sender), the transfer engine
@@ -106,7 +106,7 @@ class PrefillRank(Rank):
         if self.chunked is req:
             self.chunked = None
         self.alloc.release(req.p_pages)
-        if req.room.state == Poll.Success and self.cache is not None and req.blocks:
+        if req.room.state == SUCCESS and self.cache is not None and req.blocks:
             self.cache.insert(req.blocks)
         self.load_tokens -= req.input_len
         # freed pages may unblock a forward

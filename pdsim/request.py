@@ -21,6 +21,11 @@ class Poll(IntEnum):
     Success = 4
 
 
+# The members again as module names for the per-request path: reading a member through its
+# enum class (``Poll.Success``) is a metaclass look-up, ~5x a global's (CPython 3.11).
+FAILED, BOOTSTRAPPING, WAITING_FOR_INPUT, TRANSFERRING, SUCCESS = Poll
+
+
 class Listener(Protocol):
     """A rank that hears of a room's steps (pdsim.prefill.PrefillRank, pdsim.decode.DecodeRank)."""
 
@@ -56,7 +61,7 @@ class Room:
         self.id = room_id
         self.env = env
         self.req = req  # what the listeners are called with
-        self.state = Poll.Bootstrapping
+        self.state = BOOTSTRAPPING
         self.resolved = False  # Failed or Success (terminal; only succeed() and fail() set it)
         self.booted = False  # bootstrapped signalled: decode pre-allocated, prefill may run
         # the listening ranks: the prefill hears room_bootstrapped(req), both room_done(req)
@@ -115,7 +120,7 @@ class Room:
         """Mark Success (terminal). ``tail``: the caller's step does nothing more, so with
         nothing else due this instant the done step (which would come next) runs at once."""
         if not self.resolved:
-            self.state = Poll.Success
+            self.state = SUCCESS
             self.resolved = True
             env = self.env
             if tail:
@@ -129,7 +134,7 @@ class Room:
         prefill ignores a bootstrap of a resolved room, so none is signalled.)"""
         if self.resolved:
             return False
-        self.state = Poll.Failed
+        self.state = FAILED
         self.resolved = True
         self.reason = reason
         self.env.link(self)

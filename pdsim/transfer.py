@@ -45,7 +45,7 @@ from pdsim.clock import Deadlines, later, run_inline
 from pdsim.faults import SILENT, UP, Paths
 from pdsim.log import EventLog
 from pdsim.nic import NIC
-from pdsim.request import Poll, Request, Room
+from pdsim.request import TRANSFERRING, Request, Room
 from pdsim.stats import Stats
 
 DEAD_MSG = "Decode instance could be dead, remote mooncake session is not alive"
@@ -127,7 +127,7 @@ class TransferEngine:
                     else not bl.admit(room.session)):
                 self.fail(chunk, "blacklisted_session", counts=False)
                 continue
-            room.state = Poll.Transferring
+            room.state = TRANSFERRING
             self.writing[i] = chunk
             env = self.env
             chunk.engine, chunk.queue, chunk.t0 = self, i, env._now
