@@ -19,6 +19,8 @@ from simpy.events import NORMAL, Event
 from pdsim.clock import Environment, Link
 from pdsim.rank import AWAKE, Rank
 
+_NEVER = float("inf")
+
 
 def step_time(ranks: Sequence[Rank], plans: list) -> float:
     """Duration of one lockstep forward given each rank's plan (None: idle batch)."""
@@ -202,12 +204,19 @@ class Stepper:
         if ended < k:  # an inner step of a span: the next one starts at once
             queue, steps, durations = env._queue, env._steps, self._durations
             end = now + next(durations)
-            # inner steps that end before anything else is due end here and now
-            while (ended + 1 < k and (not queue or end < queue[0][0])
-                   and (not steps or end < steps[0][0])):
-                ended += 1
-                now = env._now = end
-                end = now + next(durations)
+            # inner steps that end before anything else is due end here and now (nothing
+            # runs meanwhile, so the heaps' fronts stay)
+            last = k - 1
+            if ended < last:
+                due = queue[0][0] if queue else _NEVER
+                if steps and steps[0][0] < due:
+                    due = steps[0][0]
+                if end < due:
+                    while ended < last and end < due:
+                        ended += 1
+                        now = end
+                        end = now + next(durations)
+                    env._now = now
             self._ended, self._t_ended, self.next_end = ended, now, end
             env.step_entries += 1  # env.step_at(end, self), inline
             heappush(steps, (end, NORMAL, next(env._eid), self))

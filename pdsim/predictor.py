@@ -235,6 +235,7 @@ class OperatorPredictor:
         # decode attention per context token per layer: KV bytes read, or MLA's FLOPs
         self.per_ctx = max(self.dc_ctx_flops / self.pk_dattn, self.kv_layer_bytes / self.bw)
         self._decode_cache: dict[tuple[float, float], tuple] = {}
+        self._layer_cache: dict[tuple[float, float, bool], tuple] = {}
         self._prefill_cache: dict[tuple, float] = {}
         self._nd, self._nm = m.dense_mlp_layers, m.moe_layers  # (properties: read once)
 
@@ -309,20 +310,40 @@ class OperatorPredictor:
         """(dense-layer compute, MoE-layer compute, dense comm, MoE comm) per layer, seconds.
 
         ``mean``: the rank's tokens (mean over lockstep ranks); ``attn``: the slowest rank's
-        tokens; ``core``: attention-core seconds of the slowest rank.
+        tokens; ``core``: attention-core seconds of the slowest rank. Everything but ``core``
+        is remembered per (mean, attn, low_latency): most prefill forwards are full chunks.
         """
+        key = (mean, attn, low_latency)
+        parts = self._layer_cache.get(key)
+        if parts is None:
+            parts = self._layer_parts(mean, attn, low_latency)
+            if len(self._layer_cache) > 200_000:
+                self._layer_cache.clear()
+            self._layer_cache[key] = parts
+        g_attn, elem, g_dense, g_shared, experts, c_dense, c_moe = parts
+        a = g_attn + core
+        dense = a + elem + g_dense
+        moe = a + elem + g_shared + experts if g_shared is not None else 0.0
+        return dense, moe, c_dense, c_moe
+
+    def _layer_parts(self, mean: float, attn: float, low_latency: bool) -> tuple:
+        """The terms of :meth:`_layers` but the attention core: attention projections,
+        elementwise traffic, dense MLP, shared experts and routed experts (None, None for a
+        dense model), dense and MoE communication."""
         m = self.model
         routed = mean * self.layout.gather
         mlp = attn if self.ep_mode else routed  # EP: dense/shared MLP data-parallel
-        a = self.gemm(attn, self.attn_w) + core
         elem = (attn + mlp) * m.hidden_size * ACT_BYTES * ELEMENTWISE_PASSES / self.bw
-        dense = a + elem + self.gemm(mlp, self.dense_w)
-        moe = a + elem + self.gemm(mlp, self.shared_w) + self.moe(routed) if m.is_moe else 0.0
+        if m.is_moe:
+            shared, experts = self.gemm(mlp, self.shared_w), self.moe(routed)
+        else:
+            shared = experts = None
         if self.ep_mode:
             c_dense, c_moe = 0.0, self.all_to_all(attn, low_latency)
         else:
             c_dense = c_moe = 2 * self.allreduce(routed)
-        return dense, moe, c_dense, c_moe
+        return (self.gemm(attn, self.attn_w), elem, self.gemm(mlp, self.dense_w), shared,
+                experts, c_dense, c_moe)
 
     def _body(self, mean: float, attn: float, core: float, low_latency: bool,
               ctx_attn: float = 0.0) -> float:
