@@ -167,3 +167,20 @@ def test_weight_dtype_changes_bytes_and_peak():
     assert int4.pk_w == bf16.pk_w  # W4A16 computes at the BF16 rate
     # memory-bound decode of one token: FP8 reads half the bytes
     assert fp8.gemm(1, 1e9) == pytest.approx(bf16.gemm(1, 1e9) / 2)
+
+
+@pytest.mark.parametrize("model,layout", [("deepseek-v3", {"tp": 8}),
+                                          ("deepseek-v3", {"tp": 8, "ep": 8, "tbo": True}),
+                                          ("llama-3.1-8b", {"tp": 2})])
+def test_remembered_layer_terms_give_the_same_floats(model, layout):
+    """A layer's terms but the attention core are remembered per token counts: forwards of
+    the same tokens with other contexts (another core) give exactly what a predictor that
+    never saw those tokens gives."""
+    warm = _op(model, **layout)
+    warm.prefill(8192, 8192**2, 8192 * 8193 / 2, 1, 0)
+    assert len(warm._layer_cache) == 1  # (two micro-batches: their half)
+    for prefix in (0, 4096, 60_000):
+        pairs = 8192 * prefix + 8192 * 8193 / 2
+        cold = _op(model, **layout)
+        assert (warm.prefill(8192, 8192 * (8192 + prefix), pairs, 2, prefix)
+                == cold.prefill(8192, 8192 * (8192 + prefix), pairs, 2, prefix))
