@@ -513,7 +513,9 @@ class Faults:
         self.paths.active = any(f.kind in PATH_FAULTS for f in specs)
         self.cut: set[int] = set()  # prefill servers partitioned (heartbeats miss)
         self.lost: set[int] = set()  # partitioned prefill servers the decodes declared lost
-        self.errors: list[TransferErrorsParams] = []
+        self.errors: list[TransferErrorsParams] = []  # filled when the run starts
+        # whether writes can hit an injected error at all (else the engines never ask)
+        self.injects_errors = any(f.kind == "transfer_errors" for f in specs)
         for f in specs:
             gen = FAULTS.get(f.kind).impl(f, self)
             if gen is not None:

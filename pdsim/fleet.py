@@ -172,7 +172,8 @@ class Fleet:
                                              tc.call_latency_ms / 1e3, tc.transfer_timeout_s,
                                              tc.queues_per_rank, self.log, self.stats,
                                              self.faults.paths, s, tc.qp_retry_s,
-                                             self.faults.write_error)
+                                             self.faults.write_error
+                                             if self.faults.injects_errors else None)
                 bl.probe = rank.engine.probe  # probes cost what a small write on the path costs
                 ranks.append(rank)
                 self.prefill_ranks.append(rank)
@@ -265,19 +266,35 @@ class Fleet:
         return self.prefill_ranks + self.decode_ranks
 
     def snapshot(self) -> dict:
-        """Gauges for the time series."""
-        p, d = self.prefill_ranks, self.decode_ranks
+        """Gauges for the time series (one pass over the ranks: a long run samples thousands
+        of times, and a fleet is a few ranks, so per-gauge generators cost more than the sums)."""
+        d = self.decode_ranks
         for r in d:
             r._catch_up()  # KV grown and tokens made by steps of a span that ended by now
+        p_used = p_cap = p_queue = p_inflight = 0
+        for r in self.prefill_ranks:
+            alloc = r.alloc
+            p_used += alloc.used
+            p_cap += alloc.capacity
+            p_queue += len(r.bootstrap) + len(r._queued)
+            p_inflight += len(r.inflight)
+        d_used = d_cap = prealloc = transfer = running = 0
+        for r in d:
+            alloc = r.alloc
+            d_used += alloc.used
+            d_cap += alloc.capacity
+            prealloc += len(r.prealloc)
+            transfer += len(r.transfer)
+            running += len(r.running)
         return {
-            "prefill_kv_used": sum(r.alloc.used for r in p) / sum(r.alloc.capacity for r in p),
-            "decode_kv_used": sum(r.alloc.used for r in d) / sum(r.alloc.capacity for r in d),
-            "prefill_queue": sum(len(r.bootstrap) + len(r._queued) for r in p),
-            "prefill_inflight": sum(len(r.inflight) for r in p),
-            "transfer_queue": sum(e.queued() for e in self.engines),
-            "decode_prealloc": sum(len(r.prealloc) for r in d),
-            "decode_transfer": sum(len(r.transfer) for r in d),
-            "decode_running": sum(len(r.running) for r in d),
+            "prefill_kv_used": p_used / p_cap,
+            "decode_kv_used": d_used / d_cap,
+            "prefill_queue": p_queue,
+            "prefill_inflight": p_inflight,
+            "transfer_queue": sum([e.queued() for e in self.engines]),
+            "decode_prealloc": prealloc,
+            "decode_transfer": transfer,
+            "decode_running": running,
             "blacklisted_pairs": self.stats.blacklisted_pairs,
         }
 
