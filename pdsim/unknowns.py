@@ -228,6 +228,19 @@ def substitute(data: dict, values: dict[str, Any]) -> dict:
     return out
 
 
+def _replaced(data: Any, parts: list, value: Any) -> Any:
+    """``data`` with the value at path ``parts`` replaced, for a validation that only reads it:
+    the containers along the path are copied (a dict keeps its class and attributes, e.g. a
+    scenario's context), everything else is shared, where ``substitute`` copies it all."""
+    if not parts:
+        return value
+    head = parts[0]
+    out = copy.copy(data)
+    key = head if isinstance(out, list) or head in out else str(head)
+    out[key] = _replaced(out[key], parts[1:], value)
+    return out
+
+
 def redeclare(data: dict, unknowns: list[Unknown]) -> dict:
     """Put the declarations back into a resolved dict (so that ``--set`` can pin or edit them)."""
     return substitute(data, {u.path: u.declaration() for u in unknowns})
@@ -255,7 +268,7 @@ def finish(data: dict, unknowns: list[Unknown], validated: Any,
             if end == u.nominal and type(end) is type(u.nominal):
                 continue
             try:
-                validate(substitute(data, {u.path: end}))
+                validate(_replaced(data, _parts(u.path), end))  # (validation only reads)
             except ValueError as err:
                 raise UnknownError(f"invalid value at '{u.path}': {u.describe()} includes "
                                    f"{_fmt(end)}, which is rejected: {err}") from None

@@ -160,3 +160,20 @@ def test_validate_lists_the_declared_unknowns(tmp_path, capsys):
     assert main(["validate", str(tmp_path / "s.yaml")]) != 0
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "clients.0.request_rate" in err
+
+
+def test_a_range_end_is_validated_on_a_copy_of_its_path_only():
+    """unknowns.finish validates each range end on ``_replaced`` data: equal to what
+    ``substitute`` makes, the original untouched, only the containers on the path copied."""
+    from pdsim import scenario as scenario_mod
+
+    data = scenario_mod._with_context({"a": [{"b": 1, "c": {"d": 2}}, 5], "e": {"f": 3}}, None)
+    before = copy.deepcopy(data)
+    for path, value in [("a.0.b", 9), ("a.1", 7), ("e.f", 4), ("a.0.c.d", 8)]:
+        got = unknowns._replaced(data, unknowns._parts(path), value)
+        assert got == unknowns.substitute(data, {path: value})
+        assert type(got) is type(data) and hasattr(got, "context")
+        assert data == before
+    got = unknowns._replaced(data, ["a", 0, "b"], 9)
+    assert got["e"] is data["e"] and got["a"][0]["c"] is data["a"][0]["c"]
+    assert got["a"] is not data["a"] and got["a"][0] is not data["a"][0]
