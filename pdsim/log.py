@@ -28,6 +28,7 @@ class EventLog:
 
 # the numpy dtype pandas infers for a column whose values are all of exactly one of these types
 _NUMPY_DTYPES = {int: np.int64, float: np.float64, bool: np.bool_}
+_INT_FLOAT = {int, float}  # a column of both: float64
 
 
 def records_frame(rows: list[tuple], columns: tuple[str, ...] | list[str]) -> pd.DataFrame:
@@ -40,9 +41,11 @@ def records_frame(rows: list[tuple], columns: tuple[str, ...] | list[str]) -> pd
     whose values are all of exactly one type among int, float, bool and str (what the records
     hold) is converted straight to the dtype ``from_records`` infers for such a column (int64,
     float64, bool; for strings whatever it infers for a column of strings, asked of pandas on
-    one row). Any other column (None, ints beyond int64, numpy scalars, mixed types) goes
-    through ``from_records`` itself, alone: it infers each column on its own, so the result
-    is the same either way.
+    one row); so is a column of ints and floats (float64, each int converted as pandas does,
+    by ``float(int)``), as long as its ints fit int64 (times start at the int 0, and log
+    values mix counts and seconds). Any other column (None, ints beyond int64, numpy scalars,
+    other mixed types) goes through ``from_records`` itself, alone: it infers each column on
+    its own, so the result is the same either way.
     """
     columns = list(columns)
     n = len(rows)
@@ -65,5 +68,12 @@ def records_frame(rows: list[tuple], columns: tuple[str, ...] | list[str]) -> pd
                     continue
                 except OverflowError:  # ints beyond int64: pandas' own inference decides
                     pass
+        elif set(map(type, col)) == _INT_FLOAT:
+            try:
+                np.fromiter([v for v in col if type(v) is int], np.int64)  # they fit int64
+                data[name] = np.fromiter(col, np.float64, n)
+                continue
+            except OverflowError:
+                pass
         data[name] = pd.DataFrame.from_records(list(zip(col)), columns=[name])[name].array
     return pd.DataFrame(data, columns=columns)

@@ -32,6 +32,8 @@ def _same_as_from_records(rows: list[tuple], columns: list[str]) -> None:
                                                                np.float32(0.2))],
     [(None, math.nan, math.inf, -0.0)],
     [(1, "a", 1.5, True), ("b", 2, 3, 0)],  # mixed objects
+    [(0, 2**53 + 1, 2**63, -2**63), (0.5, 1.0, 2.5, math.nan)],  # ints and floats: float64
+    [(2**64, -2**63 - 1, 2**63 - 1, True), (0.5, 1.0, 2.5, 0.5)],  # ... unless they do not fit
 ])
 def test_records_frame_matches_from_records(rows):
     _same_as_from_records(rows, ["a", "b", "c", "d"])
