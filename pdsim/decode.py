@@ -75,6 +75,9 @@ class DecodeRank(Rank):
         super().__init__(env, server, index, cfg, predictor, pool_pages, flush_semantics, log,
                          stats)
         self.flush_dooms = flush_dooms  # scenario flush.dooms: which destinations a flush fails
+        # (cfg fields as plain attributes: a pydantic model's are slow to read per request)
+        self.max_running = cfg.max_running_requests
+        self.reserve_tokens = cfg.retract_reserve_tokens
         self.waiting_timeout = waiting_timeout_s
         self.port = port
         self.session = f"decode-{server}.r{index}:{port}"
@@ -118,7 +121,7 @@ class DecodeRank(Rank):
         prealloc = self.prealloc
         if not prealloc or self.halted:  # pre-allocation runs in the scheduler loop
             return
-        alloc, cfg, transfer = self.alloc, self.cfg, self.transfer
+        alloc, transfer, limit = self.alloc, self.transfer, self.max_running
         # retracted requests get freed pages before new ones are pre-allocated
         while prealloc and not self.retracted:
             req = prealloc[0]
@@ -127,9 +130,9 @@ class DecodeRank(Rank):
                 prealloc.popleft()
                 continue
             if (len(transfer) + len(self.waiting) + len(self.running)
-                    + len(self.retracted)) >= cfg.max_running_requests:  # slots used
+                    + len(self.retracted)) >= limit:  # slots used
                 return
-            pages = alloc.alloc(alloc.pages_for(req.input_len + cfg.retract_reserve_tokens))
+            pages = alloc.alloc(alloc.pages_for(req.input_len + self.reserve_tokens))
             if pages is None:
                 return
             prealloc.popleft()

@@ -62,6 +62,7 @@ class TransferEngine:
                  queues: int, log: EventLog, stats: Stats, paths: Paths, server: int,
                  qp_retry_s: float, injected_error: Callable[[], bool] | None = None) -> None:
         self.env = env
+        self.recorder = None  # (the class default as its own: read per write)
         self.owner = owner
         self.rank = rank
         self.server = server  # prefill server index (paths are per prefill server)
