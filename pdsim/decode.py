@@ -206,7 +206,7 @@ class DecodeRank(Rank):
         answer = req.on_response
         if answer is not None:  # the router learns of it once
             req.on_response = None
-            answer()
+            answer.responded()
 
     # --- the batch loop ------------------------------------------------------------------
 
@@ -482,7 +482,7 @@ class DecodeRank(Rank):
             answer = req.on_response
             if answer is not None:  # the router learns of it once
                 req.on_response = None
-                answer()
+                answer.responded()
         if refill:
             self._try_prealloc()
             if self._idle_waiters:

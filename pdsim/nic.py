@@ -5,18 +5,25 @@ pending wake-up for the earliest finishing write and re-plans on every start and
 write costs a start and an end event, whatever its size.
 
 A write reports its end either as a SimPy event (``write``: for processes that wait on it) or
-as a plain callback (``start``: the transfer engine's fast path), which runs after the NIC has
-re-planned, where the worker that waited on the event resumed.
+to a listener's ``written()`` (``start``: the transfer engine's fast path, whose chunk
+listens), which runs after the NIC has re-planned, where the worker that waited on the event
+resumed. (A listener object, not a callback: no bound method per write.)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Protocol
 
 import simpy
 from simpy.events import Event
 
 from pdsim.clock import soon
+
+
+class Listener(Protocol):
+    """What hears of a write's last byte on the fast path (pdsim.transfer.Chunk)."""
+
+    def written(self) -> None: ...
 
 
 class NIC:
@@ -46,9 +53,9 @@ class NIC:
         ev.fid = self.start(nbytes, ev)
         return ev
 
-    def start(self, nbytes: float, done: Callable[[], None] | simpy.Event) -> int:
-        """Start writing ``nbytes``; ``done`` (a callback or an event) when the last byte is
-        out. Returns the write's id (for ``cancel``)."""
+    def start(self, nbytes: float, done: Listener | simpy.Event) -> int:
+        """Start writing ``nbytes``; ``done`` (a listener's ``written()``, or an event) when
+        the last byte is out. Returns the write's id (for ``cancel``)."""
         active = self._active
         if active:
             self._advance()
@@ -120,8 +127,8 @@ class NIC:
                     self._replan()
                 else:  # (what _replan does with no write left)
                     self._plan += 1
-                self.tail = True  # the callback is the last thing this step does
-                done()
+                self.tail = True  # the listener is the last thing this step does
+                done.written()
                 self.tail = False
             return
         finished = [done]
@@ -132,7 +139,7 @@ class NIC:
             if isinstance(done, Event):
                 done.succeed()
             else:
-                callbacks.append(done)
+                callbacks.append(done.written)
         self._replan()
         mixed = len(callbacks) != len(finished)  # waiters on events resume two steps on
         for done in callbacks:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from enum import IntEnum
 from typing import Protocol
 
@@ -24,6 +23,12 @@ class Poll(IntEnum):
 # The members again as module names for the per-request path: reading a member through its
 # enum class (``Poll.Success``) is a metaclass look-up, ~5x a global's (CPython 3.11).
 FAILED, BOOTSTRAPPING, WAITING_FOR_INPUT, TRANSFERRING, SUCCESS = Poll
+
+
+class Responder(Protocol):
+    """Who hears that the decode answered a request (pdsim.router's call)."""
+
+    def responded(self) -> None: ...
 
 
 class Listener(Protocol):
@@ -180,7 +185,8 @@ class Request:
         self.prefill_tokens = 0  # prefill forward work spent on this request
         self.t_prefill_start = NAN  # its first prefill forward began
         self.cached_tokens = 0
-        self.on_response: Callable[[], None] | None = None  # the router's, once dispatched
+        # the router's call, once dispatched: on_response.responded() when the decode answers
+        self.on_response: Responder | None = None
         self.d_pages = None
         self.p_pages = None
         self.gen_at_join = 0

@@ -243,9 +243,9 @@ class _Call:
         self.answered = False  # the response event was processed
         self.stage = _Call.DISPATCH
 
-    def __call__(self) -> None:
-        """The decode answered (the call is the request's ``on_response``: no bound method
-        per request): its response event is processed one zero-delay step later."""
+    def responded(self) -> None:
+        """The decode answered (the call is the request's ``on_response``): its response
+        event is processed one zero-delay step later."""
         self.stage = _Call.ANSWER
         self.lb.env.link(self)
 
@@ -254,7 +254,7 @@ class _Call:
         if stage == _Call.DISPATCH:  # the hop to the servers: POST to both
             req = self.req
             # (set first: a crashed decode server refuses at once, answering in dispatch)
-            req.on_response = self  # __call__: answered
+            req.on_response = self  # responded() when the decode answers
             self.d.dispatch(req)  # the decode registers the destination session first
             self.p.dispatch(req)
             self.lb._deadlines.add(self)

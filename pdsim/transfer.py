@@ -146,7 +146,7 @@ class TransferEngine:
                        lambda result: self._end(w, *result))
             return
         # every path is up: the bytes end the write, or its deadline does
-        w.fid = self.nic.start(nbytes, w)  # w(): written
+        w.fid = self.nic.start(nbytes, w)  # w.written()
         self._deadlines.add(w, self.timeout + nbytes * TIMEOUT_S_PER_BYTE)
 
     def _timed_out(self, w: Chunk) -> None:
@@ -255,7 +255,7 @@ class Chunk:
 
     Once a worker takes it (``engine``, ``queue``, ``t0`` set), the chunk is the plain heap
     entry of its write's steps on the fast path (``tick``): the call-latency timer, then,
-    once the NIC wrote the last byte (``chunk()``: the chunk is its own completion callback),
+    once the NIC wrote the last byte (``written``: the chunk is the NIC's listener),
     the two zero-delay steps after which the worker that waited on write-or-deadline resumed.
     The write is pending until the NIC finishes it or its deadline comes.
     """
@@ -273,7 +273,7 @@ class Chunk:
     def pending(self) -> bool:
         return self.state == Chunk.PENDING
 
-    def __call__(self) -> None:
+    def written(self) -> None:
         """The NIC wrote the last byte. The worker waited on that and on the deadline: it
         resumed two zero-delay steps later."""
         if self.state == Chunk.PENDING:
