@@ -114,29 +114,37 @@ class PrefixCache:
 
     def insert(self, block_ids: tuple[int, ...]) -> None:
         blocks, alloc, need = self.blocks, self.alloc, self.block_pages
-        move = blocks.move_to_end
+        move, epoch, capacity = blocks.move_to_end, alloc.epoch, alloc.capacity
+        used = alloc.used  # (kept here between evictions: allocations only add to it)
         for b in block_ids:
             if b in blocks:
                 move(b)
                 continue
-            if alloc.capacity - alloc.used < need and not self.evict(need):
-                return
-            # alloc.alloc(need), which cannot fail here
-            alloc.used += need
-            if alloc.used > alloc.peak:
-                alloc.peak = alloc.used
-            blocks[b] = alloc.epoch
+            if capacity - used < need:
+                if used > alloc.peak:  # (a high point: evictions come next)
+                    alloc.peak = used
+                alloc.used = used
+                if not self.evict(need):
+                    return
+                used = alloc.used
+            used += need  # alloc.alloc(need), which cannot fail here
+            blocks[b] = epoch
+        if used > alloc.peak:
+            alloc.peak = used
+        alloc.used = used
 
     def evict(self, need_pages: int) -> bool:
         """Evict LRU blocks until ``need_pages`` are free; False if the cache cannot give them."""
         alloc, blocks, n = self.alloc, self.blocks, self.block_pages
         pop, epoch = blocks.popitem, alloc.epoch
-        while alloc.capacity - alloc.used < need_pages and blocks:
+        free = alloc.capacity - alloc.used
+        while free < need_pages and blocks:
             if pop(last=False)[1] == epoch:  # (alloc.release of the block's pages)
-                alloc.used -= n
-                if alloc.used < 0:
-                    raise KVError("pages in use went negative")
-        return alloc.capacity - alloc.used >= need_pages
+                free += n
+        alloc.used = alloc.capacity - free
+        if alloc.used < 0:
+            raise KVError("pages in use went negative")
+        return free >= need_pages
 
     def reset(self) -> None:
         """Flush: drop every block (their pages are freed by the allocator reset)."""

@@ -57,6 +57,26 @@ def test_prefix_cache_lru_and_reset():
     assert c.match((1,)) == 0 and a.used == 0
 
 
+
+def test_prefix_cache_insert_evicts_lru_and_keeps_use_and_peak():
+    """Inserting into a full cache evicts least recently used blocks one at a time as each
+    new block needs room (an earlier block of the same prompt, once touched, stays), and
+    the allocator's use and peak are what allocating block by block gives."""
+    a = PageAllocator(8, page_size=1)
+    c = PrefixCache(a, block_tokens=2)
+    c.insert((1, 2, 3))
+    assert (a.used, a.peak) == (6, 6)
+    c.insert((3, 4, 5))  # 3 touched; 4 fits; 5 evicts block 1 (LRU), not 2 or 3
+    assert list(c.blocks) == [2, 3, 4, 5] and (a.used, a.peak) == (8, 8)
+    a.reset()  # a flush: the cached blocks are orphans, evicting them frees nothing
+    c.insert((6,))
+    assert list(c.blocks) == [2, 3, 4, 5, 6] and (a.used, a.peak) == (2, 8)
+    p = a.alloc(6)
+    c.insert((7,))  # full: every orphan goes before block 6 (the epoch's only one) frees room
+    assert list(c.blocks) == [7] and (a.used, a.peak) == (8, 8)
+    a.release(p)
+    assert not c.evict(9) and a.used == 0 and not c.blocks
+
 def _write_times(sizes):
     env = clock.Environment()  # pdsim's: the hot path schedules plain heap entries
     nic = NIC(env, "n", bytes_per_s=1e9, peak_util=1.0, min_util=1.0, saturation_bytes=1.0)
