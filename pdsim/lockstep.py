@@ -226,7 +226,7 @@ class Stepper:
             self._k = 0
             self._lazy_end(ended)
             return
-        if ended > 1:
+        if ended - 1 > self._done:
             self._advance(ended - 1)
         self._k = 0  # the last step commits as any step does; nothing is in flight meanwhile
         r = self.solo
@@ -311,7 +311,7 @@ class Stepper:
                     self._catch(i)
             else:
                 self._catch(self._index[rank])
-        elif self._k > 1:
+        elif self._k > 1 and self._ended > self._done:
             self._advance(self._ended)
 
     def interrupt(self, rank: Rank) -> None:
