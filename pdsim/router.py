@@ -160,8 +160,8 @@ class MiniLB:
             req.room.fail("aborted")  # frees KV on both sides; an abort never blacklists
         if not self.hop:
             call.on_return(req)
-        elif call.stage == _Call.RESUME:  # (answered in time: its own entries end here)
-            call.stage = _Call.RETURN
+        elif call.stage == _RESUME:  # (answered in time: its own entries end here)
+            call.stage = _RETURN
             self.env.timer(self.hop, call)
         else:  # resumed by the timeout: the call's entries may still see the answer
             call_later(self.env, self.hop, lambda: call.on_return(req))
@@ -224,6 +224,10 @@ class MiniLB:
         return {s.name: answers[s.name] for s in servers}
 
 
+# a _Call's stages (module names: a class constant read through the class is slower)
+_DISPATCH, _ANSWER, _RESUME, _RETURN = 0, 1, 2, 3
+
+
 class _Call:
     """One POST /generate in the router: where it goes and how far its handler got.
 
@@ -234,41 +238,40 @@ class _Call:
     """
 
     __slots__ = ("lb", "req", "p", "d", "on_return", "fired", "answered", "stage")
-    DISPATCH, ANSWER, RESUME, RETURN = 0, 1, 2, 3
 
     def __init__(self, lb: MiniLB, req: Request, p: Server, d: Server,
                  on_return: Callable[[Request], None]) -> None:
         self.lb, self.req, self.p, self.d, self.on_return = lb, req, p, d, on_return
         self.fired = False  # response-or-timeout triggered
         self.answered = False  # the response event was processed
-        self.stage = _Call.DISPATCH
+        self.stage = _DISPATCH
 
     def responded(self) -> None:
         """The decode answered (the call is the request's ``on_response``): its response
         event is processed one zero-delay step later."""
-        self.stage = _Call.ANSWER
+        self.stage = _ANSWER
         self.lb.env.link(self)
 
     def tick(self) -> None:
         stage = self.stage
-        if stage == _Call.DISPATCH:  # the hop to the servers: POST to both
+        if stage == _DISPATCH:  # the hop to the servers: POST to both
             req = self.req
             # (set first: a crashed decode server refuses at once, answering in dispatch)
             req.on_response = self  # responded() when the decode answers
             self.d.dispatch(req)  # the decode registers the destination session first
             self.p.dispatch(req)
             self.lb._deadlines.add(self)
-        elif stage == _Call.ANSWER:  # the response event, then response-or-timeout
+        elif stage == _ANSWER:  # the response event, then response-or-timeout
             self.answered = True
             if not self.fired:
                 self.fired = True
-                self.stage = _Call.RESUME
+                self.stage = _RESUME
                 env = self.lb.env
                 if env.due_now():
                     env.link(self)
                 else:  # nothing else is due this instant: its step would come next
                     self.lb._resume(self)
-        elif stage == _Call.RESUME:  # the handler resumes
+        elif stage == _RESUME:  # the handler resumes
             self.lb._resume(self)
         else:  # the hop back to the client
             self.on_return(self.req)

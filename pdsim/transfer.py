@@ -151,7 +151,7 @@ class TransferEngine:
 
     def _timed_out(self, w: Chunk) -> None:
         """The deadline came first (the worker resumed one zero-delay step later)."""
-        w.state = Chunk.TIMED_OUT
+        w.state = _TIMED_OUT
         later(self.env, lambda: self._gave_up(w), 1)
 
     def _gave_up(self, w: Chunk) -> None:
@@ -250,6 +250,10 @@ class _Wake:
         self.engine._serve(self.queue)
 
 
+# a chunk's write states (module names, as router's call stages)
+_PENDING, _WRITTEN, _TIMED_OUT = 0, 1, 2
+
+
 class Chunk:
     """A finished prefill chunk's KV, queued for a write to the decode; also its write.
 
@@ -262,7 +266,6 @@ class Chunk:
 
     __slots__ = ("req", "room", "nbytes", "last", "engine", "queue", "t0", "state", "fid",
                  "links")
-    PENDING, WRITTEN, TIMED_OUT = 0, 1, 2
 
     def __init__(self, req: Request, room: Room, nbytes: float, last: bool) -> None:
         self.req, self.room, self.nbytes, self.last = req, room, nbytes, last
@@ -271,13 +274,13 @@ class Chunk:
         self.state, self.fid, self.links = 0, -1, -1
 
     def pending(self) -> bool:
-        return self.state == Chunk.PENDING
+        return self.state == _PENDING
 
     def written(self) -> None:
         """The NIC wrote the last byte. The worker waited on that and on the deadline: it
         resumed two zero-delay steps later."""
-        if self.state == Chunk.PENDING:
-            self.state = Chunk.WRITTEN
+        if self.state == _PENDING:
+            self.state = _WRITTEN
             engine = self.engine
             env = engine.env
             # nothing follows in this step (nic.tail): if nothing else is due this instant,
