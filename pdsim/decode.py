@@ -94,6 +94,14 @@ class DecodeRank(Rank):
         self._grow: list[tuple[int, int, int, Request]] = []
         self._seq = 0
         self.growth_pages = max(1, self.alloc.pages_for(GROWTH_TOKENS))
+        # A running request grows a block of tokens (P) once its pages are full: P steps
+        # after its last growth, or, after a first growth at the commit after it joined with
+        # its context d >= 0 tokens past its pages, P - 1 - d steps. So L steps hold at most
+        # 1 + (L - 1) // (P - 1 - lag) of its growths, ``lag`` the largest d so far; a
+        # request that grows sooner (none should) sets ``_late`` (span_steps then walks).
+        self._block_tokens = self.growth_pages * self.alloc.page_size
+        self._lag = 0
+        self._late = False
         # per-request TTFT-path costs (engine profile), set by the fleet: the decode's
         # bootstrap handshake with the prefill, after both servers tokenized the prompt
         self.bootstrap_s = 0.0
@@ -222,6 +230,8 @@ class DecodeRank(Rank):
         ctx = req.input_len + req.generated
         self.ctx_sum += ctx
         self._push(self._finish, self.step + req.output_len - req.generated, req)
+        if ctx - req.cap_tokens > self._lag:
+            self._lag = ctx - req.cap_tokens
         self._push(self._grow, self.step + max(0, req.cap_tokens - ctx), req)
 
     def _admit(self) -> int:
@@ -368,6 +378,8 @@ class DecodeRank(Rank):
             req.cap_tokens += tokens
             req.generated = generated = req.gen_at_join + (step - req.join_step)  # _sync
             left = req.cap_tokens - req.input_len - generated
+            if left < tokens - 1 - self._lag:  # (none should: see _late)
+                self._late = True
             self._seq += 1  # _push
             heapq.heappush(heap, (step + (left if left > 1 else 1), self._seq, version, req))
 
@@ -399,10 +411,15 @@ class DecodeRank(Rank):
             limit = fin[0][0] - step
             if limit <= 1:
                 return 1
-        # a request grows at most once a step: when the free pages cover that, no walk
+        # a request grows at most once a step, and at most once in P - 1 - lag (see
+        # ``_lag``): when the free pages cover that, no walk
         alloc = self.alloc
         cover = (alloc.capacity - alloc.used) // self.growth_pages
-        if cover >= len(running) * limit:
+        n = len(running)
+        if cover >= n * limit:
+            return limit
+        gap = self._block_tokens - 1 - self._lag
+        if gap > 0 and not self._late and cover >= n * (1 + (limit - 1) // gap):
             return limit
         growths = self._growth_steps(step + limit)
         if cover < len(growths):  # the first growth the free pages do not cover may retract

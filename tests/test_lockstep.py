@@ -60,3 +60,42 @@ def test_an_idle_partner_adds_no_moe_work():
 def test_lockstep_default_follows_dp_attention():
     sc = pdsim.load(small_fleet())
     assert sc.fleet.prefill.lockstep is None and sc.fleet.prefill.dp_attention
+
+
+@pytest.mark.parametrize("lockstep,page_size,reserve", [(False, 16, 32), (True, 1, 0),
+                                                        (True, 16, 0)])
+def test_growth_bound_never_cuts_a_span_the_walk_would_not(monkeypatch, lockstep, page_size,
+                                                            reserve):
+    """span_steps skips walking the growth heap when the free pages cover every running
+    request growing once per P - 1 - lag steps (DecodeRank._lag): under memory pressure
+    (spans cut by growths, retractions) its answer is always the walk's, and it does skip."""
+    seen = {"calls": 0, "bound": 0, "cut": 0}
+    span_steps, walk = DecodeRank.span_steps, DecodeRank._growth_steps
+
+    def counted_walk(self, end):
+        seen["walked"] = True
+        return walk(self, end)
+
+    def both(self, limit):
+        seen["walked"] = False
+        fast = span_steps(self, limit)
+        skipped = not seen["walked"]
+        late, self._late = self._late, True  # (the walk whenever the bound is not enough)
+        slow = span_steps(self, limit)
+        self._late = late
+        assert fast == slow
+        seen["calls"] += 1
+        seen["bound"] += skipped and seen["walked"]  # the bound spared a walk
+        seen["cut"] += slow < limit
+        return fast
+
+    monkeypatch.setattr(DecodeRank, "_growth_steps", counted_walk)
+    monkeypatch.setattr(DecodeRank, "span_steps", both)
+    d = small_fleet()  # few long outputs on tight pools: spans of hundreds of steps
+    d["fleet"]["decode"].update(lockstep=lockstep, page_size=page_size, kv_pool_tokens=4000,
+                                retract_reserve_tokens=reserve)
+    d["clients"][0].update(num_prompts=40, max_concurrency=16,
+                           dataset={"kind": "random", "input_len": 1024, "output_len": 1024})
+    res = pdsim.run(d)
+    assert res.summary["retractions"] > 0
+    assert seen["bound"] > 0 and seen["cut"] > 0
