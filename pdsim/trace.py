@@ -50,7 +50,7 @@ def _count(v: object, key: str) -> int:
 # one decoder for every line (json.loads with an argument builds a decoder per call)
 _DECODER = json.JSONDecoder(parse_constant=_constant)
 _INT = frozenset((int,))
-_JSON_SPACE = " \t\n\r"  # JSON's whitespace (str.strip() would take more)
+_JSON_WHITESPACE = json.decoder.WHITESPACE  # what JSONDecoder.decode allows after a value
 
 
 def _row(line: bytes) -> tuple[float, int, int, tuple[int, ...]]:
@@ -146,7 +146,7 @@ def _key(path: str | Path) -> tuple:
 def _parse(key: tuple, limit: int) -> tuple:
     rows: list = []
     append = rows.append
-    scan = _DECODER.scan_once
+    scan, space = _DECODER.scan_once, _JSON_WHITESPACE.match
     n = 0
     with open_trace(key[0]) as f:
         try:
@@ -163,9 +163,11 @@ def _parse(key: tuple, limit: int) -> tuple:
                     row, end = scan(text, 0)
                 except (ValueError, StopIteration, RecursionError):  # (UnicodeDecodeError too)
                     end = -1
-                if end >= 0 and not text[end:].strip(_JSON_SPACE):
+                if end >= 0 and space(text, end).end() == len(text):
                     append(_check(row))
-                elif line.strip():
+                    continue
+                text = row = None  # (one decoded copy of a long line at a time: _row decodes)
+                if line.strip():
                     append(_row(line))
         except _Bad as err:
             raise TraceError(f"trace file {show_path(key[0])}, line {n}: {err}") from None
