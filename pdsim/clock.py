@@ -24,10 +24,12 @@ pieces:
 The "nothing else is due" rule: a zero-delay link that is the last act of the step making it
 would be processed next, with nothing in between, when neither heap holds anything else for
 this instant; its work then runs at once and no id is drawn for it (ids only order entries,
-so skipping one moves nothing). :class:`_Chain` and the per-request path use it; whatever
-runs code that might read the heaps for it keeps them complete first (see
-``Deadlines._fire``). tests/test_properties.py compares runs with and without step recording,
-which turns the per-request path's shortcut off.
+so skipping one moves nothing). :class:`_Chain`, the per-request path (``Room``, the router's
+call, the transfer engine's write end, the client's slots) and ``Rank._kick(last=True)`` use
+it, each through :meth:`Environment.due_now`; whatever runs code that might read the heaps
+for it keeps them complete first (see ``Deadlines._fire``). tests/test_clock.py checks the
+primitives against SimPy; tests/test_properties.py compares random scenarios run with the rule
+on and off (``due_now`` always true: every such link queued as its event would have been).
 
 They use SimPy 4's scheduling internals (``Environment._queue`` entries
 ``(time, priority, id, event)``, the ``_eid`` counter, ``Event._ok/_value/callbacks``);
