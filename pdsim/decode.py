@@ -75,7 +75,8 @@ class DecodeRank(Rank):
         super().__init__(env, server, index, cfg, predictor, pool_pages, flush_semantics, log,
                          stats)
         self.flush_dooms = flush_dooms  # scenario flush.dooms: which destinations a flush fails
-        # (cfg fields as plain attributes: a pydantic model's are slow to read per request)
+        # (cfg fields as plain attributes, read from here only: a pydantic model's are slow to
+        # read per request; nothing changes them during a run)
         self.max_running = cfg.max_running_requests
         self.reserve_tokens = cfg.retract_reserve_tokens
         self.waiting_timeout = waiting_timeout_s
@@ -111,6 +112,11 @@ class DecodeRank(Rank):
         # per-request waiting timeouts, as one FIFO with one pending timer
         self._waiting_deadlines = FifoDeadlines(env, waiting_timeout_s, self._in_transfer,
                                                 self._waiting_timeout)
+
+    def forget_deadlines(self) -> None:
+        """The run is over: drop the pending waiting timeouts and the requests they hold
+        (``pdsim.fleet.Fleet.release``)."""
+        self._waiting_deadlines.clear()
 
     # --- arrivals, pre-allocation, transfer ----------------------------------------------
 
@@ -237,7 +243,7 @@ class DecodeRank(Rank):
     def _admit(self) -> int:
         """Admit retracted (first) and waiting requests; returns tokens to recompute."""
         recompute = 0
-        limit = self.cfg.max_running_requests
+        limit = self.max_running
         while self.retracted and len(self.running) < limit:
             req = self.retracted[0]
             ctx = req.input_len + req.generated
@@ -371,8 +377,12 @@ class DecodeRank(Rank):
             s, _q, version, req = heapq.heappop(heap)
             if version != req.version or req.rid not in running:
                 continue
-            if alloc.capacity - alloc.used < gp and not self._retract_for(req):
-                continue
+            if alloc.capacity - alloc.used < gp:
+                if first > self.step:  # quiet steps: span_steps ends a span before such a growth
+                    raise AssertionError(f"{self.name}/r{self.index}: a growth short of pages "
+                                         f"within a span's quiet steps (step {s})")
+                if not self._retract_for(req):
+                    continue
             step = s if s > first else first
             alloc.grow(req.d_pages, gp)
             req.cap_tokens += tokens
@@ -392,7 +402,7 @@ class DecodeRank(Rank):
         if limit <= 1 or self.halted:
             return 1
         running = self.running
-        if len(running) < self.cfg.max_running_requests:
+        if len(running) < self.max_running:
             if self.waiting:
                 return 1
             if self.retracted:

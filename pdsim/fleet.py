@@ -304,8 +304,9 @@ class Fleet:
         Each request and its room point at each other: a cycle per request that only
         CPython's cyclic collector can free, and it pays for that by tracing everything the run
         left alive and reachable from those cycles, the fleet included. Measured 2026-11-30
-        (the young collection after a run, process CPU time): stream of 8,000 requests 57-65 ->
-        ~15 ms, healthy 12-22 -> 5-7 ms, drop_timeout 26-31 -> 8-11 ms. So once the records
+        (this release plus the young collection after a run, process CPU time, min to median
+        of alternating runs; commit a8c4b32): stream of 8,000 requests 35-48 -> 10-11 ms,
+        healthy 10-11 -> 5.5-6 ms, drop_timeout 14-16 -> 6-7.5 ms. So once the records
         are made (nothing reads a request after that) this cuts the requests' side of those
         cycles and drops what holds every request to the end: the request list, the log's
         rows and the pending deadlines (the router's request timeout outlasts most runs, so
@@ -318,11 +319,9 @@ class Fleet:
             r.room = None
         self.requests = []
         self.log.rows = []
-        self.router._deadlines.clear()
-        for p in self.prefill_ranks:
-            p._bootstrap_deadlines.clear()
-        for d in self.decode_ranks:
-            d._waiting_deadlines.clear()
+        self.router.forget_deadlines()
+        for r in self.ranks:
+            r.forget_deadlines()
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,6 +54,11 @@ class PrefillRank(Rank):
         self._bootstrap_deadlines = FifoDeadlines(env, bootstrap_timeout_s,
                                                   self._in_bootstrap, self._bootstrap_timeout)
 
+    def forget_deadlines(self) -> None:
+        """The run is over: drop the pending bootstrap timeouts and the requests they hold
+        (``pdsim.fleet.Fleet.release``)."""
+        self._bootstrap_deadlines.clear()
+
     # --- arrivals and room callbacks -----------------------------------------------------
 
     def submit(self, req: Request) -> None:

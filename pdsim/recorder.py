@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pdsim.request import FAILED
+
 if TYPE_CHECKING:
     from pdsim.rank import Rank
     from pdsim.transfer import Chunk, TransferEngine
@@ -53,6 +55,6 @@ class Recorder:
               t1: float) -> None:
         """A transfer worker finished one KV write (successful or not)."""
         room = chunk.room
-        outcome = room.reason if room.state == 0 else "ok"  # Poll.Failed == 0
+        outcome = room.reason if room.state == FAILED else "ok"
         self.writes.append((engine.nic.name, f"{engine.owner}.r{engine.rank} q{queue}", t0, t1,
                             chunk.req.rid, room.id, chunk.nbytes, chunk.last, outcome))

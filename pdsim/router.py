@@ -108,6 +108,11 @@ class MiniLB:
         self._deadlines = FifoDeadlines(env, cfg.request_timeout_s, self._waiting,
                                         self._timed_out)
 
+    def forget_deadlines(self) -> None:
+        """The run is over: drop the pending request timeouts and the requests they hold
+        (``pdsim.fleet.Fleet.release``)."""
+        self._deadlines.clear()
+
     # --- generate --------------------------------------------------------------------------
     #
     # A request costs no process and no timeout of its own: a timer per hop, a callback from

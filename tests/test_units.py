@@ -57,7 +57,6 @@ def test_prefix_cache_lru_and_reset():
     assert c.match((1,)) == 0 and a.used == 0
 
 
-
 def test_prefix_cache_insert_evicts_lru_and_keeps_use_and_peak():
     """Inserting into a full cache evicts least recently used blocks one at a time as each
     new block needs room (an earlier block of the same prompt, once touched, stays), and
