@@ -35,8 +35,11 @@ replaced process's response/condition/resumption events were), ``timers/req`` pl
 Each workload runs in a fresh interpreter (so peak RSS is its own), on one core. Wall time is
 ``pdsim.run`` in-process: scenario loading, fleet building, the simulation and the DataFrames;
 not interpreter start-up or imports (``cpu s``: the same span in process CPU time, less
-sensitive to other load on the machine). The median of ``--repeat`` runs is reported (one run for
-streams of 32k requests and more). Peak RSS is the process's maximum resident set (Python,
+sensitive to other load on the machine). One untimed run comes first, then the median of
+``--repeat`` runs is reported (``--json`` also gives their minimum, ``cpu_min_s``); streams of
+32k requests and more run once, cold. On a shared host the same run's time moves by tens of per
+cent from one minute to the next: compare commits by alternating runs (``compare.py``) and by
+instruction counts (``instructions.py``). Peak RSS is the process's maximum resident set (Python,
 numpy, pandas and the run), and ``+RSS`` its growth over the state after imports.
 """
 
@@ -112,6 +115,8 @@ def measure(workload: str, repeat: int, profile: bool = False) -> dict:
             return _profile(pdsim, source)
         base = _rss_mb()
         walls, cpus, res = [], [], None
+        if repeat > 1:  # warm: the first run in a process parses and memoises what later reuse
+            pdsim.run(source, allow_outside_paths=True)
         for _ in range(repeat):
             res = None
             t0, c0 = time.perf_counter(), time.process_time()
@@ -127,7 +132,7 @@ def measure(workload: str, repeat: int, profile: bool = False) -> dict:
             "step_entries": getattr(res, "sim_step_entries", 0),
             "chain_entries": getattr(res, "sim_chain_entries", 0),
             "timer_entries": getattr(res, "sim_timer_entries", 0),
-            "cpu_s": statistics.median(cpus),
+            "cpu_s": statistics.median(cpus), "cpu_min_s": min(cpus),
             "events_per_req": s["events"] / n_req, "us_per_req": 1e6 * wall / n_req,
             "sim_s_per_wall_s": s["simulated_s"] / wall, "events_per_s": s["events"] / wall,
             "peak_rss_mb": peak, "rss_growth_mb": peak - base, "runs": len(walls)}
@@ -214,7 +219,7 @@ def main() -> None:
         workloads += [f"stream:{n}" for n in args.sizes]
     if not args.json:
         print(f"python {platform.python_version()} on {platform.machine()}, one core; "
-              f"median of {args.repeat} runs (1 for streams of 32k+)")
+              f"median of {args.repeat} warm runs (1 cold run for streams of 32k+)")
         print(HEADER)
     for w in workloads:
         m = _in_child(w, args.repeat, False)
