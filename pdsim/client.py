@@ -237,7 +237,7 @@ class BenchClient(Client):
             self._release()
 
     def _release(self) -> None:
-        """(Always its step's last act: a Link's tick, or the tail of ``_returned_one``.)"""
+        """(Always its step's last act: a Link's tick, or the last act of ``_returned_one``.)"""
         self._busy -= 1
         if self._backlog:
             env = self.env

@@ -40,7 +40,7 @@ class NIC:
         self._plan = 0
         self._next_id = 0
         self._factor = 1.0  # a degraded NIC runs at this fraction of its rate
-        self.tail = False  # a completion callback running now is its step's last act
+        self.last = False  # a completion callback running now is its step's last act
 
     def utilisation(self, nbytes: float) -> float:
         """Share of line rate one write of this size reaches alone (small writes do worse)."""
@@ -127,9 +127,9 @@ class NIC:
                     self._replan()
                 else:  # (what _replan does with no write left)
                     self._plan += 1
-                self.tail = True  # the listener is the last thing this step does
+                self.last = True  # the listener is the last thing this step does
                 done.written()
-                self.tail = False
+                self.last = False
             return
         finished = [done]
         for other in others:

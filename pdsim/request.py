@@ -121,14 +121,14 @@ class Room:
         if self.prefill is not None:
             self.prefill.room_done(req)
 
-    def succeed(self, tail: bool = False) -> None:
-        """Mark Success (terminal). ``tail``: the caller's step does nothing more, so with
+    def succeed(self, last: bool = False) -> None:
+        """Mark Success (terminal). ``last``: the caller's step does nothing more, so with
         nothing else due this instant the done step (which would come next) runs at once."""
         if not self.resolved:
             self.state = SUCCESS
             self.resolved = True
             env = self.env
-            if tail:
+            if last:
                 if not env.due_now():
                     self._done()
                     return

@@ -158,8 +158,8 @@ class TransferEngine:
         self.nic.cancel(w.fid)  # the write stops sharing the NIC
         self._end(w, "transfer_timeout", False)
 
-    def _end(self, chunk: Chunk, reason: str, dead: bool, tail: bool = False) -> None:
-        """The worker's step after a write. ``tail``: this is that step's last act."""
+    def _end(self, chunk: Chunk, reason: str, dead: bool, last: bool = False) -> None:
+        """The worker's step after a write. ``last``: this is that step's last act."""
         i = chunk.queue
         room = chunk.room
         del self.writing[i]
@@ -178,11 +178,11 @@ class TransferEngine:
             if not room.resolved:
                 self.stats.bytes_transferred += chunk.nbytes
                 if chunk.last:
-                    if tail and not self.queues[i] and self.recorder is None:
+                    if last and not self.queues[i] and self.recorder is None:
                         # nothing follows in this step but the worker falling asleep
                         # (_serve on an empty queue): the room's done step may run at once
                         self._asleep[i] = True
-                        room.succeed(tail=True)
+                        room.succeed(last=True)
                         return
                     room.succeed()
         if self.recorder is not None:
@@ -283,9 +283,9 @@ class Chunk:
             self.state = _WRITTEN
             engine = self.engine
             env = engine.env
-            # nothing follows in this step (nic.tail): if nothing else is due this instant,
+            # nothing follows in this step (nic.last): if nothing else is due this instant,
             # both steps would come next, nothing between
-            if engine.nic.tail and not env.due_now():
+            if engine.nic.last and not env.due_now():
                 engine._end(self, "", False, True)
                 return
             self.links = 2
