@@ -276,7 +276,7 @@ class Fleet:
             alloc = r.alloc
             p_used += alloc.used
             p_cap += alloc.capacity
-            p_queue += len(r.bootstrap) + len(r._queued)
+            p_queue += r.queued()
             p_inflight += len(r.inflight)
         d_used = d_cap = prealloc = transfer = running = 0
         for r in d:

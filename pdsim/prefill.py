@@ -244,6 +244,11 @@ class PrefillRank(Rank):
         return not (self.bootstrap or self._queued or self.chunked or self.batch
                     or self.inflight)
 
+    def queued(self) -> int:
+        """Requests the prefill has not started: bootstrapping or waiting for a batch (the
+        time series' ``prefill_queue``)."""
+        return len(self.bootstrap) + len(self._queued)
+
     def busy_summary(self) -> str:
         return (f"bootstrap={len(self.bootstrap)} waiting={len(self._queued)} "
                 f"chunked={int(self.chunked is not None)} forward={len(self.batch)} "
