@@ -78,10 +78,8 @@ class TransferEngine:
         self.queues = [deque() for _ in range(queues)]
         self._asleep = [True] * queues  # no chunk and no wake-up pending
         self._wakers = [_Wake(self, i) for i in range(queues)]
-        # (most policies ignore successes: skip the call when this one's is the base no-op;
-        # the base admit is a look-up in its entries, done here without a call)
+        # (most policies ignore successes: skip the call when this one's is the base no-op)
         self._records_success = type(blacklist).record_success is not Policy.record_success
-        self._base_admit = type(blacklist).admit is Policy.admit
         self.writing: dict[int, Chunk] = {}  # queue index -> chunk being written
         self._deadlines = Deadlines(env, timeout_s, Chunk.pending, self._timed_out)
 
@@ -124,8 +122,7 @@ class TransferEngine:
             room = chunk.room
             if room.resolved:
                 continue
-            if (room.session in bl.entries if self._base_admit  # (Policy.admit, inline)
-                    else not bl.admit(room.session)):
+            if not bl.admit(room.session):
                 self.fail(chunk, "blacklisted_session", counts=False)
                 continue
             room.state = TRANSFERRING
