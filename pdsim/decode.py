@@ -121,6 +121,8 @@ class DecodeRank(Rank):
     # --- arrivals, pre-allocation, transfer ----------------------------------------------
 
     def submit(self, req: Request) -> None:
+        """POST /generate reached this rank (``pdsim.server.Server.dispatch``)."""
+        req.d_server, req.d_rank = self.server, self.index
         self._catch_up()
         room = req.room
         room.session = self.session

@@ -57,17 +57,22 @@ class NIC:
         """Start writing ``nbytes``; ``done`` (a listener's ``written()``, or an event) when
         the last byte is out. Returns the write's id (for ``cancel``)."""
         active = self._active
-        if active:
-            self._advance()
-        else:  # (what _advance does with no write active)
+        idle = not active
+        if idle:  # (what _advance does with no write active)
             self._last = self.env._now
+        else:
+            self._advance()
         fid = self._next_id
         self._next_id = fid + 1
         # utilisation(nbytes), inline
         frac = min(1.0, nbytes / self.saturation)
         util = max(self.min_util, self.peak_util * frac) if frac < 1 else self.peak_util
-        active[fid] = [float(nbytes), self.rate * self._factor * util, done]
-        self._replan()
+        active[fid] = flow = [float(nbytes), self.rate * self._factor * util, done]
+        if idle:  # (what _replan does for one write: it alone finishes first, at full share)
+            self._plan = plan = self._plan + 1
+            self.env.timer(flow[0] / flow[1], _Finish(self, plan, fid))
+        else:
+            self._replan()
         return fid
 
     def cancel(self, write: simpy.Event | int) -> None:
@@ -113,8 +118,11 @@ class NIC:
         self.env.timer(delay, _Finish(self, plan, fid))
 
     def _finish(self, fid: int) -> None:
-        self._advance()
         active = self._active
+        if len(active) > 1:
+            self._advance()
+        # (else the finishing write was alone: _advance would only move its own bytes, which
+        # go with it, and the clock mark, which the next start on an idle NIC sets again)
         done = active.pop(fid)[2]
         # writes that finish at the same instant
         others = [k for k, f in active.items() if f[0] <= 1e-6] if active else ()

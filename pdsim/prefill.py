@@ -62,6 +62,8 @@ class PrefillRank(Rank):
     # --- arrivals and room callbacks -----------------------------------------------------
 
     def submit(self, req: Request) -> None:
+        """POST /generate reached this rank (``pdsim.server.Server.dispatch``)."""
+        req.p_server, req.p_rank = self.server, self.index
         self.bootstrap[req.rid] = req
         self.load_tokens += req.input_len
         room = req.room

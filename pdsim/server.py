@@ -14,6 +14,12 @@ IN_PROGRESS = (400, "Another flush_cache is already in progress")
 
 
 class Server:
+    """An SGLang server. ``dispatch(req)`` is the router's POST /generate to it: an attribute
+    bound to what the server does now (``_bind``): with one rank, up, that rank's ``submit``
+    itself (every balancer picks the only rank, and none keeps state another pick would read),
+    so a request costs no call of the server's own; with several, ``_pick``; down, ``_refuse``.
+    The rank records the server and rank index in its ``submit``."""
+
     def __init__(self, env: simpy.Environment, role: str, index: int, ranks: list,
                  balancer: RoundRobin | TotalTokens | FollowBootstrapRoom, log: EventLog) -> None:
         self.env = env
@@ -24,23 +30,36 @@ class Server:
         self.balancer = balancer
         self.log = log
         self._flushing = False
-        self.down = False  # a crashed server refuses connections until it restarts
+        self._down = False
+        self._bind()
 
-    def dispatch(self, req: Request) -> None:
-        if self.down:
-            if self.role == "decode":
-                req.d_server = self.index
-                self.ranks[0].refuse(req)
-            return
+    @property
+    def down(self) -> bool:
+        """A crashed server refuses connections until it restarts."""
+        return self._down
+
+    @down.setter
+    def down(self, value: bool) -> None:
+        self._down = value
+        self._bind()
+
+    def _bind(self) -> None:
         ranks = self.ranks
-        # (one rank: every balancer picks it, and none keeps state another pick would read)
-        i = 0 if len(ranks) == 1 else self.balancer.pick(ranks, req.room.id)
-        rank = ranks[i]
-        if self.role == "prefill":
-            req.p_server, req.p_rank = self.index, i
+        if self._down:
+            self.dispatch = self._refuse
+        elif len(ranks) == 1:
+            self.dispatch = ranks[0].submit
         else:
-            req.d_server, req.d_rank = self.index, i
-        rank.submit(req)
+            self.dispatch = self._pick
+
+    def _pick(self, req: Request) -> None:
+        ranks = self.ranks
+        ranks[self.balancer.pick(ranks, req.room.id)].submit(req)
+
+    def _refuse(self, req: Request) -> None:
+        if self.role == "decode":
+            req.d_server = self.index
+            self.ranks[0].refuse(req)
 
     def flush(self, timeout: float | None) -> simpy.Process:
         """POST /flush_cache[?timeout=]: every rank decides; the answer is rank 0's."""

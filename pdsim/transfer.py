@@ -41,7 +41,7 @@ from collections.abc import Callable, Generator
 import simpy
 
 from pdsim.blacklist import Policy
-from pdsim.clock import Deadlines, later, run_inline
+from pdsim.clock import later, run_inline, timer_at
 from pdsim.faults import SILENT, UP, Paths
 from pdsim.log import EventLog
 from pdsim.nic import NIC
@@ -81,7 +81,7 @@ class TransferEngine:
         # (most policies ignore successes: skip the call when this one's is the base no-op)
         self._records_success = type(blacklist).record_success is not Policy.record_success
         self.writing: dict[int, Chunk] = {}  # queue index -> chunk being written
-        self._deadlines = Deadlines(env, timeout_s, Chunk.pending, self._timed_out)
+        self._front: Chunk | None = None  # the write whose deadline is armed (see _deadline)
 
     def submit(self, chunk: Chunk) -> None:
         i = chunk.room.port % len(self.queues)
@@ -144,7 +144,48 @@ class TransferEngine:
             return
         # every path is up: the bytes end the write, or its deadline does
         w.fid = self.nic.start(nbytes, w)  # w.written()
-        self._deadlines.add(w, self.timeout + nbytes * TIMEOUT_S_PER_BYTE)
+        env = self.env
+        env.reserved += 1  # (clock.reserve: the id its timeout would have drawn now)
+        w.dl_at = at = env._now + (self.timeout + nbytes * TIMEOUT_S_PER_BYTE)
+        w.dl_eid = next(env._eid)
+        front = self._front
+        if front is None or at < front.dl_at:  # (an equal time: the earlier id stays first)
+            self._arm(w)
+
+    # The writes' deadlines. Each write's deadline fires where its own timeout (made when the
+    # bytes started) would have, under the id reserved then, if the write is still pending;
+    # but only the earliest pending one (``_front``, by time then id) needs its timer on the
+    # heap: a write's deadline is armed when it starts earlier than the front's, or when the
+    # front's timer fires and it is the earliest pending write left (``writing`` holds at
+    # most one write per queue). A timer whose write was overtaken, or ended, does nothing
+    # (clock.Deadlines keeps the same order over a heap of every write; this engine has at
+    # most ``queues`` pending writes to look through, so it keeps none).
+
+    def _arm(self, w: Chunk) -> None:
+        self._front = w
+        if not w.dl_armed:  # (a timer of its own may be pending from before it was overtaken)
+            w.dl_armed = True
+            timer_at(self.env, w.dl_at, _Deadline(self, w), w.dl_eid)
+
+    def _deadline(self, w: Chunk) -> None:
+        """``w``'s deadline timer fired."""
+        w.dl_armed = False
+        if w is not self._front:
+            return  # overtaken, and ended since (else it is the front again by now)
+        due = w.state == _PENDING
+        # the next deadline's timer goes on the heap first, so that while ``_timed_out`` runs
+        # the heaps show everything due this instant (as clock.Deadlines._fire)
+        nxt = None
+        for c in self.writing.values():
+            if (c is not w and c.state == _PENDING and c.dl_eid >= 0
+                    and (nxt is None or c.dl_at < nxt.dl_at
+                         or (c.dl_at == nxt.dl_at and c.dl_eid < nxt.dl_eid))):
+                nxt = c
+        self._front = None
+        if nxt is not None:
+            self._arm(nxt)
+        if due:
+            self._timed_out(w)
 
     def _timed_out(self, w: Chunk) -> None:
         """The deadline came first (the worker resumed one zero-delay step later)."""
@@ -235,6 +276,18 @@ class TransferEngine:
             return "transfer_timeout", dead
 
 
+class _Deadline:
+    """The timer of one write's deadline (a plain entry under the id reserved at its start)."""
+
+    __slots__ = ("engine", "chunk")
+
+    def __init__(self, engine: TransferEngine, chunk: Chunk) -> None:
+        self.engine, self.chunk = engine, chunk
+
+    def tick(self) -> None:
+        self.engine._deadline(self.chunk)
+
+
 class _Wake:
     """A queue's worker waking (a plain zero-delay link, where its wake-up event was)."""
 
@@ -262,16 +315,15 @@ class Chunk:
     """
 
     __slots__ = ("req", "room", "nbytes", "last", "engine", "queue", "t0", "state", "fid",
-                 "links")
+                 "links", "dl_at", "dl_eid", "dl_armed")
 
     def __init__(self, req: Request, room: Room, nbytes: float, last: bool) -> None:
         self.req, self.room, self.nbytes, self.last = req, room, nbytes, last
         self.engine: TransferEngine | None = None  # the engine whose worker writes it
         self.queue, self.t0 = -1, 0.0
         self.state, self.fid, self.links = 0, -1, -1
-
-    def pending(self) -> bool:
-        return self.state == _PENDING
+        # its deadline once the bytes start on the fast path (TransferEngine._start)
+        self.dl_at, self.dl_eid, self.dl_armed = 0.0, -1, False
 
     def written(self) -> None:
         """The NIC wrote the last byte. The worker waited on that and on the deadline: it

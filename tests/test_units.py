@@ -96,6 +96,28 @@ def test_nic_alone_and_shared():
     assert mixed[1] == pytest.approx(1.0) and mixed[0] == pytest.approx(1.5)
 
 
+def test_nic_alone_again_after_idle_and_shared_after_alone():
+    """A write on an idle NIC (planned without _replan) and the last write's end (without
+    _advance) leave the NIC as the general path would: the next writes share it exactly."""
+    env = clock.Environment()
+    nic = NIC(env, "n", bytes_per_s=1e9, peak_util=1.0, min_util=1.0, saturation_bytes=1.0)
+    done = {}
+
+    class Listener:  # the fast path's listener (pdsim.transfer.Chunk.written)
+        def __init__(self, name):
+            self.name = name
+
+        def written(self):
+            done[self.name] = env.now
+
+    nic.start(1e9, Listener("a"))  # alone: 1 s
+    env.timer(5.0, type("T", (), {"tick": lambda _s: nic.start(1e9, Listener("b"))})())
+    # 0.5 s into b, c joins: b's last 0.5e9 bytes and c's 0.25e9 share the NIC
+    env.timer(5.5, type("T", (), {"tick": lambda _s: nic.start(0.25e9, Listener("c"))})())
+    env.run()
+    assert done == {"a": 1.0, "b": pytest.approx(6.25), "c": pytest.approx(6.0)}
+
+
 def test_nic_small_writes_reach_less_of_line_rate():
     env = clock.Environment()  # pdsim's: the hot path schedules plain heap entries
     nic = NIC(env, "n", 50e9, peak_util=0.84, min_util=0.12, saturation_bytes=100e6)
@@ -202,6 +224,51 @@ def test_transfer_time_is_call_latency_plus_bytes_over_bandwidth():
     eng.submit(Chunk(req, room, 0.5e9, last=True))
     env.run()
     assert done == [pytest.approx(0.0016 + 0.5)]
+
+
+def test_write_deadlines_fire_at_their_own_time_when_overtaken():
+    """TransferEngine keeps one write deadline armed (the earliest pending write's) instead of
+    a heap of every write's: a write still pending at its deadline fails exactly at its start
+    + transfer_timeout_s + 1 ns per byte, whether its timer was armed at its start, overtaken
+    by a later write's earlier deadline, or armed when an earlier one fired; a write done in
+    time fails nothing."""
+    from pdsim import blacklist
+    from pdsim.faults import Paths
+    from pdsim.registry import BLACKLIST_POLICIES
+    from pdsim.request import Request, Room
+    from pdsim.stats import Stats
+    from pdsim.transfer import TIMEOUT_S_PER_BYTE, Chunk, TransferEngine
+
+    env = clock.Environment()
+    nic = NIC(env, "n", 1e8, peak_util=1.0, min_util=1.0, saturation_bytes=1.0)
+    failed = []
+
+    def log(event, *args, **kw):
+        if event == "transfer_failed":
+            failed.append((args[2], kw["detail"], env.now))
+
+    bl = blacklist.build(BLACKLIST_POLICIES.validate({"policy": "never"}), env, "p",
+                         lambda *a, **k: None)
+    eng = TransferEngine(env, "p", 0, nic, bl, 0.0, 1.0, 4, log, Stats(), Paths(env), 0, 0.5)
+
+    class Decode:  # a listener of the rooms (pdsim.request.Listener)
+        def room_done(self, _req: Request) -> None:
+            pass
+
+    def send(rid: int, port: int, nbytes: float) -> None:
+        room = Room(env, rid)
+        room.session, room.port, room.decode = f"d:{port}", port, Decode()
+        eng.submit(Chunk(Request(env, rid, "c", "bench", 10, 1, True), room, nbytes, True))
+
+    # three writes share the NIC from t=0, one per queue: A's deadline (1.2 s) is armed
+    # first, B's (1.05 s) overtakes it, C's (1.01 s) overtakes B's; C ends in time (0.3 s),
+    # so its timer fires for nothing and B's is the front again; B then A time out
+    sizes = {1: 2e8, 2: 0.5e8, 3: 1e7}
+    for rid, nbytes in sizes.items():
+        send(rid, rid - 1, nbytes)
+    env.run()
+    want = [(rid, "transfer_timeout", 1.0 + sizes[rid] * TIMEOUT_S_PER_BYTE) for rid in (2, 1)]
+    assert failed == want
 
 
 def test_chunked_prefill_default_follows_sglang():
