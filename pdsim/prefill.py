@@ -131,11 +131,11 @@ class PrefillRank(Rank):
         need = -(-n // alloc.page_size)  # alloc.pages_for(n)
         if alloc.capacity - alloc.used < need and self.cache is not None:
             self.cache.evict(need)
-        if req.p_pages is None:
-            req.p_pages = alloc.alloc(0)
-        if not alloc.grow(req.p_pages, need):
-            return 0
-        return n
+        pages = req.p_pages
+        if pages is None:  # its first chunk (an empty holding grown by ``need`` is the same)
+            req.p_pages = pages = alloc.alloc(need)
+            return n if pages is not None else 0
+        return n if alloc.grow(pages, need) else 0
 
     def _form_batch(self) -> list[tuple[Request, int, bool]]:
         budget = self.chunk_budget

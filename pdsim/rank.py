@@ -83,10 +83,11 @@ class Rank:
         waker = self._waker
         if waker is not None:  # a plain link where the wake-up event would be scheduled
             self._waker = None
-            if last and not self.env.due_now():
+            env = self.env
+            if last and not env.due_now():
                 waker.callback()
             else:
-                waker()
+                env.link(waker)  # (what waker() does)
         elif not self._wake.triggered:
             self._wake.succeed()
 

@@ -121,29 +121,29 @@ class MiniLB:
     # its steps are kept, as plain heap entries of the request's _Call. ``on_return(req)``
     # runs where it returned the response to the client (after the return hop).
 
-    def generate(self, req: Request, on_return: Callable[[Request], None]) -> None:
+    def generate(self, req: Request, on_return: Callable[[Request], None],
+                 started: bool = False) -> None:
         """POST /generate: pick a prefill and a decode server and a bootstrap room, then
         dispatch to both after one hop. ``on_return(req)`` is always the last thing its
-        simulation step does (pdsim.client.Frontend relies on it)."""
+        simulation step does (pdsim.client.Frontend relies on it). ``started``: the handler
+        process this replaces has started (see below)."""
         env = self.env
-        now, steps, queue = env._now, env._steps, env._queue
-        if ((steps and steps[0][1] == URGENT and steps[0][0] == now)
-                or (queue and queue[0][1] == URGENT and queue[0][0] == now)):
-            # urgent events (processes not yet started) wait in this instant: the handler
-            # process would have started after those
-            urgent(env, lambda: self._route(req, on_return))
-        else:
-            self._route(req, on_return)
-
-    def _route(self, req: Request, on_return: Callable[[Request], None]) -> None:
+        if not started:
+            now, steps, queue = env._now, env._steps, env._queue
+            if ((steps and steps[0][1] == URGENT and steps[0][0] == now)
+                    or (queue and queue[0][1] == URGENT and queue[0][0] == now)):
+                # urgent events (processes not yet started) wait in this instant: the handler
+                # process would have started after those
+                urgent(env, lambda: self.generate(req, on_return, True))
+                return
         draws = self.draws
         prefills, decodes = self.prefills, self.decodes
         p = prefills[0] if len(prefills) == 1 else prefills[draws.index(len(prefills))]
         d = decodes[0] if len(decodes) == 1 else decodes[draws.index(len(decodes))]
-        req.room = Room(self.env, draws.room(), req)
+        req.room = Room(env, draws.room(), req)
         call = _Call(self, req, p, d, on_return)
         if self.hop:
-            self.env.timer(self.hop, call)  # call.tick: the dispatch
+            env.timer(self.hop, call)  # call.tick: the dispatch
         else:
             call.tick()
 
