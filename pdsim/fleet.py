@@ -197,6 +197,8 @@ class Fleet:
                     self.steppers.append(lockstep.Stepper(env, server.ranks, True))
                 else:
                     self.steppers += [lockstep.Stepper(env, [r], False) for r in server.ranks]
+        # the decode ranks' steppers, each once (the time series catches them up per sample)
+        self._decode_steppers = [s for s in self.steppers if s.ranks[0] in self.decode_ranks]
 
         self.router = MiniLB(env, self.prefill_servers, self.decode_servers, sc.router,
                              self.rngs["routing"], self.log)
@@ -268,9 +270,9 @@ class Fleet:
     def snapshot(self) -> dict:
         """Gauges for the time series (one pass over the ranks: a long run samples thousands
         of times, and a fleet is a few ranks, so per-gauge generators cost more than the sums)."""
+        for stepper in self._decode_steppers:  # (Rank._catch_up of every decode rank)
+            stepper.catch_up()  # KV grown and tokens made by steps of a span that ended by now
         d = self.decode_ranks
-        for r in d:
-            r._catch_up()  # KV grown and tokens made by steps of a span that ended by now
         p_used = p_cap = p_queue = p_inflight = 0
         for r in self.prefill_ranks:
             alloc = r.alloc

@@ -91,7 +91,7 @@ class TransferEngine:
             self.env.link(self._wakers[i])
 
     def queued(self) -> int:
-        return sum(len(q) for q in self.queues) + len(self.writing)
+        return sum(map(len, self.queues)) + len(self.writing)
 
     def fail(self, chunk: Chunk, reason: str, counts: bool) -> None:
         """Fail the room; ``counts``: a ``ret != 0`` that the blacklist counts."""
