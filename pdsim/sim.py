@@ -187,24 +187,27 @@ def _nothing_scheduled(env: simpy.Environment, horizon: simpy.Event) -> bool:
 
 
 def _timeseries(rows: list) -> pd.DataFrame:
-    """The samples, with rates per second since the previous sample (the first: since 0)."""
+    """The samples, with rates per second since the previous sample (the first: since 0),
+    each rate the column after time (the frame is built once: inserting columns into a
+    built frame costs more than building it)."""
     if not rows:
         return pd.DataFrame(rows)
-    ts = pd.DataFrame({k: [r[k] for r in rows] for k in rows[0]})  # every row has every key
-    t = ts["time"].to_numpy(dtype=float)
+    cols = {k: [r[k] for r in rows] for k in rows[0]}  # every row has every key
+    t = np.array(cols["time"], dtype=float)  # (what the frame's column gives as floats)
     dt = np.empty(len(t))  # Series.diff(), its first value t[0] (1 if 0), 0 -> NaN
     dt[0] = t[0] or 1.0
     dt[1:] = t[1:] - t[:-1]
     dt[dt == 0] = np.nan
-    for i, (name, col) in enumerate((("tokens_per_s", "tokens_out"), ("failed_per_s", "failed"))):
-        x = ts[col].to_numpy(dtype=float)
+    rates = {}
+    for name, col in (("tokens_per_s", "tokens_out"), ("failed_per_s", "failed")):
+        x = np.array(cols[col], dtype=float)
         rate = np.empty(len(x))
         rate[0] = x[0]
         rate[1:] = x[1:] - x[:-1]
         rate /= dt
         rate[np.isnan(rate)] = 0.0  # fillna(0)
-        ts.insert(i + 1, name, rate)
-    return ts
+        rates[name] = rate
+    return pd.DataFrame({"time": cols.pop("time"), **rates, **cols})
 
 
 def _flush_counts(fleet: Fleet) -> dict:
