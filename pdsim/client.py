@@ -165,6 +165,9 @@ class BenchClient(Client):
         self._prompt_list = prompts
         self._at = self._arrivals(prompts).tolist()  # (Python floats, the same values)
         self._slots = cfg.max_concurrency or len(prompts)
+        # as many slots as prompts: no prompt ever waits, so slots are not counted (a slot's
+        # release, with nobody to grant it to, changes nothing)
+        self._limited = self._slots < len(prompts)
         self._busy = 0
         self._backlog: deque[int] = deque()
         self._returned = 0
@@ -200,7 +203,7 @@ class BenchClient(Client):
         self._next_timer += 1
         self._arm_next()
         # the granted slot resumed its prompt one step later
-        if self._take_slot(k):
+        if not self._limited or self._take_slot(k):
             if self.env.due_now():
                 self._sender(k)
             else:  # nothing else is due this instant and this step does nothing more
@@ -227,8 +230,11 @@ class BenchClient(Client):
         it to the longest-waiting prompt one step later, which sent a step after that."""
         self._returned += 1
         if self._returned == len(self._prompt_list):  # the all_of resumed the client
-            self._releaser()
+            if self._limited:
+                self._releaser()
             later(self.env, self._all_returned.succeed, 2)
+            return
+        if not self._limited:
             return
         env = self.env
         if env.due_now():
