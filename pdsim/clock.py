@@ -17,9 +17,10 @@ pieces:
   (where a chain of events, e.g. response event, condition, process resumption, would have run
   it), or where a process started now would run.
 - :func:`run_inline`: a generator driven as the process that used to ``yield from`` it.
-- :func:`timer_at`, :class:`FifoDeadlines`, :class:`Relay`, :class:`Link`: the per-request
-  path's entries (a timer under a reserved id, fixed-timeout deadlines as a FIFO, reusable
-  targets of zero-delay links, no object per call).
+- :func:`timer_at`, :class:`FifoDeadlines`, :class:`KeptDeadlines`, :class:`Relay`,
+  :class:`Link`: the per-request path's entries (a timer under a reserved id, fixed-timeout
+  deadlines as a FIFO, or carried by the items an owner keeps anyway, reusable targets of
+  zero-delay links, no object per call).
 
 The "nothing else is due" rule: a zero-delay link that is the last act of the step making it
 would be processed next, with nothing in between, when neither heap holds anything else for
@@ -416,6 +417,95 @@ class FifoDeadlines:
         self._arm()  # first, as Deadlines._fire does (the heaps show what is due this instant)
         if due:
             self.expire(item)  # (it may add deadlines: later ones, so the armed timer stays)
+
+
+class KeptDeadlines:
+    """:class:`FifoDeadlines` with no entry per deadline: each item carries its own deadline.
+
+    An item's deadline is two of its own fields (named by ``at`` and ``eid``): when it falls
+    due and the id its timeout would have drawn when it started (reserved then, as
+    :func:`reserve`). The items are found in the order their deadlines started, oldest first,
+    in ``kept()``: a collection the owner keeps anyway (a rank's dict of requests waiting for
+    something, in insertion order), or, with ``kept`` None, this object's own FIFO. One timer
+    is pending, under the earliest live item's id, so each deadline that matters fires exactly
+    where its own timeout would have (as with :class:`FifoDeadlines`); an item that leaves the
+    owner's collection, or stops being live, costs nothing more.
+
+    ``start(item)`` starts a deadline now. An owner on a per-request path may do the same
+    inline: ``env.reserved += 1``, set the item's two fields to ``env._now + timeout`` and
+    ``next(env._eid)``, append it to ``items`` if this object keeps them, then ``arm(item)``
+    unless ``armed`` (what ``start`` does, without a call and a look-up of the field names).
+    """
+
+    __slots__ = ("env", "timeout", "live", "expire", "at", "eid", "kept", "items", "armed",
+                 "_front")
+
+    def __init__(self, env: Environment, timeout: float, live: Callable[[object], bool],
+                 expire: Callable[[object], None], at: str, eid: str,
+                 kept: Callable[[], object] | None = None) -> None:
+        self.env = env
+        self.timeout = timeout
+        self.live = live
+        self.expire = expire
+        self.at, self.eid = at, eid  # the items' field names
+        self.kept = kept  # () -> the owner's items, oldest deadline first (None: ``items``)
+        self.items: deque = deque()  # (kept None) the items, oldest deadline first
+        self.armed = False  # a timer is pending (for ``_front``)
+        self._front: object = None  # the item the pending timer is for
+
+    def clear(self) -> None:
+        """Forget the items this object keeps. Only for a run that is over (its armed timer
+        must not fire any more): ``pdsim.fleet.Fleet.release``."""
+        self.items.clear()
+        self._front = None
+
+    def start(self, item: object) -> None:
+        """Start ``item``'s deadline now (where ``env.timeout(timeout)`` would be created)."""
+        env = self.env
+        env.reserved += 1
+        setattr(item, self.at, env._now + self.timeout)
+        setattr(item, self.eid, next(env._eid))
+        if self.kept is None:
+            self.items.append(item)
+        if not self.armed:
+            self.arm(item)
+
+    def arm(self, item: object) -> None:
+        """The timer for ``item``'s deadline (the earliest live one), under its reserved id.
+
+        It is an event in SimPy's queue (``call_at``), not an entry of the step heap: it is due
+        a timeout (minutes) ahead, and an entry that far ahead would sit in the heap that every
+        batch step, link and timer of the run goes through, making each push and pop compare
+        more (the same key in either heap, so the same order)."""
+        self.armed = True
+        self._front = item
+        call_at(self.env, getattr(item, self.at), self._fire, getattr(item, self.eid))
+
+    def _fire(self, _ev: Event) -> None:
+        self.tick()
+
+    def tick(self) -> None:
+        """The pending timer fired: the next live item's timer goes on the heap first (so that
+        while ``expire`` runs the heaps show everything due this instant, as
+        ``Deadlines._fire``), then the item expires if it is still live."""
+        item, self._front, self.armed = self._front, None, False
+        due = self.live(item)
+        live = self.live
+        if self.kept is None:
+            items = self.items
+            items.popleft()  # (the front: items before it were dropped when it was armed)
+            while items and not live(items[0]):
+                items.popleft()
+            if items:
+                self.arm(items[0])
+        else:  # items started after this one, in order: the first live one
+            fired, name = getattr(item, self.eid), self.eid
+            for other in self.kept():
+                if getattr(other, name) > fired and live(other):
+                    self.arm(other)
+                    break
+        if due:
+            self.expire(item)
 
 
 class Link:

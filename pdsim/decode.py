@@ -19,7 +19,7 @@ from itertools import chain, islice
 
 import simpy
 
-from pdsim.clock import FifoDeadlines
+from pdsim.clock import KeptDeadlines
 from pdsim.log import EventLog
 from pdsim.predictor import Predictor
 from pdsim.rank import Rank
@@ -109,9 +109,11 @@ class DecodeRank(Rank):
         self.tokenize_s_per_token = 0.0
         self._dropped: set[int] = set()  # rooms a crash abandoned: their outcome is not ours
         self._epoch = self._planned = 0  # a crash voids the step in flight (pdsim.faults)
-        # per-request waiting timeouts, as one FIFO with one pending timer
-        self._waiting_deadlines = FifoDeadlines(env, waiting_timeout_s, self._in_transfer,
-                                                self._waiting_timeout)
+        # per-request waiting timeouts, kept on the requests of ``transfer`` (in the order
+        # they started) with one pending timer
+        self._waiting_deadlines = KeptDeadlines(env, waiting_timeout_s, self._in_transfer,
+                                                self._waiting_timeout, "wait_at", "wait_eid",
+                                                lambda: self.transfer.values())
 
     def forget_deadlines(self) -> None:
         """The run is over: drop the pending waiting timeouts and the requests they hold
@@ -161,7 +163,13 @@ class DecodeRank(Rank):
                 room.start_bootstrap(delay)
             else:
                 room.bootstrap()
-            self._waiting_deadlines.add(req)
+            # its waiting timeout starts (KeptDeadlines.start, inline)
+            env = self.env
+            env.reserved += 1
+            req.wait_at, req.wait_eid = env._now + self.waiting_timeout, next(env._eid)
+            deadlines = self._waiting_deadlines
+            if not deadlines.armed:
+                deadlines.arm(req)
 
     def _in_transfer(self, req: Request) -> bool:
         return req.rid in self.transfer and not req.room.resolved

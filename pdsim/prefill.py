@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import simpy
 
-from pdsim.clock import FifoDeadlines
+from pdsim.clock import KeptDeadlines
 from pdsim.kv import PrefixCache
 from pdsim.log import EventLog
 from pdsim.predictor import Predictor
@@ -50,9 +50,11 @@ class PrefillRank(Rank):
         self.cache = PrefixCache(self.alloc, cfg.prefix_block_tokens) if cfg.prefix_cache else None
         # set by the fleet when a partition may cut this server off (pdsim.faults.Faults.cut_state)
         self.cut_state: Callable[[], int] | None = None
-        # per-request bootstrap timeouts, as one FIFO with one pending timer
-        self._bootstrap_deadlines = FifoDeadlines(env, bootstrap_timeout_s,
-                                                  self._in_bootstrap, self._bootstrap_timeout)
+        # per-request bootstrap timeouts, kept on the requests of ``bootstrap`` (in the order
+        # they started) with one pending timer
+        self._bootstrap_deadlines = KeptDeadlines(env, bootstrap_timeout_s, self._in_bootstrap,
+                                                  self._bootstrap_timeout, "boot_at", "boot_eid",
+                                                  lambda: self.bootstrap.values())
 
     def forget_deadlines(self) -> None:
         """The run is over: drop the pending bootstrap timeouts and the requests they hold
@@ -66,9 +68,14 @@ class PrefillRank(Rank):
         req.p_server, req.p_rank = self.server, self.index
         self.bootstrap[req.rid] = req
         self.load_tokens += req.input_len
-        room = req.room
-        room.prefill = self  # it hears room_bootstrapped and room_done
-        self._bootstrap_deadlines.add(req)
+        req.room.prefill = self  # it hears room_bootstrapped and room_done
+        # its bootstrap timeout starts (KeptDeadlines.start, inline)
+        env = self.env
+        env.reserved += 1
+        req.boot_at, req.boot_eid = env._now + self.bootstrap_timeout, next(env._eid)
+        deadlines = self._bootstrap_deadlines
+        if not deadlines.armed:
+            deadlines.arm(req)
 
     def room_bootstrapped(self, req: Request) -> None:
         """The decode pre-allocated (pdsim.request.Room)."""

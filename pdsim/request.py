@@ -155,8 +155,10 @@ class Request:
         "http_status", "room", "p_server", "p_rank", "d_server", "d_rank", "prefill_tokens",
         "cached_tokens", "on_response", "d_pages", "p_pages", "gen_at_join", "join_step",
         "version", "cap_tokens", "stale_pages", "t_prefill_end", "t_transfer_done",
-        "t_prefill_start",
+        "t_prefill_start", "boot_at", "boot_eid", "wait_at", "wait_eid",
     )
+    # (boot_*, wait_*: the prefill's bootstrap and the decode's waiting deadline, set when
+    # each starts: pdsim.clock.KeptDeadlines)
 
     def __init__(self, env: simpy.Environment, rid: int, client: str, kind: str,
                  input_len: int, output_len: int, stream: bool,

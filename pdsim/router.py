@@ -22,7 +22,7 @@ import numpy as np
 import simpy
 from simpy.events import URGENT
 
-from pdsim.clock import FifoDeadlines, call_later, later, urgent
+from pdsim.clock import KeptDeadlines, call_later, later, urgent
 from pdsim.log import EventLog
 from pdsim.request import Request, Room
 from pdsim.scenario import RouterConfig
@@ -105,8 +105,9 @@ class MiniLB:
         self.hop = cfg.http_latency_ms / 1e3
         self.flush_calls: list[dict] = []
         self.draws = RoutingDraws(rng)  # the routing stream is the router's alone
-        self._deadlines = FifoDeadlines(env, cfg.request_timeout_s, self._waiting,
-                                        self._timed_out)
+        self.timeout = cfg.request_timeout_s
+        self._deadlines = KeptDeadlines(env, self.timeout, self._waiting, self._timed_out,
+                                        "dl_at", "dl_eid")  # (on the calls, in its own FIFO)
 
     def forget_deadlines(self) -> None:
         """The run is over: drop the pending request timeouts and the requests they hold
@@ -117,7 +118,7 @@ class MiniLB:
     #
     # A request costs no process and no timeout of its own: a timer per hop, a callback from
     # the decode's answer, and the router timeout as a deadline in one FIFO
-    # (clock.FifoDeadlines). The handler process this replaces waited on response-or-timeout;
+    # (clock.KeptDeadlines). The handler process this replaces waited on response-or-timeout;
     # its steps are kept, as plain heap entries of the request's _Call. ``on_return(req)``
     # runs where it returned the response to the client (after the return hop).
 
@@ -242,7 +243,8 @@ class _Call:
     entries, so that an answer in the same instant still finds these.)
     """
 
-    __slots__ = ("lb", "req", "p", "d", "on_return", "fired", "answered", "stage")
+    __slots__ = ("lb", "req", "p", "d", "on_return", "fired", "answered", "stage", "dl_at",
+                 "dl_eid")
 
     def __init__(self, lb: MiniLB, req: Request, p: Server, d: Server,
                  on_return: Callable[[Request], None]) -> None:
@@ -265,7 +267,15 @@ class _Call:
             req.on_response = self  # responded() when the decode answers
             self.d.dispatch(req)  # the decode registers the destination session first
             self.p.dispatch(req)
-            self.lb._deadlines.add(self)
+            # the router timeout starts (KeptDeadlines.start, inline)
+            lb = self.lb
+            env = lb.env
+            env.reserved += 1
+            self.dl_at, self.dl_eid = env._now + lb.timeout, next(env._eid)
+            deadlines = lb._deadlines
+            deadlines.items.append(self)
+            if not deadlines.armed:
+                deadlines.arm(self)
         elif stage == _ANSWER:  # the response event, then response-or-timeout
             self.answered = True
             if not self.fired:

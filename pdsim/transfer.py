@@ -41,7 +41,7 @@ from collections.abc import Callable, Generator
 import simpy
 
 from pdsim.blacklist import Policy
-from pdsim.clock import later, run_inline, timer_at
+from pdsim.clock import call_at, later, run_inline
 from pdsim.faults import SILENT, UP, Paths
 from pdsim.log import EventLog
 from pdsim.nic import NIC
@@ -165,7 +165,9 @@ class TransferEngine:
         self._front = w
         if not w.dl_armed:  # (a timer of its own may be pending from before it was overtaken)
             w.dl_armed = True
-            timer_at(self.env, w.dl_at, _Deadline(self, w), w.dl_eid)
+            # an event in SimPy's queue, not an entry of the step heap: it is due seconds
+            # ahead (see clock.KeptDeadlines.arm)
+            call_at(self.env, w.dl_at, _Deadline(self, w).fire, w.dl_eid)
 
     def _deadline(self, w: Chunk) -> None:
         """``w``'s deadline timer fired."""
@@ -277,14 +279,14 @@ class TransferEngine:
 
 
 class _Deadline:
-    """The timer of one write's deadline (a plain entry under the id reserved at its start)."""
+    """The timer of one write's deadline (an event under the id reserved at its start)."""
 
     __slots__ = ("engine", "chunk")
 
     def __init__(self, engine: TransferEngine, chunk: Chunk) -> None:
         self.engine, self.chunk = engine, chunk
 
-    def tick(self) -> None:
+    def fire(self, _ev: object) -> None:
         self.engine._deadline(self.chunk)
 
 

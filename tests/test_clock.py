@@ -20,7 +20,7 @@ from simpy.events import Event, Timeout
 from pdsim import clock
 
 KINDS = ("timer", "call_later", "step_at", "link", "urgent", "soon", "reserved_timer",
-         "reserved_call", "deadline", "fifo", "relay", "link_obj", "tail")
+         "reserved_call", "deadline", "fifo", "relay", "link_obj", "tail", "kept", "kept_fifo")
 
 # a program: a tree of callbacks; a node runs (is logged), then schedules its children with
 # each child's kind (its delay: seconds, chain length, deadline timeout), in order
@@ -108,12 +108,22 @@ class _Reference(_World):
                 ev.callbacks.append(lambda _e: link(left - 1) if left > 1 else fire(n))
                 ev.succeed()
             link(k)
-        elif kind in ("deadline", "fifo"):  # a timeout per item, acting if it is still live
+        elif kind in ("deadline", "fifo", "kept", "kept_fifo"):
+            # a timeout per item, acting if it is still live
             born = env.now
             timeout = d if kind == "deadline" else 1
             Timeout(env, timeout).callbacks.append(
                 lambda _e: fire(n) if self.alive(n, born) else None)
         return None
+
+
+class _Item:
+    """An item carrying its own deadline (pdsim.clock.KeptDeadlines), as a request does."""
+
+    __slots__ = ("n", "born", "at", "eid")
+
+    def __init__(self, n, born):
+        self.n, self.born = n, born
 
 
 class _Clock(_World):
@@ -126,6 +136,19 @@ class _Clock(_World):
         self.fifo = clock.FifoDeadlines(env, 1.0, lambda it: self.alive(*it),
                                         lambda it: self.fire(it[0]))
         self.relay = clock.Relay(env, self.fire)
+        # KeptDeadlines: items in an owner's dict (which drops items once they are not live,
+        # as a rank drops requests), and items in the deadlines' own FIFO
+        self.owned: dict[int, _Item] = {}
+        live = lambda it: self.alive(it.n, it.born)  # noqa: E731
+        self.kept = clock.KeptDeadlines(env, 1.0, live, lambda it: self.fire(it.n), "at",
+                                        "eid", lambda: self.owned.values())
+        self.kept_fifo = clock.KeptDeadlines(env, 1.0, live, lambda it: self.fire(it.n), "at",
+                                             "eid")
+
+    def fire(self, n):
+        for key in [k for k, it in self.owned.items() if not self.alive(it.n, it.born)]:
+            del self.owned[key]
+        super().fire(n)
 
     def schedule(self, n):
         env, kind, d, k = self.env, n[0], n[1], n[2]
@@ -152,6 +175,11 @@ class _Clock(_World):
             self.deadlines.add((n, env.now), d)
         elif kind == "fifo":
             self.fifo.add((n, env.now))
+        elif kind == "kept":
+            item = self.owned[len(self.log) * 1000 + len(self.owned)] = _Item(n, env.now)
+            self.kept.start(item)
+        elif kind == "kept_fifo":
+            self.kept_fifo.start(_Item(n, env.now))
         elif kind == "relay":
             self.relay(n)
         elif kind in ("link_obj", "tail"):  # (a tail not last in its step: a plain link)
@@ -193,6 +221,8 @@ def _start(w, n):
 # on the heap while the first expires, or the tail would run ahead of it
 @example([("fifo", 0, 2, [("tail", 0, 0, [])]), ("fifo", 0, 2, [])])
 @example([("deadline", 1, 2, [("tail", 0, 0, [])]), ("deadline", 1, 2, [])])
+@example([("kept", 0, 2, [("tail", 0, 0, [])]), ("kept", 0, 2, [])])
+@example([("kept_fifo", 0, 2, [("tail", 0, 0, [])]), ("kept_fifo", 0, 2, [])])
 def test_clock_primitives_run_callbacks_in_simpys_order(program):
     want = _run(_Reference, simpy.Environment(), program)
     assert _run(_Clock, clock.Environment(), program) == want
@@ -243,3 +273,46 @@ def test_fifo_deadlines_keep_one_timer_pending():
     env.run(until=env.timeout(100))
     assert fired == [999] and env.now == 100
     assert env.timer_entries == 2  # the front's timer, then the only live one's
+
+
+def test_kept_deadlines_skip_items_that_left_or_fired():
+    """KeptDeadlines over an owner's dict: items that leave it, or stop being live, never
+    fire; a live item fires exactly at its start + timeout; an item that fired but stays in
+    the dict (as a request whose room failed waits for its done step) is not armed again, and
+    one timer is pending at a time."""
+    env = clock.Environment()
+    owned: dict[int, _Item] = {}
+    resolved: set[int] = set()
+    fired = []
+    armed = []
+
+    class Counted(clock.KeptDeadlines):
+        def arm(self, item):
+            assert not self.armed  # one timer pending at a time
+            armed.append(item.n)
+            super().arm(item)
+
+    dl = Counted(env, 5.0, lambda it: it.n in owned and it.n not in resolved,
+                 lambda it: (fired.append((it.n, env.now)), resolved.add(it.n)),
+                 "at", "eid", lambda: owned.values())
+
+    class At:
+        def __init__(self, t, fn):
+            self.fn = fn
+            env.timer(t, self)
+
+        def tick(self):
+            self.fn()
+
+    def add(n):
+        owned[n] = _Item(n, env.now)
+        dl.start(owned[n])
+
+    for n in range(3):
+        At(float(n), lambda n=n: add(n))  # deadlines at 5, 6, 7
+    At(0.5, lambda: owned.pop(0))  # item 0 leaves before its deadline
+    At(5.5, lambda: add(3))  # due at 10.5
+    env.run(until=env.timeout(20))
+    assert fired == [(1, 6.0), (2, 7.0), (3, 10.5)]
+    assert sorted(owned) == [1, 2, 3]  # (they fired but stay: not armed again)
+    assert armed == [0, 1, 2, 3]  # one timer per item that was ever the earliest live one
