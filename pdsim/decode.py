@@ -14,7 +14,6 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Iterator
-from functools import partial
 from itertools import chain, islice
 
 import simpy
@@ -40,11 +39,9 @@ def _decode_series(decode: Callable[..., float], batch: float, attn: float, ctx:
 
 
 def _envelope(series: Callable[..., Iterator[float]], batch: float, attn: float,
-              plans: list[tuple[int, int, int]]) -> Iterator[Iterator[float]]:
-    """The durations of a lockstep span's steps 2, 3, ..., segment by segment: in each, one
-    rank's context line (context at step i: c + b*i) is the largest."""
-    lines = [(b, c - b) for b, c, _r in plans]
-    i = 2
+              lines: list[tuple[int, int]], i: int) -> Iterator[Iterator[float]]:
+    """The durations of a lockstep span's steps ``i``, ``i`` + 1, ..., segment by segment:
+    in each, one rank's context line (``(b, c)``: context c + b*j at step j) is the largest."""
     while True:
         ctx = b = c = -1  # the leader at step i: the largest context, the steepest of equals
         for bj, cj in lines:
@@ -323,9 +320,14 @@ class DecodeRank(Rank):
         batch, ctx, recompute = plan[:3]
         attn = plan[3] if len(plan) > 3 else batch
         dt = self.predictor.decode(batch, ctx, attn)
-        if recompute:  # re-admitted requests recompute their context (as one extend)
-            dt += self.predictor.prefill(recompute, 0.0, recompute * (recompute + 1) / 2)
+        if recompute:
+            dt += self._recompute_s(recompute)
         return dt
+
+    def _recompute_s(self, tokens: int) -> float:
+        """What a step adds when re-admitted requests recompute ``tokens`` of context (as one
+        extend)."""
+        return self.predictor.prefill(tokens, 0.0, tokens * (tokens + 1) / 2)
 
     @staticmethod
     def combine(plans: list[tuple], n_ranks: int) -> tuple:
@@ -481,17 +483,41 @@ class DecodeRank(Rank):
         rank's context grows by its batch a step, so a step's time is the predictor's decode
         time at the largest context (what ``combine`` takes): the upper envelope of the
         ranks' context lines, followed segment by segment (integers, so the same contexts)."""
-        first_plan = self.combine(plans, n_ranks) if n_ranks else plans[0]
-        first = (self.step_time(first_plan),)
-        batch = first_plan[0]
-        attn = first_plan[3] if len(first_plan) > 3 else batch
+        if n_ranks:
+            return self.group_durations([(b, c - b) for b, c, _r in plans],
+                                        [p[0] for p in plans], 1, n_ranks,
+                                        max(p[2] for p in plans))
+        plan = plans[0]
+        b, c, _r = plan
+        return chain((self.step_time(plan),), self._series(b, b, c + b, b))
+
+    def group_durations(self, lines: list[tuple[int, int]], batches: list[int], step: int,
+                        n_ranks: int, recompute: int) -> Iterator[float]:
+        """``span_durations`` of a lockstep group of ``n_ranks`` whose live ranks follow
+        ``lines`` (``line``), for a span beginning at step ``step``: ``combine``'s rule read
+        off the lines, step after step (the mean of ``batches`` over the ranks, their largest,
+        the largest context: the lines' upper envelope), and in the first step only the most
+        any rank recomputes, ``recompute``."""
+        segments = _envelope(self._series, sum(batches) / n_ranks, max(batches), lines, step)
+        if not recompute:
+            return chain.from_iterable(segments)
+        head = next(segments)
+        first = next(head) + self._recompute_s(recompute)  # (step_time's sum, in its order)
+        return chain((first,), head, chain.from_iterable(segments))
+
+    def _series(self, batch: float, attn: float, ctx: int, grow: int) -> Iterator[float]:
+        """The predictor's ``decode(batch, ctx + grow*j, attn)``, j = 0, 1, ..."""
         series = getattr(self.predictor, "decode_series", None)
         if series is None:
-            series = partial(_decode_series, self.predictor.decode)
-        if len(plans) == 1:
-            b, c, _r = plans[0]
-            return chain(first, series(batch, attn, c + b, b))  # step i: c + b*(i-1)
-        return chain(first, chain.from_iterable(_envelope(series, batch, attn, plans)))
+            return _decode_series(self.predictor.decode, batch, attn, ctx, grow)
+        return series(batch, attn, ctx, grow)
+
+    @staticmethod
+    def line(plan: tuple[int, int, int], step: int) -> tuple[tuple[int, int], int]:
+        """A plan for group step ``step`` as a context line ``(b, c)``, its context at step j
+        being c + b*j while its batch runs unchanged (``nth_plan``), and its recompute."""
+        batch, ctx, recompute = plan
+        return (batch, ctx - batch * step), recompute
 
     def quiet_steps(self, n: int, plans: int | None = None) -> None:
         """``n`` steps that finish nothing and retract nothing (a span's inner steps): their

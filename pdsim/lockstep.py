@@ -20,6 +20,7 @@ from pdsim.clock import Environment, Link
 from pdsim.rank import AWAKE, Rank
 
 _NEVER = float("inf")
+_IDLE = 1 << 62  # (lazy) the span end of an idle rank: none
 
 
 def step_time(ranks: Sequence[Rank], plans: list) -> float:
@@ -79,10 +80,17 @@ class Stepper:
         # due, and their next plan is their plan's continuation.
         self._lazy = together and n > 1 and self.rec is None and self.ranks[0].spans
         self._index = {r: i for i, r in enumerate(self.ranks)}
+        # (lazy) group steps are counted from the group's first: a rank's own span end is the
+        # group step it falls on (_IDLE: an idle rank), its plans are its line's
         self._base = 0  # (lazy) steps of the group's earlier spans
-        self._committed = [0] * n  # (lazy) steps each rank committed (of all the group's)
-        self._owed_ends = [0] * n  # (lazy) span ends among a rank's owed steps
+        self._committed = [0] * n  # (lazy) the group step up to which each rank committed
+        self._counted = [0] * n  # (lazy) the group step up to which its plans were counted
+        self._lines: list = [None] * n  # (lazy) each rank's context line (None: idle)
+        self._batches = [0] * n  # (lazy) each rank's batch (0: idle)
         self._due = [True] * n  # (lazy) ranks that committed and planned at the last span end
+        if self._lazy:
+            self._plans = [None] * n  # (lazy) each rank's last plan_step (its line's batch)
+            self._own = [_IDLE] * n
         self._cursor = -1  # (lazy) the rank committing at a span's end (-1: not ending)
         # a solo rank wakes its stepper with a plain link where a SimPy event was scheduled
         # (same id drawn at the same moment; the stepper was its event's only waiter)
@@ -136,42 +144,26 @@ class Stepper:
                 self._k = 0
                 r._resumed.callbacks.append(self._wake_up)
                 return
+        if self._lazy:
+            self._go_lazy(after)
+            return
         # each rank's plan and own span (span_steps(limit) is min(limit, its own)), in one
         # pass (a rank's planning reaches no other rank: what it sets off goes on the heaps).
         # A rank that nothing changed since the last span began keeps that span's end,
-        # ``after`` steps on; in a lazy group it also continues its plan (``nth_plan``, counted
-        # as plan_step counts) unless it committed and planned at the span's end; the others
-        # are brought up to now (``_catch``) and plan.
-        own, mods, lazy = self._own, self._mods, self._lazy
-        old, due = self._plans, self._due
+        # ``after`` steps on.
+        own, mods = self._own, self._mods
         plans, live, ps = [], [], []
         k = 1 << 30
         for i, r in enumerate(ranks):
-            if lazy:
-                q = old[i] if after else None
-                if q is not None and not due[i] and r._mods == mods[i]:
-                    p = r.nth_plan(q, after + 1)  # the step after the span's last
-                    r.stats.decode_steps += 1
-                    plans.append(p)
-                    ps.append(p)
-                    n = own[i] = own[i] - after  # (not due: its own span ends later)
-                    if n < k:
-                        k = n
-                    continue
-                self._catch(i)  # (a rank idle in the last span owes nothing)
-                self._committed[i] = self._base
-                self._owed_ends[i] = 0
-                due[i] = True  # (fresh: its span end is asked, not carried)
             p = r.plan_step()
             plans.append(p)
             if p is None:
                 own[i] = 0
                 continue
-            if not lazy:  # (a lazy group commits from its plans: _lazy_end)
-                live.append((r, p))
+            live.append((r, p))
             ps.append(p)
             m = r._mods
-            if not lazy and after and own[i] > after and mods[i] == m:
+            if after and own[i] > after and mods[i] == m:
                 n = own[i] - after
             else:
                 n = r.span_steps(1 << 30) if r.spans else 1
@@ -193,6 +185,52 @@ class Stepper:
         else:
             self._durations = durations = rank.span_durations(ps, n)
             self.next_end = now + next(durations)  # exactly SimPy's now + delay
+        self.env.step_at(self.next_end, self)
+
+    def _go_lazy(self, after: int) -> None:
+        """``_go`` of a lazy group: only the ranks that committed at the span's end (or changed
+        since they planned, or all when waking up) plan and ask their span end; the others
+        continue their context line (``DecodeRank.line``) and keep their span end, with no
+        work here (their continued plans are counted when they commit, ``_owe``). A span end
+        costs the ranks due, plus the group's first step and its envelope (over the lines)."""
+        ranks, plans, lines, batches = self.ranks, self._plans, self._lines, self._batches
+        own, mods, due, committed, counted = (self._own, self._mods, self._due,
+                                              self._committed, self._counted)
+        base = self._base
+        first = base + 1  # the group step this span begins with
+        recompute = 0
+        for i, r in enumerate(ranks):
+            if after and lines[i] is not None and not due[i] and r._mods == mods[i]:
+                continue  # continues its line; its own span end (a group step) holds
+            self._catch(i)  # (a rank idle in the last span owes nothing)
+            committed[i] = base
+            due[i] = True  # (fresh: its span end is asked, not carried)
+            p = r.plan_step()
+            plans[i] = p
+            if p is None:
+                lines[i] = None
+                own[i] = _IDLE
+                batches[i] = 0
+                continue
+            counted[i] = first  # (plan_step counted this plan)
+            line, rec = r.line(p, first)
+            lines[i] = line
+            batches[i] = line[0]
+            if rec > recompute:
+                recompute = rec
+            mods[i] = r._mods
+            own[i] = base + (r.span_steps(1 << 30) if r.spans else 1)
+        k = min(own)
+        if k == _IDLE:  # every rank idle
+            self._k = 0
+            self._sleep()
+            return
+        k -= base
+        self._k, self._ended, self._done = k, 0, 0
+        self._t0 = now = self.env._now
+        self._durations = durations = ranks[0].group_durations(
+            list(filter(None, lines)), batches, first, len(ranks), recompute)
+        self.next_end = now + next(durations)  # exactly SimPy's now + delay
         self.env.step_at(self.next_end, self)
 
     def tick(self) -> None:
@@ -247,25 +285,21 @@ class Stepper:
     def _lazy_end(self, ended: int) -> None:
         """A lazy group's span ended after ``ended`` steps: the ranks due commit, in order."""
         end = self._base + ended
-        own, mods, committed, ends, due = (self._own, self._mods, self._committed,
-                                           self._owed_ends, self._due)
-        ranks = self.ranks
-        for i, p in enumerate(self._plans):
+        own, mods, committed, due = self._own, self._mods, self._committed, self._due
+        ranks, plans = self.ranks, self._plans
+        for i, p in enumerate(plans):
             if p is None:
                 continue
             r = ranks[i]
-            if own[i] == ended or r._mods != mods[i]:
+            if own[i] == end or r._mods != mods[i]:
                 self._cursor = i
-                n = end - 1 - committed[i]
-                if n > 0:
-                    r.quiet_steps(n, n - ends[i])
-                    ends[i] = 0
+                if committed[i] < end - 1:
+                    self._owe(i, end - 1, end)
                 committed[i] = end
-                r.commit_step(p)
+                r.commit_step(p)  # (its batch: the same in every step of its line)
                 due[i] = True
             else:
-                ends[i] += 1  # its commit of this step is owed
-                due[i] = False
+                due[i] = False  # its commit of this step is owed
         self._cursor = -1
         self._base = end
         self._ended = 0
@@ -273,20 +307,32 @@ class Stepper:
 
     def _catch(self, i: int) -> None:
         """(lazy) Commit the steps rank ``i`` owes (all quiet for it)."""
-        if not self._plans or self._plans[i] is None:
+        if self._plans[i] is None:
             return
         cursor = self._cursor
         target = self._base + self._ended
-        if cursor >= 0:  # a span's end: ranks after the one committing have not committed it
-            if i == cursor:
-                return
-            if i > cursor:
-                target -= 1
+        if self._k:  # mid-span: the step in flight is planned
+            frontier = target + 1
+        else:  # a span's end: the next step is not planned yet
+            frontier = target
+            if cursor >= 0:  # ranks after the one committing have not committed it
+                if i == cursor:
+                    return
+                if i > cursor:
+                    target -= 1
+        if target > self._committed[i]:
+            self._owe(i, target, frontier)
+
+    def _owe(self, i: int, target: int, frontier: int) -> None:
+        """(lazy) Commit rank ``i``'s quiet steps up to group step ``target`` and count the
+        plans after them, up to the group step ``frontier`` planned so far (a rank continuing
+        its line makes each of its plans when the group plans that step; they are counted
+        here, where the old per-span ``nth_plan`` counted them one span end at a time)."""
         n = target - self._committed[i]
-        if n > 0:
-            self.ranks[i].quiet_steps(n, n - self._owed_ends[i])
-            self._owed_ends[i] = 0
-            self._committed[i] = target
+        last = target + 1 if target < frontier else frontier
+        self.ranks[i].quiet_steps(n, last - self._counted[i])
+        self._counted[i] = last
+        self._committed[i] = target
 
     def _advance(self, m: int) -> None:
         """Commit the span's steps up to the ``m``-th (none of them finishes a request)."""

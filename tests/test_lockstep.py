@@ -99,3 +99,50 @@ def test_growth_bound_never_cuts_a_span_the_walk_would_not(monkeypatch, lockstep
     res = pdsim.run(d)
     assert res.summary["retractions"] > 0
     assert seen["bound"] > 0 and seen["cut"] > 0
+
+
+@pytest.mark.parametrize("faults", [
+    [], [{"preset": "decode_hang", "at_s": 2.0, "duration_s": 3.0}]])
+def test_a_lazy_group_counts_and_commits_what_a_recorded_one_does(faults):
+    """A lazy DP-attention group (no recorder) lets ranks that continue their context line
+    skip span ends and counts their plans when their steps are committed (Stepper._owe); a
+    recorded group plans and commits every rank at each span end. Their counts and outputs
+    are the same, with a hang (every rank halts, then plans afresh) or without."""
+    d = small_fleet(faults=faults)
+    d["fleet"]["decode"].update(dp=4, tp=4)
+    d["clients"][0].update(num_prompts=120, max_concurrency=48)
+    d["clients"][0]["dataset"]["output_len"] = 300
+    lazy, recorded = pdsim.run(d), pdsim.run(d, record_steps=True)
+    for key in ("decode_steps", "total_generated_tokens", "completed_requests", "duration_s"):
+        assert lazy.summary.get(key) == recorded.summary.get(key), key
+    assert lazy.requests.equals(recorded.requests)
+    assert lazy.summary["decode_steps"] > 0
+
+
+def test_a_lazy_rank_reached_while_its_group_commits_counts_each_plan_once(monkeypatch):
+    """A rank of a lazy group caught up while another rank commits at a span end (as a
+    request submitted to it then would) has committed that step but not planned the next; if
+    it changed, it plans afresh at the span's start (plan_step counts that plan): the catch-up
+    must not count it too (Stepper._owe counts plans only up to the step planned so far)."""
+    d = small_fleet()
+    d["fleet"]["decode"].update(dp=4, tp=4)
+    d["clients"][0].update(num_prompts=120, max_concurrency=48)
+    d["clients"][0]["dataset"]["output_len"] = 300
+    want = pdsim.run(d, record_steps=True).summary  # (a recorded group is never lazy)
+    commit = DecodeRank.commit_step
+    reached = []
+
+    def commit_and_reach_rank_0(self, plan):
+        commit(self, plan)
+        stepper = self.stepper
+        if stepper._lazy and stepper._cursor > 0 and self is stepper.ranks[stepper._cursor]:
+            other = stepper.ranks[0]
+            other._catch_up()
+            other._changed()  # (nothing it plans changes: its plan is its line's continuation)
+            reached.append(other)
+
+    monkeypatch.setattr(DecodeRank, "commit_step", commit_and_reach_rank_0)
+    got = pdsim.run(d).summary
+    assert reached
+    for key in ("decode_steps", "total_generated_tokens", "completed_requests", "duration_s"):
+        assert got[key] == want[key], key
