@@ -17,10 +17,9 @@ pieces:
   (where a chain of events, e.g. response event, condition, process resumption, would have run
   it), or where a process started now would run.
 - :func:`run_inline`: a generator driven as the process that used to ``yield from`` it.
-- :func:`timer_at`, :class:`FifoDeadlines`, :class:`KeptDeadlines`, :class:`Relay`,
-  :class:`Link`: the per-request path's entries (a timer under a reserved id, fixed-timeout
-  deadlines as a FIFO, or carried by the items an owner keeps anyway, reusable targets of
-  zero-delay links, no object per call).
+- :func:`timer_at`, :class:`KeptDeadlines`, :class:`Relay`, :class:`Link`: the per-request
+  path's entries (a timer under a reserved id, fixed-timeout deadlines carried by the items
+  an owner keeps anyway, reusable targets of zero-delay links, no object per call).
 
 The "nothing else is due" rule: a zero-delay link that is the last act of the step making it
 would be processed next, with nothing in between, when neither heap holds anything else for
@@ -368,59 +367,9 @@ class Relay:
         self.callback(self.args.popleft())
 
 
-class FifoDeadlines:
-    """:class:`Deadlines` for one fixed timeout: deadlines come due in the order they were
-    added, so they wait in a FIFO and the one pending timer (for the front) is a plain heap
-    entry under the front's reserved id, firing exactly where its own timeout would have."""
-
-    __slots__ = ("env", "timeout", "live", "expire", "_items", "_armed")
-
-    def __init__(self, env: Environment, timeout: float, live: Callable[[object], bool],
-                 expire: Callable[[object], None]) -> None:
-        self.env = env
-        self.timeout = timeout
-        self.live = live
-        self.expire = expire
-        self._items: deque[tuple[float, int, object]] = deque()
-        self._armed = False  # a timer is pending for the front item
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def clear(self) -> None:
-        """Forget every pending deadline and its item. Only for a run that is over (its armed
-        timer must not fire any more): ``pdsim.fleet.Fleet.release``."""
-        self._items.clear()
-
-    def add(self, item: object) -> None:
-        """Start ``item``'s deadline now (where ``env.timeout(timeout)`` would be created)."""
-        env = self.env
-        env.reserved += 1
-        self._items.append((env._now + self.timeout, next(env._eid), item))
-        if not self._armed:
-            self._arm()
-
-    def _arm(self) -> None:
-        items, live = self._items, self.live
-        while items and not live(items[0][2]):
-            items.popleft()
-        if not items:
-            self._armed = False
-            return
-        when, eid, _item = items[0]
-        timer_at(self.env, when, self, eid)
-        self._armed = True
-
-    def tick(self) -> None:
-        _when, _eid, item = self._items.popleft()
-        due = self.live(item)
-        self._arm()  # first, as Deadlines._fire does (the heaps show what is due this instant)
-        if due:
-            self.expire(item)  # (it may add deadlines: later ones, so the armed timer stays)
-
-
 class KeptDeadlines:
-    """:class:`FifoDeadlines` with no entry per deadline: each item carries its own deadline.
+    """Deadlines of one fixed timeout (they fall due in the order they started), with no entry
+    per deadline: each item carries its own.
 
     An item's deadline is two of its own fields (named by ``at`` and ``eid``): when it falls
     due and the id its timeout would have drawn when it started (reserved then, as
@@ -428,8 +377,8 @@ class KeptDeadlines:
     in ``kept()``: a collection the owner keeps anyway (a rank's dict of requests waiting for
     something, in insertion order), or, with ``kept`` None, this object's own FIFO. One timer
     is pending, under the earliest live item's id, so each deadline that matters fires exactly
-    where its own timeout would have (as with :class:`FifoDeadlines`); an item that leaves the
-    owner's collection, or stops being live, costs nothing more.
+    where its own timeout would have; an item that leaves the owner's collection, or stops
+    being live, costs nothing more (items must not become live again).
 
     ``start(item)`` starts a deadline now. An owner on a per-request path may do the same
     inline: ``env.reserved += 1``, set the item's two fields to ``env._now + timeout`` and

@@ -20,7 +20,7 @@ from simpy.events import Event, Timeout
 from pdsim import clock
 
 KINDS = ("timer", "call_later", "step_at", "link", "urgent", "soon", "reserved_timer",
-         "reserved_call", "deadline", "fifo", "relay", "link_obj", "tail", "kept", "kept_fifo")
+         "reserved_call", "deadline", "relay", "link_obj", "tail", "kept", "kept_fifo")
 
 # a program: a tree of callbacks; a node runs (is logged), then schedules its children with
 # each child's kind (its delay: seconds, chain length, deadline timeout), in order
@@ -108,7 +108,7 @@ class _Reference(_World):
                 ev.callbacks.append(lambda _e: link(left - 1) if left > 1 else fire(n))
                 ev.succeed()
             link(k)
-        elif kind in ("deadline", "fifo", "kept", "kept_fifo"):
+        elif kind in ("deadline", "kept", "kept_fifo"):
             # a timeout per item, acting if it is still live
             born = env.now
             timeout = d if kind == "deadline" else 1
@@ -133,8 +133,6 @@ class _Clock(_World):
         super().__init__(env)
         self.deadlines = clock.Deadlines(env, 1.0, lambda it: self.alive(*it),
                                          lambda it: self.fire(it[0]))
-        self.fifo = clock.FifoDeadlines(env, 1.0, lambda it: self.alive(*it),
-                                        lambda it: self.fire(it[0]))
         self.relay = clock.Relay(env, self.fire)
         # KeptDeadlines: items in an owner's dict (which drops items once they are not live,
         # as a rank drops requests), and items in the deadlines' own FIFO
@@ -173,8 +171,6 @@ class _Clock(_World):
             return lambda: clock.call_at(env, when, lambda _e: fire(n), eid)
         elif kind == "deadline":
             self.deadlines.add((n, env.now), d)
-        elif kind == "fifo":
-            self.fifo.add((n, env.now))
         elif kind == "kept":
             item = self.owned[len(self.log) * 1000 + len(self.owned)] = _Item(n, env.now)
             self.kept.start(item)
@@ -219,7 +215,6 @@ def _start(w, n):
 @given(programs)
 # two deadlines due together, the first expiring into a tail link: the second's timer must be
 # on the heap while the first expires, or the tail would run ahead of it
-@example([("fifo", 0, 2, [("tail", 0, 0, [])]), ("fifo", 0, 2, [])])
 @example([("deadline", 1, 2, [("tail", 0, 0, [])]), ("deadline", 1, 2, [])])
 @example([("kept", 0, 2, [("tail", 0, 0, [])]), ("kept", 0, 2, [])])
 @example([("kept_fifo", 0, 2, [("tail", 0, 0, [])]), ("kept_fifo", 0, 2, [])])
@@ -257,22 +252,24 @@ def test_a_chain_runs_at_once_only_when_nothing_else_is_due():
     assert ran == [0, "timer", "chain"]
 
 
-def test_fifo_deadlines_keep_one_timer_pending():
+def test_kept_deadlines_keep_one_timer_pending():
     """A thousand fixed-timeout deadlines resolved before they fall schedule one timer at a
     time (the front's), and none fires."""
     env = clock.Environment()
     fired = []
     live = set()
-    fifo = clock.FifoDeadlines(env, 5.0, lambda item: item in live, fired.append)
+    fifo = clock.KeptDeadlines(env, 5.0, lambda it: it.n in live, lambda it: fired.append(it.n),
+                               "at", "eid")
     for i in range(1000):
         live.add(i)
-        fifo.add(i)
-    assert env.timer_entries == 1 and len(fifo) == 1000
+        fifo.start(_Item(i, 0.0))
+    assert len(env._queue) == 1 and len(fifo.items) == 1000
+    assert env.reserved == 999  # ids reserved and not (yet) used by a timer
     live.clear()
     live.add(999)
     env.run(until=env.timeout(100))
     assert fired == [999] and env.now == 100
-    assert env.timer_entries == 2  # the front's timer, then the only live one's
+    assert env.reserved == 998  # the front's timer, then the only live one's
 
 
 def test_kept_deadlines_skip_items_that_left_or_fired():
