@@ -312,7 +312,8 @@ class Fleet:
         are made (nothing reads a request after that) this cuts the requests' side of those
         cycles and drops what holds every request to the end: the request list, the log's
         rows and the pending deadlines (the router's request timeout outlasts most runs, so
-        its FIFO holds every request ever routed). The run's requests, rooms, pages and
+        its FIFO holds every request ever routed), and the step-time predictors' memos (tens of
+        thousands of tuples on the conversation trace). The run's requests, rooms, pages and
         callbacks then go through reference counting; what the components still hold
         (requests in flight at the end) goes with the fleet at the next collection. The fleet
         cannot run on afterwards.
@@ -324,6 +325,9 @@ class Fleet:
         self.router.forget_deadlines()
         for r in self.ranks:
             r.forget_deadlines()
+            forget = getattr(r.predictor, "forget", None)  # (memos: see OperatorPredictor)
+            if forget is not None:
+                forget()
 
 
 @dataclass(frozen=True, slots=True)

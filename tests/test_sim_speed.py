@@ -44,8 +44,9 @@ def test_a_run_leaves_its_requests_to_reference_counting():
     rows and pending deadlines dropped). The only requests a collection after the run still
     finds are those the transfer engines' pending writes hold and those the decode ranks' step
     heaps still list (an entry stays until its step comes); without the release it finds
-    every one."""
+    every one. Nor does it find the step-time predictors' memos."""
     from pdsim import scenario as scenario_mod
+    from pdsim.predictor import OperatorPredictor
     from pdsim.request import Request, Room
     from pdsim.transfer import Chunk
 
@@ -70,6 +71,10 @@ def test_a_run_leaves_its_requests_to_reference_counting():
     assert {id(r) for r in requests} <= ({id(c.req) for c in chunks}
                                          | {id(e[3]) for e in heap_entries})
     assert {id(r) for r in rooms} <= {id(c.room) for c in chunks}
+    # the step-time predictors' memos went by reference counting too (OperatorPredictor.forget)
+    predictors = [o for o in garbage if type(o) is OperatorPredictor]
+    assert predictors and not any(p._prefill_cache or p._layer_cache or p._decode_cache
+                                  for p in predictors)
 
 
 def test_numpy_draws_nothing_for_a_one_value_range():
