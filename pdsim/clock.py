@@ -10,9 +10,9 @@ pieces:
 - :class:`Environment` keeps batch-step ends (``pdsim.lockstep.Stepper``) and the links of
   zero-delay chains as plain heap entries sorted among events under the ids their timeouts or
   triggered events would have drawn.
-- :func:`reserve` / :func:`call_at` / :class:`Deadlines`: per-request timeouts become one heap
-  per component with one pending timer, each deadline firing under the id its own timeout
-  would have had.
+- :func:`reserve` / :func:`call_at` / :class:`KeptDeadlines`: per-request timeouts carried by
+  the items themselves, with one pending timer per component, each deadline firing under the
+  id its own timeout would have had.
 - :func:`later` / :func:`soon` / :func:`urgent`: a callback one or more zero-delay steps later
   (where a chain of events, e.g. response event, condition, process resumption, would have run
   it), or where a process started now would run.
@@ -27,7 +27,7 @@ this instant; its work then runs at once and no id is drawn for it (ids only ord
 so skipping one moves nothing). :class:`_Chain`, the per-request path (``Room``, the router's
 call, the transfer engine's write end, the client's slots) and ``Rank._kick(last=True)`` use
 it, each through :meth:`Environment.due_now`; whatever runs code that might read the heaps
-for it keeps them complete first (see ``Deadlines._fire``). tests/test_clock.py checks the
+for it keeps them complete first (see ``KeptDeadlines.tick``). tests/test_clock.py checks the
 primitives against SimPy; tests/test_properties.py compares random scenarios run with the rule
 on and off (``due_now`` always true: every such link queued as its event would have been).
 
@@ -275,66 +275,6 @@ def call_at(env: simpy.Environment, when: float, callback: Callable[[Event], Non
     return ev
 
 
-class Deadlines:
-    """The deadlines of one component in one heap, with a timer pending for the earliest.
-
-    ``add`` reserves the event id a per-item timeout would have had; the timer is armed for
-    the earliest deadline whose item ``live(item)`` still says matters, and fires
-    ``expire(item)`` exactly where that item's own timeout would have fired. Items that resolved
-    in time are dropped when they reach the front, without an event each.
-    """
-
-    __slots__ = ("env", "timeout", "live", "expire", "_items", "_armed", "_timers")
-
-    def __init__(self, env: simpy.Environment, timeout: float,
-                 live: Callable[[object], bool], expire: Callable[[object], None]) -> None:
-        self.env = env
-        self.timeout = timeout  # the usual timeout (add() may give another)
-        self.live = live
-        self.expire = expire
-        self._items: list[tuple[float, int, object]] = []
-        self._armed: Event | None = None  # the front item's timer
-        self._timers: dict[int, Event] = {}  # reserved id -> its pending timer
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def add(self, item: object, timeout: float | None = None) -> None:
-        """Start ``item``'s deadline now (where ``env.timeout(timeout)`` would be created)."""
-        env = self.env
-        entry = (env._now + (self.timeout if timeout is None else timeout), reserve(env), item)
-        heappush(self._items, entry)
-        if self._armed is None or self._items[0] is entry:  # none armed, or an earlier one
-            self._arm()
-
-    def _arm(self) -> None:
-        items, live = self._items, self.live
-        while items and not live(items[0][2]):
-            heappop(items)
-        if not items:
-            self._armed = None
-            return
-        when, eid, _item = items[0]
-        ev = self._timers.get(eid)
-        if ev is None:  # (a timer armed before, and overtaken, is still pending: reuse it)
-            ev = self._timers[eid] = call_at(self.env, when, self._fire, eid)
-            ev.deadline_id = eid
-        self._armed = ev
-
-    def _fire(self, ev: Event) -> None:
-        del self._timers[ev.deadline_id]
-        if ev is not self._armed:
-            return  # overtaken by an earlier deadline; re-armed from the heap when due
-        _when, _eid, item = heappop(self._items)
-        due = self.live(item)
-        # the next deadline's timer goes on the heap first (under the id reserved when it was
-        # added, so its place is the same), so that while ``expire`` runs the heaps show
-        # everything due this instant (the "nothing else is due" shortcuts read them)
-        self._arm()
-        if due:
-            self.expire(item)  # (it may add deadlines: add() re-arms only for an earlier one)
-
-
 # --- helpers of the per-request path --------------------------------------------------------
 
 
@@ -435,8 +375,8 @@ class KeptDeadlines:
 
     def tick(self) -> None:
         """The pending timer fired: the next live item's timer goes on the heap first (so that
-        while ``expire`` runs the heaps show everything due this instant, as
-        ``Deadlines._fire``), then the item expires if it is still live."""
+        while ``expire`` runs the heaps show everything due this instant: the run-now rule
+        reads them), then the item expires if it is still live."""
         item, self._front, self.armed = self._front, None, False
         due = self.live(item)
         live = self.live

@@ -172,7 +172,7 @@ class DecodeRank(Rank):
         return req.rid in self.transfer and not req.room.resolved
 
     def _waiting_timeout(self, req: Request) -> None:
-        """(Deadlines calls it only while the request still waits for its KV.)"""
+        """(KeptDeadlines calls it only while the request still waits for its KV.)"""
         req.room.fail("waiting_timeout")
         # the cached connection is invalidated; the decode re-registers with the prefill
         if self.on_waiting_timeout is not None:

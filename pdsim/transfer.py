@@ -158,8 +158,8 @@ class TransferEngine:
     # heap: a write's deadline is armed when it starts earlier than the front's, or when the
     # front's timer fires and it is the earliest pending write left (``writing`` holds at
     # most one write per queue). A timer whose write was overtaken, or ended, does nothing
-    # (clock.Deadlines keeps the same order over a heap of every write; this engine has at
-    # most ``queues`` pending writes to look through, so it keeps none).
+    # (a heap of every write would give the same order; this engine has at most ``queues``
+    # pending writes to look through, so it keeps none).
 
     def _arm(self, w: Chunk) -> None:
         self._front = w
@@ -176,7 +176,7 @@ class TransferEngine:
             return  # overtaken, and ended since (else it is the front again by now)
         due = w.state == _PENDING
         # the next deadline's timer goes on the heap first, so that while ``_timed_out`` runs
-        # the heaps show everything due this instant (as clock.Deadlines._fire)
+        # the heaps show everything due this instant (as clock.KeptDeadlines.tick)
         nxt = None
         for c in self.writing.values():
             if (c is not w and c.state == _PENDING and c.dl_eid >= 0

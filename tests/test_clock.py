@@ -1,13 +1,13 @@
 """pdsim.clock against SimPy itself: every shortcut processes callbacks in SimPy's order.
 
 pdsim.clock replaces SimPy events with plain heap entries (timers, zero-delay links, reserved
-ids, deadline heaps, the run-now rule) and promises the order SimPy would have given. These
-tests run random programs of callbacks twice, once with pdsim.clock's primitives and once
-written with plain SimPy events (timeouts, triggered events, processes), and compare the order
-and times in which the callbacks ran. Integer delays of 0-2 s make many callbacks share an
-instant, where only the (time, priority, id) order decides. A primitive that drew its id at
-another moment, skipped an entry that something else was due beside, or ran a chain's
-callback early would reorder them.
+ids, deadlines carried by their items, the run-now rule) and promises the order SimPy would
+have given. These tests run random programs of callbacks twice, once with pdsim.clock's
+primitives and once written with plain SimPy events (timeouts, triggered events, processes),
+and compare the order and times in which the callbacks ran. Integer delays of 0-2 s make many
+callbacks share an instant, where only the (time, priority, id) order decides. A primitive
+that drew its id at another moment, skipped an entry that something else was due beside, or
+ran a chain's callback early would reorder them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from simpy.events import Event, Timeout
 from pdsim import clock
 
 KINDS = ("timer", "call_later", "step_at", "link", "urgent", "soon", "reserved_timer",
-         "reserved_call", "deadline", "relay", "link_obj", "tail", "kept", "kept_fifo")
+         "reserved_call", "relay", "link_obj", "tail", "kept", "kept_fifo")
 
 # a program: a tree of callbacks; a node runs (is logged), then schedules its children with
 # each child's kind (its delay: seconds, chain length, deadline timeout), in order
@@ -108,11 +108,10 @@ class _Reference(_World):
                 ev.callbacks.append(lambda _e: link(left - 1) if left > 1 else fire(n))
                 ev.succeed()
             link(k)
-        elif kind in ("deadline", "kept", "kept_fifo"):
+        elif kind in ("kept", "kept_fifo"):
             # a timeout per item, acting if it is still live
             born = env.now
-            timeout = d if kind == "deadline" else 1
-            Timeout(env, timeout).callbacks.append(
+            Timeout(env, 1).callbacks.append(
                 lambda _e: fire(n) if self.alive(n, born) else None)
         return None
 
@@ -131,8 +130,6 @@ class _Clock(_World):
 
     def __init__(self, env):
         super().__init__(env)
-        self.deadlines = clock.Deadlines(env, 1.0, lambda it: self.alive(*it),
-                                         lambda it: self.fire(it[0]))
         self.relay = clock.Relay(env, self.fire)
         # KeptDeadlines: items in an owner's dict (which drops items once they are not live,
         # as a rank drops requests), and items in the deadlines' own FIFO
@@ -169,8 +166,6 @@ class _Clock(_World):
         elif kind == "reserved_call":
             eid, when = clock.reserve(env), env.now + d
             return lambda: clock.call_at(env, when, lambda _e: fire(n), eid)
-        elif kind == "deadline":
-            self.deadlines.add((n, env.now), d)
         elif kind == "kept":
             item = self.owned[len(self.log) * 1000 + len(self.owned)] = _Item(n, env.now)
             self.kept.start(item)
@@ -215,7 +210,6 @@ def _start(w, n):
 @given(programs)
 # two deadlines due together, the first expiring into a tail link: the second's timer must be
 # on the heap while the first expires, or the tail would run ahead of it
-@example([("deadline", 1, 2, [("tail", 0, 0, [])]), ("deadline", 1, 2, [])])
 @example([("kept", 0, 2, [("tail", 0, 0, [])]), ("kept", 0, 2, [])])
 @example([("kept_fifo", 0, 2, [("tail", 0, 0, [])]), ("kept_fifo", 0, 2, [])])
 def test_clock_primitives_run_callbacks_in_simpys_order(program):
