@@ -40,6 +40,7 @@ class NIC:
         self._plan = 0
         self._next_id = 0
         self._factor = 1.0  # a degraded NIC runs at this fraction of its rate
+        self._full = self.rate * self._factor * peak_util  # a write's cap at peak utilisation
         self.last = False  # a completion callback running now is its step's last act
 
     def utilisation(self, nbytes: float) -> float:
@@ -64,10 +65,12 @@ class NIC:
             self._advance()
         fid = self._next_id
         self._next_id = fid + 1
-        # utilisation(nbytes), inline
-        frac = min(1.0, nbytes / self.saturation)
-        util = max(self.min_util, self.peak_util * frac) if frac < 1 else self.peak_util
-        active[fid] = flow = [float(nbytes), self.rate * self._factor * util, done]
+        frac = nbytes / self.saturation
+        if frac >= 1:  # (the usual: a write at least saturation bytes long reaches the peak)
+            cap = self._full
+        else:  # utilisation(nbytes), inline
+            cap = self.rate * self._factor * max(self.min_util, self.peak_util * frac)
+        active[fid] = flow = [float(nbytes), cap, done]
         if idle:  # (what _replan does for one write: it alone finishes first, at full share)
             self._plan = plan = self._plan + 1
             self.env.timer(flow[0] / flow[1], _Finish(self, plan, fid))
@@ -88,6 +91,7 @@ class NIC:
         self._advance()
         ratio = factor / self._factor
         self._factor = factor
+        self._full = self.rate * factor * self.peak_util
         for flow in self._active.values():
             flow[1] *= ratio
         self._replan()
