@@ -226,6 +226,52 @@ def test_transfer_time_is_call_latency_plus_bytes_over_bandwidth():
     assert done == [pytest.approx(0.0016 + 0.5)]
 
 
+def test_asleep_worker_takes_a_chunk_at_its_submit():
+    """The submit-time take (pdsim.transfer docstring): an asleep worker takes a chunk it
+    would take anyway in the submitting step, its call-latency timer drawing its id then (no
+    wake-up link); a busy worker's chunk waits in its queue; a resolved room's chunk, or any
+    chunk under a policy whose admit() is not the base one, still wakes the worker by a link."""
+    from pdsim import blacklist
+    from pdsim.faults import Paths
+    from pdsim.registry import BLACKLIST_POLICIES
+    from pdsim.request import TRANSFERRING, Request, Room
+    from pdsim.stats import Stats
+    from pdsim.transfer import Chunk, TransferEngine
+
+    def setup(policy: dict) -> tuple:
+        env = clock.Environment()
+        nic = NIC(env, "n", 1e9, peak_util=1.0, min_util=1.0, saturation_bytes=1.0)
+        bl = blacklist.build(BLACKLIST_POLICIES.validate(policy), env, "p",
+                             lambda *a, **k: None)
+        return env, TransferEngine(env, "p", 0, nic, bl, 0.0016, 30.0, 2,
+                                   lambda *a, **k: None, Stats(), Paths(env), 0, 0.537)
+
+    def chunk(env: clock.Environment, rid: int, port: int) -> Chunk:
+        room = Room(env, rid)
+        room.session, room.port = f"d:{port}", port
+        return Chunk(Request(env, rid, "c", "bench", 10, 1, True), room, 1e6, True)
+
+    env, eng = setup({})
+    a, b = chunk(env, 1, 0), chunk(env, 2, 0)
+    eid = next(env._eid)
+    eng.submit(a)  # queue 0 asleep: taken now, its latency timer drawn now
+    assert eng.writing == {0: a} and a.room.state == TRANSFERRING
+    assert env._steps == [(0.0016, 1, eid + 1, a)]
+    eng.submit(b)  # queue 0 busy: b waits
+    assert list(eng.queues[0]) == [b] and len(env._steps) == 1
+    c = chunk(env, 3, 1)
+    c.room.resolved = True  # (as after a failure elsewhere)
+    eng.submit(c)  # not taken: the worker wakes by a link and skips it
+    assert not eng.writing.get(1) and env._steps[0][0] == 0.0 and env._steps[0][3] is not c
+
+    env, eng = setup({"policy": "never"})  # admit() not the base one: a wake-up link
+    d = chunk(env, 4, 0)
+    eng.submit(d)
+    assert not eng.writing and list(eng.queues[0]) == [d] and env._steps[0][0] == 0.0
+    env.run()
+    assert not eng.writing and d.room.resolved
+
+
 def test_write_deadlines_fire_at_their_own_time_when_overtaken():
     """TransferEngine keeps one write deadline armed (the earliest pending write's) instead of
     a heap of every write's: a write still pending at its deadline fails exactly at its start
