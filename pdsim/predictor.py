@@ -237,6 +237,12 @@ class OperatorPredictor:
         self._decode_cache: dict[tuple[float, float], tuple] = {}
         self._layer_cache: dict[tuple[float, float, bool], tuple] = {}
         self._prefill_cache: dict[tuple, float] = {}
+        # a prefill forward's terms that do not depend on its tokens: the engine's fixed and
+        # per-layer costs (the same subexpressions, so the same floats), the LM head per
+        # request count
+        self._pf_fixed = self.engine.prefill_step_ms / 1e3
+        self._pf_layers = m.layers * self.engine.prefill_layer_us * 1e-6
+        self._lm_cache: dict[float, float] = {}
         self._nd, self._nm = m.dense_mlp_layers, m.moe_layers  # (properties: read once)
 
     def forget(self) -> None:
@@ -247,6 +253,7 @@ class OperatorPredictor:
         self._decode_cache.clear()
         self._layer_cache.clear()
         self._prefill_cache.clear()
+        self._lm_cache.clear()
 
     # --- building blocks ----------------------------------------------------------------
 
@@ -391,8 +398,7 @@ class OperatorPredictor:
 
     def _prefill(self, tokens: float, sq_tokens: float, pairs: float | None, reqs: float,
                  prefix: float, attn_tokens: float | None) -> float:
-        eng = self.engine
-        fixed = eng.prefill_step_ms / 1e3
+        fixed = self._pf_fixed
         if tokens <= 0:
             return fixed
         if pairs is None:
@@ -402,8 +408,11 @@ class OperatorPredictor:
         if prefix and self.kv_b_w:  # MLA: expand the cached latent of the prefix (MHA path)
             core += self.gemm(prefix, self.kv_b_w)
         body = self._body(tokens, at, core, False)
-        lm = self.gemm(self._lm_tokens(reqs), self.lm_w, ACT_BYTES, self.pk_lm)
-        return fixed + self.model.layers * eng.prefill_layer_us * 1e-6 + body + lm
+        lm = self._lm_cache.get(reqs)
+        if lm is None:
+            lm = self._lm_cache[reqs] = self.gemm(self._lm_tokens(reqs), self.lm_w, ACT_BYTES,
+                                                  self.pk_lm)
+        return fixed + self._pf_layers + body + lm
 
     def _decode_parts(self, batch: float, attn_batch: float) -> tuple:
         """Everything but the context term, cached per (batch, attn_batch)."""
