@@ -272,6 +272,53 @@ def test_asleep_worker_takes_a_chunk_at_its_submit():
     assert not eng.writing and d.room.resolved
 
 
+def test_router_answer_starts_the_hop_back_at_once():
+    """The answer-time resume (pdsim.router._Call.responded): a decode's answer before the
+    router timeout fired starts the hop back in the answering step, its timer drawing its id
+    then (no zero-delay link); an answer after the timeout fired, or with no hop, still goes
+    through the response event's link."""
+    import numpy as np
+
+    from pdsim.request import Request
+    from pdsim.router import MiniLB
+    from pdsim.scenario import RouterConfig
+
+    def setup(hop_ms: float) -> tuple:
+        env = clock.Environment()
+        sent: list = []
+
+        class Srv:  # a server's POST /generate
+            def dispatch(self, req: Request) -> None:
+                sent.append(req)
+
+        lb = MiniLB(env, [Srv()], [Srv()], RouterConfig(http_latency_ms=hop_ms),
+                    np.random.default_rng(0), lambda *a, **k: None)
+        req = Request(env, 0, "c", "bench", 10, 1, True)
+        returned: list = []
+        lb.generate(req, lambda r: returned.append(env.now))
+        env.run(until=0.01)
+        assert sent == [req, req]
+        return env, lb, req.on_response, returned
+
+    env, lb, call, returned = setup(0.5)
+    eid = next(env._eid)
+    call.responded()  # (as a decode's commit step answers)
+    assert env._steps == [(0.01 + lb.hop, 1, eid + 1, call)]
+    env.run()
+    assert returned == [0.01 + lb.hop]
+
+    env, lb, call, returned = setup(0.5)
+    call.fired = True  # (as when the router timeout fired first)
+    call.responded()
+    assert env._steps[0][0] == 0.01 and not call.answered  # the response event's link
+
+    env, lb, call, returned = setup(0.0)
+    call.responded()
+    assert env._steps[0][0] == 0.01 and not returned
+    env.run()
+    assert returned == [0.01]
+
+
 def test_write_deadlines_fire_at_their_own_time_when_overtaken():
     """TransferEngine keeps one write deadline armed (the earliest pending write's) instead of
     a heap of every write's: a write still pending at its deadline fails exactly at its start
