@@ -93,6 +93,9 @@ class PrefixCache:
         self.block_tokens = block_tokens
         self.block_pages = allocator.pages_for(block_tokens)
         self.blocks: OrderedDict[int, int] = OrderedDict()  # block id -> its pages' epoch
+        # the allocator epoch of every cached block's pages until a flush (reset) leaves
+        # orphans: while the allocator is still in it, evicting a block frees block_pages
+        self._epoch = allocator.epoch
         self.hits = 0
         self.lookups = 0
 
@@ -138,6 +141,11 @@ class PrefixCache:
         alloc, blocks, n = self.alloc, self.blocks, self.block_pages
         pop, epoch = blocks.popitem, alloc.epoch
         free = alloc.capacity - alloc.used
+        if free < need_pages and epoch == self._epoch:  # no orphans: each block frees n pages
+            k = min(-(-(need_pages - free) // n), len(blocks))
+            for _ in range(k):
+                pop(False)
+            free += k * n
         while free < need_pages and blocks:
             if pop(last=False)[1] == epoch:  # (alloc.release of the block's pages)
                 free += n
@@ -149,3 +157,4 @@ class PrefixCache:
     def reset(self) -> None:
         """Flush: drop every block (their pages are freed by the allocator reset)."""
         self.blocks.clear()
+        self._epoch = self.alloc.epoch

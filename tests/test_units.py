@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pdsim import balance, clock, profiles
 from pdsim.kv import KVError, PageAllocator, PrefixCache
@@ -457,3 +459,51 @@ def test_a_client_needs_only_its_frontend():
     tree = ast.parse(Path(client_mod.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert not imported & {"pdsim.fleet", "pdsim.router"}
+
+
+class _EveryBlockChecked(PrefixCache):
+    """A PrefixCache that never takes evict's no-orphan shortcut (its epoch never matches)."""
+
+    @property
+    def _epoch(self) -> None:
+        return None
+
+    @_epoch.setter
+    def _epoch(self, _value: object) -> None:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("imefg"), st.lists(st.integers(0, 12), max_size=6),
+                          st.integers(0, 9)), max_size=40))
+def test_prefix_cache_evicts_as_block_by_block_without_orphans(ops):
+    """evict's shortcut (no orphans: pop as many least recent blocks as the missing pages
+    need, at once) leaves the same blocks, use and peak as checking each block's epoch, over
+    random inserts, matches, evictions, outside allocations and flushes."""
+    caches = []
+    for cls in (PrefixCache, _EveryBlockChecked):
+        a = PageAllocator(8, page_size=1)
+        caches.append((cls(a, block_tokens=2), a, []))
+    for op, ids, n in ops:
+        seen = []
+        for c, a, held in caches:
+            if op == "i":
+                c.insert(tuple(dict.fromkeys(ids)))
+            elif op == "m":
+                seen.append(c.match(tuple(ids)))
+            elif op == "e":
+                seen.append(c.evict(n))
+            elif op == "g":
+                p = a.alloc(n % 5)
+                if p is not None:
+                    held.append(p)
+            else:  # "f": free an outside holding, or flush
+                if held and n % 3 == 2:
+                    a.release(held.pop())
+                elif n % 3 == 0:  # a flush
+                    a.reset()
+                    c.reset()
+                else:  # the allocator's alone: the cached blocks become orphans
+                    a.reset()
+            seen.append((list(c.blocks.items()), a.used, a.peak))
+        assert seen[: len(seen) // 2] == seen[len(seen) // 2:]
