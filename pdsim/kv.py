@@ -118,6 +118,7 @@ class PrefixCache:
     def insert(self, block_ids: tuple[int, ...]) -> None:
         blocks, alloc, need = self.blocks, self.alloc, self.block_pages
         move, epoch, capacity = blocks.move_to_end, alloc.epoch, alloc.capacity
+        clean = epoch == self._epoch  # no orphans (see evict)
         used = alloc.used  # (kept here between evictions: allocations only add to it)
         for b in block_ids:
             if b in blocks:
@@ -126,10 +127,16 @@ class PrefixCache:
             if capacity - used < need:
                 if used > alloc.peak:  # (a high point: evictions come next)
                     alloc.peak = used
-                alloc.used = used
-                if not self.evict(need):
-                    return
-                used = alloc.used
+                if clean and blocks and used <= capacity:  # evict(need), inline: the least
+                    blocks.popitem(False)  # recent block's pages are the ones missing
+                    used -= need
+                    if used < 0:
+                        raise KVError("pages in use went negative")
+                else:
+                    alloc.used = used
+                    if not self.evict(need):
+                        return
+                    used = alloc.used
             used += need  # alloc.alloc(need), which cannot fail here
             blocks[b] = epoch
         if used > alloc.peak:

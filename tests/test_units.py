@@ -462,7 +462,8 @@ def test_a_client_needs_only_its_frontend():
 
 
 class _EveryBlockChecked(PrefixCache):
-    """A PrefixCache that never takes evict's no-orphan shortcut (its epoch never matches)."""
+    """A PrefixCache that never takes the no-orphan shortcuts of evict and insert (its epoch
+    never matches)."""
 
     @property
     def _epoch(self) -> None:
