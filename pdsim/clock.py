@@ -10,16 +10,18 @@ pieces:
 - :class:`Environment` keeps batch-step ends (``pdsim.lockstep.Stepper``) and the links of
   zero-delay chains as plain heap entries sorted among events under the ids their timeouts or
   triggered events would have drawn.
-- :func:`reserve` / :func:`call_at` / :class:`KeptDeadlines`: per-request timeouts carried by
-  the items themselves, with one pending timer per component, each deadline firing under the
-  id its own timeout would have had.
+- :func:`reserve` / :func:`call_at`: an id taken now (where a timeout made now would sort)
+  and a callback scheduled later under it.
 - :func:`later` / :func:`soon` / :func:`urgent`: a callback one or more zero-delay steps later
   (where a chain of events, e.g. response event, condition, process resumption, would have run
   it), or where a process started now would run.
 - :func:`run_inline`: a generator driven as the process that used to ``yield from`` it.
 - :func:`timer_at`, :class:`KeptDeadlines`, :class:`Relay`, :class:`Link`: the per-request
-  path's entries (a timer under a reserved id, fixed-timeout deadlines carried by the items
-  an owner keeps anyway, reusable targets of zero-delay links, no object per call).
+  path's entries (a timer under a reserved id; fixed-timeout deadlines carried by the items
+  an owner keeps anyway, one timer pending per owner, each deadline firing under the id its
+  own timeout would have had; reusable targets of zero-delay links, no object per call). The
+  transfer engine's write deadlines, whose timeouts vary with the bytes, keep the same rule
+  by hand (``pdsim.transfer.TransferEngine._arm``).
 
 The "nothing else is due" rule: a zero-delay link that is the last act of the step making it
 would be processed next, with nothing in between, when neither heap holds anything else for
@@ -320,10 +322,8 @@ class KeptDeadlines:
     where its own timeout would have; an item that leaves the owner's collection, or stops
     being live, costs nothing more (items must not become live again).
 
-    ``start(item)`` starts a deadline now. An owner on a per-request path may do the same
-    inline: ``env.reserved += 1``, set the item's two fields to ``env._now + timeout`` and
-    ``next(env._eid)``, append it to ``items`` if this object keeps them, then ``arm(item)``
-    unless ``armed`` (what ``start`` does, without a call and a look-up of the field names).
+    ``start(item)`` starts a deadline now; an owner whose ``kept()`` holds the item calls it
+    right after inserting the item there, so that collection's order is the deadlines'.
     """
 
     __slots__ = ("env", "timeout", "live", "expire", "at", "eid", "kept", "items", "armed",
@@ -343,37 +343,40 @@ class KeptDeadlines:
         self._front: object = None  # the item the pending timer is for
 
     def clear(self) -> None:
-        """Forget the items this object keeps. Only for a run that is over (its armed timer
-        must not fire any more): ``pdsim.fleet.Fleet.release``."""
+        """Forget the items this object holds: its own FIFO's (``kept`` None) and the armed
+        one (an owner's ``kept()`` collection is the owner's to drop). Only for a run that is
+        over (its armed timer must not fire any more): ``pdsim.fleet.Fleet.release``."""
         self.items.clear()
         self._front = None
 
-    def start(self, item: object) -> None:
-        """Start ``item``'s deadline now (where ``env.timeout(timeout)`` would be created)."""
+    def start(self, item: object) -> tuple[float, int]:
+        """Start ``item``'s deadline now (where ``env.timeout(timeout)`` would be created).
+        Returns its two fields, (when it falls due, the id reserved for it), which the caller
+        stores in the item at once (``req.boot_at, req.boot_eid = deadlines.start(req)``:
+        cheaper than setting fields by name here, on the per-request path)."""
         env = self.env
         env.reserved += 1
-        setattr(item, self.at, env._now + self.timeout)
-        setattr(item, self.eid, next(env._eid))
+        at, eid = env._now + self.timeout, next(env._eid)
         if self.kept is None:
             self.items.append(item)
         if not self.armed:
-            self.arm(item)
+            self._arm(item, at, eid)
+        return at, eid
 
     def arm(self, item: object) -> None:
-        """The timer for ``item``'s deadline (the earliest live one), under its reserved id.
+        """Arm the timer for ``item``'s deadline (the earliest live one), under its id."""
+        self._arm(item, getattr(item, self.at), getattr(item, self.eid))
 
-        It is an event in SimPy's queue (``call_at``), not an entry of the step heap: it is due
-        a timeout (minutes) ahead, and an entry that far ahead would sit in the heap that every
-        batch step, link and timer of the run goes through, making each push and pop compare
-        more (the same key in either heap, so the same order)."""
+    def _arm(self, item: object, at: float, eid: int) -> None:
+        """The timer is an event in SimPy's queue (``call_at``), not an entry of the step
+        heap: it is due a timeout (minutes) ahead, and an entry that far ahead would sit in
+        the heap that every batch step, link and timer of the run goes through, making each
+        push and pop compare more (the same key in either heap, so the same order)."""
         self.armed = True
         self._front = item
-        call_at(self.env, getattr(item, self.at), self._fire, getattr(item, self.eid))
+        call_at(self.env, at, self._fire, eid)
 
     def _fire(self, _ev: Event) -> None:
-        self.tick()
-
-    def tick(self) -> None:
         """The pending timer fired: the next live item's timer goes on the heap first (so that
         while ``expire`` runs the heaps show everything due this instant: the run-now rule
         reads them), then the item expires if it is still live."""

@@ -113,8 +113,8 @@ class DecodeRank(Rank):
                                                 lambda: self.transfer.values())
 
     def forget_deadlines(self) -> None:
-        """The run is over: drop the pending waiting timeouts and the requests they hold
-        (``pdsim.fleet.Fleet.release``)."""
+        """The run is over: forget the armed waiting deadline's request (the others are only
+        in ``transfer``; ``pdsim.fleet.Fleet.release``)."""
         self._waiting_deadlines.clear()
 
     # --- arrivals, pre-allocation, transfer ----------------------------------------------
@@ -160,13 +160,8 @@ class DecodeRank(Rank):
                 room.start_bootstrap(delay)
             else:
                 room.bootstrap()
-            # its waiting timeout starts (KeptDeadlines.start, inline)
-            env = self.env
-            env.reserved += 1
-            req.wait_at, req.wait_eid = env._now + self.waiting_timeout, next(env._eid)
-            deadlines = self._waiting_deadlines
-            if not deadlines.armed:
-                deadlines.arm(req)
+            # (``transfer`` holds it: its order is the deadlines')
+            req.wait_at, req.wait_eid = self._waiting_deadlines.start(req)
 
     def _in_transfer(self, req: Request) -> bool:
         return req.rid in self.transfer and not req.room.resolved

@@ -57,8 +57,8 @@ class PrefillRank(Rank):
                                                   lambda: self.bootstrap.values())
 
     def forget_deadlines(self) -> None:
-        """The run is over: drop the pending bootstrap timeouts and the requests they hold
-        (``pdsim.fleet.Fleet.release``)."""
+        """The run is over: forget the armed bootstrap deadline's request (the others are
+        only in ``bootstrap``; ``pdsim.fleet.Fleet.release``)."""
         self._bootstrap_deadlines.clear()
 
     # --- arrivals and room callbacks -----------------------------------------------------
@@ -69,13 +69,8 @@ class PrefillRank(Rank):
         self.bootstrap[req.rid] = req
         self.load_tokens += req.input_len
         req.room.prefill = self  # it hears room_bootstrapped and room_done
-        # its bootstrap timeout starts (KeptDeadlines.start, inline)
-        env = self.env
-        env.reserved += 1
-        req.boot_at, req.boot_eid = env._now + self.bootstrap_timeout, next(env._eid)
-        deadlines = self._bootstrap_deadlines
-        if not deadlines.armed:
-            deadlines.arm(req)
+        # (after the insertion: ``bootstrap`` is the deadlines' order)
+        req.boot_at, req.boot_eid = self._bootstrap_deadlines.start(req)
 
     def room_bootstrapped(self, req: Request) -> None:
         """The decode pre-allocated (pdsim.request.Room)."""

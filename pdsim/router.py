@@ -280,15 +280,7 @@ class _Call:
             req.on_response = self  # responded() when the decode answers
             self.d.dispatch(req)  # the decode registers the destination session first
             self.p.dispatch(req)
-            # the router timeout starts (KeptDeadlines.start, inline)
-            lb = self.lb
-            env = lb.env
-            env.reserved += 1
-            self.dl_at, self.dl_eid = env._now + lb.timeout, next(env._eid)
-            deadlines = lb._deadlines
-            deadlines.items.append(self)
-            if not deadlines.armed:
-                deadlines.arm(self)
+            self.dl_at, self.dl_eid = self.lb._deadlines.start(self)  # the router timeout
         elif stage == _ANSWER:  # the response event, then response-or-timeout
             self.answered = True
             if not self.fired:

@@ -168,9 +168,10 @@ class _Clock(_World):
             return lambda: clock.call_at(env, when, lambda _e: fire(n), eid)
         elif kind == "kept":
             item = self.owned[len(self.log) * 1000 + len(self.owned)] = _Item(n, env.now)
-            self.kept.start(item)
+            item.at, item.eid = self.kept.start(item)
         elif kind == "kept_fifo":
-            self.kept_fifo.start(_Item(n, env.now))
+            item = _Item(n, env.now)
+            item.at, item.eid = self.kept_fifo.start(item)
         elif kind == "relay":
             self.relay(n)
         elif kind in ("link_obj", "tail"):  # (a tail not last in its step: a plain link)
@@ -256,7 +257,8 @@ def test_kept_deadlines_keep_one_timer_pending():
                                "at", "eid")
     for i in range(1000):
         live.add(i)
-        fifo.start(_Item(i, 0.0))
+        item = _Item(i, 0.0)
+        item.at, item.eid = fifo.start(item)
     assert len(env._queue) == 1 and len(fifo.items) == 1000
     assert env.reserved == 999  # ids reserved and not (yet) used by a timer
     live.clear()
@@ -278,10 +280,10 @@ def test_kept_deadlines_skip_items_that_left_or_fired():
     armed = []
 
     class Counted(clock.KeptDeadlines):
-        def arm(self, item):
+        def _arm(self, item, at, eid):  # (start and arm both arm through it)
             assert not self.armed  # one timer pending at a time
             armed.append(item.n)
-            super().arm(item)
+            super()._arm(item, at, eid)
 
     dl = Counted(env, 5.0, lambda it: it.n in owned and it.n not in resolved,
                  lambda it: (fired.append((it.n, env.now)), resolved.add(it.n)),
@@ -297,7 +299,8 @@ def test_kept_deadlines_skip_items_that_left_or_fired():
 
     def add(n):
         owned[n] = _Item(n, env.now)
-        dl.start(owned[n])
+        item = owned[n]
+        item.at, item.eid = dl.start(item)
 
     for n in range(3):
         At(float(n), lambda n=n: add(n))  # deadlines at 5, 6, 7
