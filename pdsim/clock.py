@@ -29,7 +29,7 @@ this instant; its work then runs at once and no id is drawn for it (ids only ord
 so skipping one moves nothing). :class:`_Chain`, the per-request path (``Room``, the router's
 call, the transfer engine's write end, the client's slots) and ``Rank._kick(last=True)`` use
 it, each through :meth:`Environment.due_now`; whatever runs code that might read the heaps
-for it keeps them complete first (see ``KeptDeadlines.tick``). tests/test_clock.py checks the
+for it keeps them complete first (see ``KeptDeadlines._fire``). tests/test_clock.py checks the
 primitives against SimPy; tests/test_properties.py compares random scenarios run with the rule
 on and off (``due_now`` always true: every such link queued as its event would have been).
 

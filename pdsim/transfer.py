@@ -29,8 +29,8 @@ Probes (blacklist recovery) use the same write model with a 4 KiB write, off the
 Each queue's worker is a small state machine, not a process: asleep (no chunk), woken (one
 zero-delay event after a submit, as the worker process was), or writing one chunk (a
 call-latency timer, then, while no fault touches any path, the NIC's completion callback or the
-write's deadline from one heap per engine; with a path fault active, the general write below,
-driven in place as the worker process ran it).
+write's deadline, one timer pending per engine (``_arm``); with a path fault active, the
+general write below, driven in place as the worker process ran it).
 
 Tie rule (the submit-time take): an asleep worker whose chunk it would take anyway (room not
 resolved, the blacklist policy's side-effect-free base ``admit`` lets it through, a call
@@ -201,11 +201,14 @@ class TransferEngine:
             return  # overtaken, and ended since (else it is the front again by now)
         due = w.state == _PENDING
         # the next deadline's timer goes on the heap first, so that while ``_timed_out`` runs
-        # the heaps show everything due this instant (as clock.KeptDeadlines.tick)
+        # the heaps show everything due this instant (as clock.KeptDeadlines._fire)
         nxt = None
         for c in self.writing.values():
             if (c is not w and c.state == _PENDING and c.dl_eid >= 0
                     and (nxt is None or c.dl_at < nxt.dl_at
+                         # (defensive: ``writing`` holds writes in the order their one
+                         # fixed call latency began, so also their bytes and deadlines:
+                         # the first of equal deadlines already has the lower id)
                          or (c.dl_at == nxt.dl_at and c.dl_eid < nxt.dl_eid))):
                 nxt = c
         self._front = None

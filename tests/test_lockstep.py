@@ -103,16 +103,28 @@ def test_growth_bound_never_cuts_a_span_the_walk_would_not(monkeypatch, lockstep
 
 @pytest.mark.parametrize("faults", [
     [], [{"preset": "decode_hang", "at_s": 2.0, "duration_s": 3.0}]])
-def test_a_lazy_group_counts_and_commits_what_a_recorded_one_does(faults):
+def test_a_lazy_group_counts_and_commits_what_a_recorded_one_does(faults, monkeypatch):
     """A lazy DP-attention group (no recorder) lets ranks that continue their context line
     skip span ends and counts their plans when their steps are committed (Stepper._owe); a
     recorded group plans and commits every rank at each span end. Their counts and outputs
-    are the same, with a hang (every rank halts, then plans afresh) or without."""
+    are the same, with a hang (every rank halts, then plans afresh) or without; and the lazy
+    one really skipped plans (else this compares two plain groups)."""
     d = small_fleet(faults=faults)
     d["fleet"]["decode"].update(dp=4, tp=4)
     d["clients"][0].update(num_prompts=120, max_concurrency=48)
     d["clients"][0]["dataset"]["output_len"] = 300
-    lazy, recorded = pdsim.run(d), pdsim.run(d, record_steps=True)
+    plan_step, planned = DecodeRank.plan_step, []
+
+    def counted(self):
+        planned[-1] += 1
+        return plan_step(self)
+
+    monkeypatch.setattr(DecodeRank, "plan_step", counted)
+    planned.append(0)
+    lazy = pdsim.run(d)
+    planned.append(0)
+    recorded = pdsim.run(d, record_steps=True)
+    assert 0 < planned[0] < planned[1] / 2, planned  # continued lines skip most plans
     for key in ("decode_steps", "total_generated_tokens", "completed_requests", "duration_s"):
         assert lazy.summary.get(key) == recorded.summary.get(key), key
     assert lazy.requests.equals(recorded.requests)
