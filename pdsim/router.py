@@ -255,22 +255,9 @@ class _Call:
 
     def responded(self) -> None:
         """The decode answered (the call is the request's ``on_response``): its response
-        event is processed one zero-delay step later.
-
-        Tie rule (the answer-time resume): when the timeout has not fired and there is a hop
-        back, what that event's step, the response-or-timeout condition's step and the
-        handler's resumption would do (mark the call answered and fired, start the hop back)
-        is done in the answering step: nothing else reads the call in this instant, so only
-        the order within the instant the hop back ends moves (its timer draws its id at the
-        answer, not one or two zero-delay steps later). tests/test_units.py pins it."""
-        lb = self.lb
-        if not self.fired and lb.hop:
-            self.answered = self.fired = True
-            self.stage = _RETURN
-            lb.env.timer(lb.hop, self)
-            return
+        event is processed one zero-delay step later."""
         self.stage = _ANSWER
-        lb.env.link(self)
+        self.lb.env.link(self)
 
     def tick(self) -> None:
         stage = self.stage

@@ -31,15 +31,6 @@ zero-delay event after a submit, as the worker process was), or writing one chun
 call-latency timer, then, while no fault touches any path, the NIC's completion callback or the
 write's deadline, one timer pending per engine (``_arm``); with a path fault active, the
 general write below, driven in place as the worker process ran it).
-
-Tie rule (the submit-time take): an asleep worker whose chunk it would take anyway (room not
-resolved, the blacklist policy's side-effect-free base ``admit`` lets it through, a call
-latency to wait) takes it in the submitting step instead of one zero-delay step later. Only
-the order within that instant moves: the chunk is TRANSFERRING and its call-latency timer
-draws its id at the submit, so at the instant the latency ends that timer comes before
-entries due then whose ids were drawn after the submit but before the worker's wake-up would
-have run (the wake-up's own work, at the same time, is unchanged). Any other submit to an
-asleep worker wakes it by a zero-delay link, as before. tests/test_units.py pins it.
 """
 
 from __future__ import annotations
@@ -89,27 +80,15 @@ class TransferEngine:
         self._wakers = [_Wake(self, i) for i in range(queues)]
         # (most policies ignore successes: skip the call when this one's is the base no-op)
         self._records_success = type(blacklist).record_success is not Policy.record_success
-        # the submit-time take applies (module docstring): a call latency to wait (else the
-        # write would start inside the submitting step) and an admit() without side effects
-        # (it is asked again at the wake-up when it says no)
-        self._direct = bool(call_latency_s) and type(blacklist).admit is Policy.admit
         self.writing: dict[int, Chunk] = {}  # queue index -> chunk being written
         self._front: Chunk | None = None  # the write whose deadline is armed (see _deadline)
 
     def submit(self, chunk: Chunk) -> None:
-        """Queue a finished chunk's write. An asleep worker that would take it at its wake-up
-        takes it now (the submit-time take, module docstring)."""
-        room = chunk.room
-        i = room.port % len(self.queues)
+        i = chunk.room.port % len(self.queues)
+        self.queues[i].append(chunk)
         if self._asleep[i]:  # the worker wakes one zero-delay step later
             self._asleep[i] = False
-            if self._direct and not room.resolved and self.blacklist.admit(room.session):
-                self._take(chunk, i)
-                return
-            self.queues[i].append(chunk)
             self.env.link(self._wakers[i])
-            return
-        self.queues[i].append(chunk)
 
     def queued(self) -> int:
         return sum(map(len, self.queues)) + len(self.writing)
@@ -146,20 +125,16 @@ class TransferEngine:
             if not bl.admit(room.session):
                 self.fail(chunk, "blacklisted_session", counts=False)
                 continue
-            self._take(chunk, i)
+            room.state = TRANSFERRING
+            self.writing[i] = chunk
+            env = self.env
+            chunk.engine, chunk.queue, chunk.t0 = self, i, env._now
+            if self.latency:  # per-call cost before the bytes move (1.6 ms + bytes / bw)
+                env.timer(self.latency, chunk)  # chunk.tick: _start
+            else:
+                self._start(chunk)
             return
         self._asleep[i] = True
-
-    def _take(self, chunk: Chunk, i: int) -> None:
-        """Worker ``i`` starts on ``chunk`` (admitted, its room unresolved)."""
-        chunk.room.state = TRANSFERRING
-        self.writing[i] = chunk
-        env = self.env
-        chunk.engine, chunk.queue, chunk.t0 = self, i, env._now
-        if self.latency:  # per-call cost before the bytes move (1.6 ms + bytes / bw)
-            env.timer(self.latency, chunk)  # chunk.tick: _start
-        else:
-            self._start(chunk)
 
     def _start(self, w: Chunk) -> None:
         nbytes = w.nbytes
