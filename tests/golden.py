@@ -160,6 +160,32 @@ EXTRA: dict[str, dict] = {
                  {"kind": "bench", "name": "open", "num_prompts": 80, "request_rate": 20.0,
                   "warmup_requests": 0,
                   "dataset": {"kind": "random", "input_len": 2048, "output_len": 128}}]),
+    # Ties across components, built on purpose (review of speed round 4): SimPy's order at
+    # one instant decides. A long prompt's router timeout falls exactly when its last prefill
+    # chunk goes to the transfer queue: the abort comes first and the woken worker skips the
+    # chunk (taking it at the submit wrote it, holding the queue for 196 requests behind it).
+    "tie_abort_at_submit": {
+        "name": "tie_abort_at_submit", "seed": 7, "horizon_s": 900,
+        "router": {"request_timeout_s": 0.24702289134102706},  # dispatch -> last chunk
+        "transfer": {"queues_per_rank": 1},
+        "fleet": {"gpu": "H20", "model": "dsv3-ci-test",
+                  "prefill": {"dp": 1, "tp": 2, "chunked_prefill_size": 2048},
+                  "decode": {"dp": 1, "tp": 2}},
+        "clients": [{"kind": "bench", "name": "long", "num_prompts": 1, "request_rate": "inf",
+                     "warmup_requests": 0,
+                     "dataset": {"kind": "random", "input_len": 8000, "output_len": 8}},
+                    {"kind": "bench", "name": "short", "num_prompts": 200, "request_rate": 400.0,
+                     "warmup_requests": 0,
+                     "dataset": {"kind": "random", "input_len": 64, "output_len": 4}}]},
+    # a decode crash exactly at the router timeout of requests dispatched together: the
+    # timeouts fire before the crash's answers are heard, so the hops back (and the eval
+    # threads' retries) go in router-deadline order (starting each hop back in the answering
+    # step put them in the crashed ranks' order)
+    "tie_timeout_at_crash": _small(
+        router={"request_timeout_s": 2.0, "http_latency_ms": 0.5},
+        faults=[{"preset": "decode_crash", "at_s": 2.0005, "restart_after_s": 0.5}],
+        clients=[{"kind": "eval", "questions": 24, "threads": 8,
+                  "dataset": {"kind": "random", "input_len": 300, "output_len": 512}}]),
 }
 
 
