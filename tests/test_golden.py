@@ -42,3 +42,24 @@ def test_hash_sees_a_one_ulp_change():
     res.summary["events"] += 1  # a performance field: not hashed
     after = golden.digest(res)
     assert [k for k in before if before[k] != after[k]] == ["requests"]
+
+
+def test_the_tie_cases_still_tie():
+    """tie_abort_at_submit and tie_timeout_at_crash test SimPy's order within one instant only
+    while their events really share it: a router timeout chosen to the last bit, and a crash
+    at a dispatch time plus the timeout. A model change that moves either by an ulp would
+    leave them passing (re-recorded) and testing nothing: this fails first."""
+    hop = 0.5 / 1000  # the router's http_latency_ms, default and tie_timeout_at_crash's
+    d = golden.EXTRA["tie_abort_at_submit"]
+    req = golden.pdsim.run(d).requests
+    long = req[req.client == "long"].iloc[0]
+    assert long.status == "timed_out"  # the abort the transfer worker must see first
+    assert (long.t_arrival + hop) + d["router"]["request_timeout_s"] == long.t_prefill_end, (
+        f"the tie is gone: set request_timeout_s to {long.t_prefill_end - hop!r} "
+        f"(the long prompt's dispatch to its last prefill step) and re-record the case")
+
+    res = golden.pdsim.run(golden.EXTRA["tie_timeout_at_crash"])
+    crash = res.events[res.events.event == "decode_crash"].time
+    first = res.requests[res.requests.t_arrival == 0.0]
+    assert len(crash) and len(first) > 1
+    assert ((first.t_arrival + hop) + 2.0 == crash.iloc[0]).all()
