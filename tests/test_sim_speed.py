@@ -158,6 +158,12 @@ def test_decode_span_durations_equal_each_steps_own(kind):
         fast = list(islice(rank.span_durations(plans, n_ranks), n))
         slow = list(islice(Rank.span_durations(rank, plans, n_ranks), n))
         assert fast == slow
+        if n_ranks:  # a lazy group's span beginning at group step s (its lines' intercepts
+            s = rnd.randint(2, 10**5)  # go far negative: the envelope's segment bounds)
+            lines = [DecodeRank.line(p, s)[0] for p in plans]
+            late = rank.group_durations(lines, [p[0] for p in plans], s, n_ranks,
+                                        max(p[2] for p in plans))
+            assert list(islice(late, n)) == slow
 
 
 def test_a_run_cut_mid_span_records_the_steps_it_made():
