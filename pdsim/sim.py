@@ -179,9 +179,13 @@ def _sampler(fleet: Fleet, interval: float, rows: list, horizon: simpy.Event,
 
 
 def _nothing_scheduled(env: simpy.Environment, horizon: simpy.Event) -> bool:
-    """True when the next event is the horizon: no process wakes before the run would stop."""
-    if isinstance(env, clock.Environment):  # batch steps end outside SimPy's event heap
-        return env.next_is(horizon)
+    """True when the next event is the horizon and nothing is in motion: no process wakes
+    before the run would stop, and no batch step, hop, call, write or client arrival is
+    pending past it (a busy run whose next step ends just after the horizon, or whose next
+    arrival comes after it, stops at the horizon, not as stalled; a deadline pending past it
+    is no motion: a stuck request keeps one)."""
+    if isinstance(env, clock.Environment):  # batch steps, hops and writes: the step heap
+        return env.next_is(horizon) and not env._steps
     queue = getattr(env, "_queue", None)  # SimPy's event heap: (time, priority, id, event)
     return bool(queue) and queue[0][3] is horizon
 

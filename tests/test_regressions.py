@@ -156,3 +156,26 @@ def test_a_trace_run_directory_reruns_with_the_path_flag(tmp_path):
     assert again.summary == res.summary
     with pytest.raises(pdsim.ScenarioError, match="leads outside"):
         pdsim.load(tmp_path / "run" / "scenario.yaml")
+
+
+def test_a_busy_run_cut_by_the_horizon_is_no_stall():
+    """A run whose next batch step ends just past the horizon stops at the horizon; it was
+    logged as stalled a few ms early when a time-series sample fell just before the horizon
+    (review 4: seed 3, samples every 13.7 ms)."""
+    import golden
+
+    d = golden._small(
+        seed=3, horizon_s=7.77, timeseries_interval_s=0.0137,
+        fleet={"gpu": "H20", "model": "dsv3-ci-test",
+               "prefill": {"dp": 2, "tp": 2, "dp_attention": True, "balance": "total_tokens",
+                           "chunked_prefill_size": 4096, "page_size": 16},
+               "decode": {"dp": 4, "tp": 4, "dp_attention": True, "balance": "total_tokens",
+                          "page_size": 16, "kv_pool_tokens": 20000,
+                          "retract_reserve_tokens": 32}},
+        clients=[{"kind": "bench", "num_prompts": 200, "max_concurrency": 96,
+                  "dataset": {"kind": "random", "input_len": 1024, "output_len": 512,
+                              "range_ratio": 0.7}}])
+    res = pdsim.run(d)
+    assert res.summary["stopped_at_horizon"] and "stalled_at_s" not in res.summary
+    assert not (res.events.event == "run_stalled").any()
+    assert res.summary["simulated_s"] == 7.77
