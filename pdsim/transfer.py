@@ -166,7 +166,7 @@ class TransferEngine:
         if not w.dl_armed:  # (a timer of its own may be pending from before it was overtaken)
             w.dl_armed = True
             # an event in SimPy's queue, not an entry of the step heap: it is due seconds
-            # ahead (see clock.KeptDeadlines.arm)
+            # ahead (see clock.KeptDeadlines._arm)
             call_at(self.env, w.dl_at, _Deadline(self, w).fire, w.dl_eid)
 
     def _deadline(self, w: Chunk) -> None:
