@@ -144,9 +144,14 @@ class TransferEngine:
             return
         # every path is up: the bytes end the write, or its deadline does
         w.fid = self.nic.start(nbytes, w)  # w.written()
+        self._start_deadline(w, self.timeout + nbytes * TIMEOUT_S_PER_BYTE)
+
+    def _start_deadline(self, w: Chunk, timeout: float) -> None:
+        """``w``'s deadline starts now, ``timeout`` s ahead: where its own timeout would be
+        made (tests/test_clock.py runs this rule against SimPy timeouts)."""
         env = self.env
         env.reserved += 1  # (clock.reserve: the id its timeout would have drawn now)
-        w.dl_at = at = env._now + (self.timeout + nbytes * TIMEOUT_S_PER_BYTE)
+        w.dl_at = at = env._now + timeout
         w.dl_eid = next(env._eid)
         front = self._front
         if front is None or at < front.dl_at:  # (an equal time: the earlier id stays first)

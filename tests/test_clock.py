@@ -12,15 +12,18 @@ ran a chain's callback early would reorder them.
 
 from __future__ import annotations
 
+import itertools
+
 import simpy
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from simpy.events import Event, Timeout
 
 from pdsim import clock
+from pdsim.transfer import Chunk, TransferEngine
 
 KINDS = ("timer", "call_later", "step_at", "link", "urgent", "soon", "reserved_timer",
-         "reserved_call", "relay", "link_obj", "tail", "kept", "kept_fifo")
+         "reserved_call", "relay", "link_obj", "tail", "kept", "kept_fifo", "write")
 
 # a program: a tree of callbacks; a node runs (is logged), then schedules its children with
 # each child's kind (its delay: seconds, chain length, deadline timeout), in order
@@ -108,10 +111,10 @@ class _Reference(_World):
                 ev.callbacks.append(lambda _e: link(left - 1) if left > 1 else fire(n))
                 ev.succeed()
             link(k)
-        elif kind in ("kept", "kept_fifo"):
-            # a timeout per item, acting if it is still live
+        elif kind in ("kept", "kept_fifo", "write"):
+            # a timeout per item (a write's: its own length), acting if it is still live
             born = env.now
-            Timeout(env, 1).callbacks.append(
+            Timeout(env, d if kind == "write" else 1).callbacks.append(
                 lambda _e: fire(n) if self.alive(n, born) else None)
         return None
 
@@ -123,6 +126,23 @@ class _Item:
 
     def __init__(self, n, born):
         self.n, self.born = n, born
+
+
+class _Write(Chunk):
+    """A KV write whose deadline the transfer engine keeps (pdsim.transfer), as in a test."""
+
+    __slots__ = ("n", "born", "key")
+
+
+class _End:
+    """A write's bytes all out (it stops being pending), as the NIC's completion would."""
+
+    def __init__(self, engine, w):
+        self.engine, self.w = engine, w
+
+    def tick(self):
+        self.w.state = -1  # (not pending)
+        del self.engine.writing[self.w.key]
 
 
 class _Clock(_World):
@@ -139,6 +159,16 @@ class _Clock(_World):
                                         "eid", lambda: self.owned.values())
         self.kept_fifo = clock.KeptDeadlines(env, 1.0, live, lambda it: self.fire(it.n), "at",
                                              "eid")
+        # the transfer engine's write deadlines (variable timeouts: they overtake each other),
+        # on an engine holding only what that rule reads
+        self.engine = engine = TransferEngine.__new__(TransferEngine)
+        engine.env, engine.writing, engine._front = env, {}, None
+        engine._timed_out = self._write_timed_out
+        self.keys = itertools.count()
+
+    def _write_timed_out(self, w):
+        w.state = -1  # (as the engine's _timed_out: no longer pending)
+        self.fire(w.n)
 
     def fire(self, n):
         for key in [k for k, it in self.owned.items() if not self.alive(it.n, it.born)]:
@@ -169,6 +199,13 @@ class _Clock(_World):
         elif kind == "kept":
             item = self.owned[len(self.log) * 1000 + len(self.owned)] = _Item(n, env.now)
             item.at, item.eid = self.kept.start(item)
+        elif kind == "write":
+            w = _Write.__new__(_Write)
+            w.n, w.born, w.key = n, env.now, next(self.keys)
+            w.state, w.dl_at, w.dl_eid, w.dl_armed = 0, 0.0, -1, False  # (pending)
+            self.engine.writing[w.key] = w
+            env.timer(k, _End(self.engine, w))  # it ends k s on (before a deadline then)
+            self.engine._start_deadline(w, d)
         elif kind == "kept_fifo":
             item = _Item(n, env.now)
             item.at, item.eid = self.kept_fifo.start(item)
@@ -213,6 +250,7 @@ def _start(w, n):
 # on the heap while the first expires, or the tail would run ahead of it
 @example([("kept", 0, 2, [("tail", 0, 0, [])]), ("kept", 0, 2, [])])
 @example([("kept_fifo", 0, 2, [("tail", 0, 0, [])]), ("kept_fifo", 0, 2, [])])
+@example([("write", 1, 2, [("tail", 0, 0, [])]), ("write", 1, 2, [])])
 def test_clock_primitives_run_callbacks_in_simpys_order(program):
     want = _run(_Reference, simpy.Environment(), program)
     assert _run(_Clock, clock.Environment(), program) == want
