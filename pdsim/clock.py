@@ -355,7 +355,7 @@ class KeptDeadlines:
         stores in the item at once (``req.boot_at, req.boot_eid = deadlines.start(req)``:
         cheaper than setting fields by name here, on the per-request path)."""
         env = self.env
-        env.reserved += 1
+        env.reserved += 1  # (reserve, inline: this is the per-request path)
         at, eid = env._now + self.timeout, next(env._eid)
         if self.kept is None:
             self.items.append(item)

@@ -41,7 +41,7 @@ from collections.abc import Callable, Generator
 import simpy
 
 from pdsim.blacklist import Policy
-from pdsim.clock import call_at, later, run_inline
+from pdsim.clock import call_at, later, reserve, run_inline
 from pdsim.faults import SILENT, UP, Paths
 from pdsim.log import EventLog
 from pdsim.nic import NIC
@@ -149,10 +149,8 @@ class TransferEngine:
     def _start_deadline(self, w: Chunk, timeout: float) -> None:
         """``w``'s deadline starts now, ``timeout`` s ahead: where its own timeout would be
         made (tests/test_clock.py runs this rule against SimPy timeouts)."""
-        env = self.env
-        env.reserved += 1  # (clock.reserve: the id its timeout would have drawn now)
-        w.dl_at = at = env._now + timeout
-        w.dl_eid = next(env._eid)
+        w.dl_at = at = self.env._now + timeout
+        w.dl_eid = reserve(self.env)  # the id its timeout would have drawn now
         front = self._front
         if front is None or at < front.dl_at:  # (an equal time: the earlier id stays first)
             self._arm(w)
