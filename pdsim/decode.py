@@ -376,29 +376,34 @@ class DecodeRank(Rank):
         """Grow, by a block each, the running requests whose growth falls due by step
         ``end``, in the growth heap's order, each at (the commit of) its own step, or
         ``first`` if that is later. A growth the free pages do not cover retracts first
-        (``_retract_for``; never within a span's quiet steps, ``span_steps``)."""
+        (``_retract_for``; never within a span's quiet steps, ``span_steps``). A grown
+        request's next growth replaces its entry at the heap's front (``heapreplace``: one
+        sift, not a pop and a push; entries' keys are distinct, so the order is the same)."""
         heap, running, alloc = self._grow, self.running, self.alloc
-        gp = self.growth_pages
-        tokens = gp * alloc.page_size
-        while heap and heap[0][0] <= end:
-            s, _q, version, req = heapq.heappop(heap)
+        gp, tokens, lag = self.growth_pages, self._block_tokens, self._lag
+        while heap:
+            s, _q, version, req = heap[0]
+            if s > end:
+                return
             if version != req.version or req.rid not in running:
+                heapq.heappop(heap)
                 continue
-            if alloc.capacity - alloc.used < gp:
+            if not alloc.grow(req.d_pages, gp):  # the free pages do not cover it
                 if first > self.step:  # quiet steps: span_steps ends a span before such a growth
                     raise AssertionError(f"{self.name}/r{self.index}: a growth short of pages "
                                          f"within a span's quiet steps (step {s})")
-                if not self._retract_for(req):
+                if not self._retract_for(req):  # (retracting leaves the heap as it is)
+                    heapq.heappop(heap)
                     continue
+                alloc.grow(req.d_pages, gp)  # (_retract_for freed enough)
             step = s if s > first else first
-            alloc.grow(req.d_pages, gp)
-            req.cap_tokens += tokens
+            req.cap_tokens = cap = req.cap_tokens + tokens
             req.generated = generated = req.gen_at_join + (step - req.join_step)  # _sync
-            left = req.cap_tokens - req.input_len - generated
-            if left < tokens - 1 - self._lag:  # (none should: see _late)
+            left = cap - req.input_len - generated
+            if left < tokens - 1 - lag:  # (none should: see _late)
                 self._late = True
-            self._seq += 1  # _push
-            heapq.heappush(heap, (step + (left if left > 1 else 1), self._seq, version, req))
+            self._seq = seq = self._seq + 1  # _push
+            heapq.heapreplace(heap, (step + (left if left > 1 else 1), seq, version, req))
 
     # --- spans of steps that cannot change the batch (pdsim.lockstep.Stepper) --------------
 
