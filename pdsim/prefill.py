@@ -44,7 +44,6 @@ class PrefillRank(Rank):
         self.waiting: deque[Request] = deque()
         self._queued: set[int] = set()
         self.chunked: Request | None = None
-        self.progress: dict[int, int] = {}
         self.batch: list[tuple[Request, int, bool]] = []
         self.inflight: dict[int, Request] = {}
         self.cache = PrefixCache(self.alloc, cfg.prefix_block_tokens) if cfg.prefix_cache else None
@@ -111,7 +110,6 @@ class PrefillRank(Rank):
         self.bootstrap.pop(rid, None)
         self._queued.discard(rid)
         self.inflight.pop(rid, None)
-        self.progress.pop(rid, None)
         if self.chunked is req:
             self.chunked = None
         self.alloc.release(req.p_pages)
@@ -126,8 +124,9 @@ class PrefillRank(Rank):
     # --- the scheduler loop --------------------------------------------------------------
 
     def _take(self, req: Request, budget: int) -> int:
-        """Allocate pages for the next chunk of ``req``; returns its token count (0: no room)."""
-        left = req.input_len - req.cached_tokens - self.progress.get(req.rid, 0)
+        """Allocate pages for the next chunk of ``req``; returns its token count (0: no room).
+        (``req.prefill_tokens``: its tokens prefilled so far; a request goes to one rank.)"""
+        left = req.input_len - req.cached_tokens - req.prefill_tokens
         n = left if left < budget else budget
         alloc = self.alloc
         need = -(-n // alloc.page_size)  # alloc.pages_for(n)
@@ -181,11 +180,10 @@ class PrefillRank(Rank):
         sq = pairs = 0.0
         prefix = 0
         now = self.env._now
-        progress = self.progress
         for req, n, first in batch:
             if first:  # taken from the waiting queue: its first chunk
                 req.t_prefill_start = now
-            ctx = req.cached_tokens + progress.get(req.rid, 0)
+            ctx = req.cached_tokens + req.prefill_tokens
             tokens += n
             sq += n * (n + ctx)
             pairs += n * ctx + n * (n + 1) / 2
@@ -224,9 +222,7 @@ class PrefillRank(Rank):
         batch, self.batch = self.batch, []
         self.stats.prefill_tokens += plan[0]
         for req, n, first in batch:
-            req.prefill_tokens += n
-            done = self.progress.get(req.rid, 0) + n
-            self.progress[req.rid] = done
+            req.prefill_tokens = done = req.prefill_tokens + n
             last = done >= req.input_len - req.cached_tokens
             if last:
                 if self.chunked is req:
