@@ -243,7 +243,8 @@ class OperatorPredictor:
         self._pf_fixed = self.engine.prefill_step_ms / 1e3
         self._pf_layers = m.layers * self.engine.prefill_layer_us * 1e-6
         self._lm_cache: dict[float, float] = {}
-        self._nd, self._nm = m.dense_mlp_layers, m.moe_layers  # (properties: read once)
+        # (properties: read once; as floats, the same products, see ``decode_series``)
+        self._nd, self._nm = float(m.dense_mlp_layers), float(m.moe_layers)
 
     def forget(self) -> None:
         """Drop the memos (pdsim.fleet.Fleet.release, once a run's outputs are made): freed
@@ -450,13 +451,16 @@ class OperatorPredictor:
     def decode_series(self, batch: float, attn_batch: float, context: int, grow: int
                       ) -> Iterator[float]:
         """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats,
-        the batch's parts looked up once (a decode span's steps)."""
+        the batch's parts looked up once (a decode span's steps). The context counts as a
+        float: an int below 2**53 is a double exactly, and int-with-float arithmetic is done
+        on that double, so each step's float is the same, by CPython's float-only fast path."""
         if batch <= 0:
             fixed = self.engine.decode_step_ms / 1e3
             while True:
                 yield fixed
         fixed, tbo, dense, moe, c_dense, c_moe = self._decode_parts(batch, attn_batch)
         per_ctx, nd, nm = self.per_ctx, self._nd, self._nm
+        context, grow = float(context), float(grow)
         if tbo:
             ov = self._overlap
             while True:
