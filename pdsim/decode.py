@@ -227,6 +227,9 @@ class DecodeRank(Rank):
     # --- the batch loop ------------------------------------------------------------------
 
     def _push(self, heap: list, step: int, req: Request) -> None:
+        """An entry of the finish or growth heap for a request joining the batch: live while
+        its version is the request's (``_leave`` changes it as the request leaves ``running``,
+        the only way out but a crash, which clears the heaps)."""
         self._seq += 1
         heapq.heappush(heap, (step, self._seq, req.version, req))
 
@@ -362,7 +365,7 @@ class DecodeRank(Rank):
         done = False
         while heap and heap[0][0] <= step:
             _s, _q, version, req = heapq.heappop(heap)
-            if version == req.version and req.rid in self.running:
+            if version == req.version:  # (else it left the batch since: see ``_push``)
                 self._complete(req, refill=False)
                 done = True
         grow = self._grow
@@ -379,13 +382,13 @@ class DecodeRank(Rank):
         (``_retract_for``; never within a span's quiet steps, ``span_steps``). A grown
         request's next growth replaces its entry at the heap's front (``heapreplace``: one
         sift, not a pop and a push; entries' keys are distinct, so the order is the same)."""
-        heap, running, alloc = self._grow, self.running, self.alloc
+        heap, alloc = self._grow, self.alloc
         gp, tokens, lag = self.growth_pages, self._block_tokens, self._lag
         while heap:
             s, _q, version, req = heap[0]
             if s > end:
                 return
-            if version != req.version or req.rid not in running:
+            if version != req.version:  # it left the batch since (see ``_push``)
                 heapq.heappop(heap)
                 continue
             if not alloc.grow(req.d_pages, gp):  # the free pages do not cover it
@@ -398,8 +401,8 @@ class DecodeRank(Rank):
                 alloc.grow(req.d_pages, gp)  # (_retract_for freed enough)
             step = s if s > first else first
             req.cap_tokens = cap = req.cap_tokens + tokens
-            req.generated = generated = req.gen_at_join + (step - req.join_step)  # _sync
-            left = cap - req.input_len - generated
+            # (its pages' room left at ``step``; its ``generated`` is synced where read)
+            left = cap - req.input_len - req.gen_at_join - (step - req.join_step)
             if left < tokens - 1 - lag:  # (none should: see _late)
                 self._late = True
             self._seq = seq = self._seq + 1  # _push
@@ -427,7 +430,7 @@ class DecodeRank(Rank):
             return limit
         step = self.step
         fin = self._finish
-        while fin and (fin[0][2] != fin[0][3].version or fin[0][3].rid not in running):
+        while fin and fin[0][2] != fin[0][3].version:
             heapq.heappop(fin)  # stale: the commit loop would skip it too
         if fin and fin[0][0] - step < limit:
             limit = fin[0][0] - step
@@ -452,9 +455,9 @@ class DecodeRank(Rank):
         """The steps (up to ``end``) whose commits will grow a running request, one entry per
         growth, in commit order, if nothing else changes: the walk ``quiet_steps`` makes,
         without applying it."""
-        first, running = self.step + 1, self.running
+        first = self.step + 1
         walk = [(s if s > first else first, q, r, r.cap_tokens) for s, q, v, r in self._grow
-                if s <= end and v == r.version and r.rid in running]
+                if s <= end and v == r.version]
         if not walk:
             return walk
         heapq.heapify(walk)

@@ -202,7 +202,8 @@ class Stepper:
         for i, r in enumerate(ranks):
             if after and lines[i] is not None and not due[i] and r._mods == mods[i]:
                 continue  # continues its line; its own span end (a group step) holds
-            self._catch(i)  # (a rank idle in the last span owes nothing)
+            if not due[i]:  # (one that committed at the span's end owes nothing, nor one idle)
+                self._catch(i)
             committed[i] = base
             due[i] = True  # (fresh: its span end is asked, not carried)
             p = r.plan_step()
