@@ -245,6 +245,13 @@ class OperatorPredictor:
         self._lm_cache: dict[float, float] = {}
         # (properties: read once; as floats, the same products, see ``decode_series``)
         self._nd, self._nm = float(m.dense_mlp_layers), float(m.moe_layers)
+        # what the building blocks read of the model and GPU, read once: a field of a pydantic
+        # model costs ~5x a plain attribute, and a prefill or decode batch the memos have not
+        # seen reads a dozen of them (the same values, so the same floats)
+        self._hidden, self._moe = h, m.is_moe
+        self._experts, self._k = m.experts, m.experts_per_token
+        self._keep = 1.0 - m.experts_per_token / m.experts if m.is_moe else 0.0
+        self._ar_s = g.allreduce_us * 1e-6
 
     def forget(self) -> None:
         """Drop the memos (pdsim.fleet.Fleet.release, once a run's outputs are made): freed
@@ -271,10 +278,9 @@ class OperatorPredictor:
 
     def experts_touched(self, tokens: float) -> float:
         """Distinct experts (of all E) a batch of ``tokens`` routes to, balanced routing."""
-        m = self.model
-        if tokens <= 0 or not m.is_moe:
+        if tokens <= 0 or not self._moe:
             return 0.0
-        return m.experts * (1.0 - (1.0 - m.experts_per_token / m.experts) ** tokens)
+        return self._experts * (1.0 - self._keep ** tokens)  # _keep = 1 - k/E
 
     def moe(self, routed: float) -> float:
         """Routed experts on one GPU when ``routed`` tokens (all ranks') pick their experts.
@@ -282,11 +288,10 @@ class OperatorPredictor:
         TP-MoE: every GPU holds 1/tp of each expert and sees every token; EP: a GPU holds
         E/ep whole experts and gets its share of the assignments (times ``imbalance``).
         """
-        m = self.model
         if routed <= 0:
             return 0.0
-        touched = self.local_experts * self.experts_touched(routed) / m.experts
-        assigned = routed * m.experts_per_token
+        touched = self.local_experts * self.experts_touched(routed) / self._experts
+        assigned = routed * self._k
         if self.ep_mode:
             assigned = assigned / self.layout.ep * self.layout.imbalance
         compute = 2 * self.expert_w * (assigned + self.half * touched) / self.pk_w
@@ -296,8 +301,8 @@ class OperatorPredictor:
     def allreduce(self, tokens: float) -> float:
         if self.ar_factor == 0 or tokens <= 0:
             return 0.0
-        nbytes = tokens * self.model.hidden_size * ACT_BYTES
-        return self.gpu.allreduce_us * 1e-6 + self.ar_factor * nbytes / self.ar_bw
+        nbytes = tokens * self._hidden * ACT_BYTES
+        return self._ar_s + self.ar_factor * nbytes / self.ar_bw
 
     def all_to_all(self, tokens: float, low_latency: bool) -> float:
         """DeepEP dispatch (FP8) + combine (BF16) of this rank's ``tokens`` (seconds).
@@ -347,11 +352,10 @@ class OperatorPredictor:
         """The terms of :meth:`_layers` but the attention core: attention projections,
         elementwise traffic, dense MLP, shared experts and routed experts (None, None for a
         dense model), dense and MoE communication."""
-        m = self.model
         routed = mean * self.layout.gather
         mlp = attn if self.ep_mode else routed  # EP: dense/shared MLP data-parallel
-        elem = (attn + mlp) * m.hidden_size * ACT_BYTES * ELEMENTWISE_PASSES / self.bw
-        if m.is_moe:
+        elem = (attn + mlp) * self._hidden * ACT_BYTES * ELEMENTWISE_PASSES / self.bw
+        if self._moe:
             shared, experts = self.gemm(mlp, self.shared_w), self.moe(routed)
         else:
             shared = experts = None
