@@ -268,8 +268,13 @@ class Fleet:
         return self.prefill_ranks + self.decode_ranks
 
     def snapshot(self) -> dict:
-        """Gauges for the time series (one pass over the ranks: a long run samples thousands
-        of times, and a fleet is a few ranks, so per-gauge generators cost more than the sums)."""
+        """The time series' gauges now, by name (:data:`GAUGES`)."""
+        return dict(zip(GAUGES, self.gauges(), strict=True))
+
+    def gauges(self) -> tuple:
+        """The :data:`GAUGES` now, in order (one pass over the ranks: a long run samples
+        thousands of times, and a fleet is a few ranks, so per-gauge generators cost more than
+        the sums)."""
         for stepper in self._decode_steppers:  # (Rank._catch_up of every decode rank)
             stepper.catch_up()  # KV grown and tokens made by steps of a span that ended by now
         d = self.decode_ranks
@@ -288,17 +293,9 @@ class Fleet:
             prealloc += len(r.prealloc)
             transfer += len(r.transfer)
             running += len(r.running)
-        return {
-            "prefill_kv_used": p_used / p_cap,
-            "decode_kv_used": d_used / d_cap,
-            "prefill_queue": p_queue,
-            "prefill_inflight": p_inflight,
-            "transfer_queue": sum([e.queued() for e in self.engines]),
-            "decode_prealloc": prealloc,
-            "decode_transfer": transfer,
-            "decode_running": running,
-            "blacklisted_pairs": self.stats.blacklisted_pairs,
-        }
+        return (p_used / p_cap, d_used / d_cap, p_queue, p_inflight,
+                sum([e.queued() for e in self.engines]), prealloc, transfer, running,
+                self.stats.blacklisted_pairs)
 
     def release(self) -> None:
         """Let reference counting free the run's requests, once its outputs are made.
@@ -328,6 +325,12 @@ class Fleet:
             forget = getattr(r.predictor, "forget", None)  # (memos: see OperatorPredictor)
             if forget is not None:
                 forget()
+
+
+# the time series' gauges, in the order of Fleet.gauges
+GAUGES = ("prefill_kv_used", "decode_kv_used", "prefill_queue", "prefill_inflight",
+          "transfer_queue", "decode_prealloc", "decode_transfer", "decode_running",
+          "blacklisted_pairs")
 
 
 @dataclass(frozen=True, slots=True)

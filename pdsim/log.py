@@ -33,7 +33,15 @@ _INT_FLOAT = {int, float}  # a column of both: float64
 
 def records_frame(rows: list[tuple], columns: tuple[str, ...] | list[str]) -> pd.DataFrame:
     """``pd.DataFrame.from_records(rows, columns=columns)`` (rows as long as ``columns``): the
-    same dtypes and values, built a column at a time.
+    same dtypes and values, built a column at a time (:func:`records_columns`)."""
+    if not rows:
+        return pd.DataFrame.from_records(rows, columns=list(columns))
+    return pd.DataFrame(records_columns(rows, columns), columns=list(columns))
+
+
+def records_columns(rows: list[tuple], columns: tuple[str, ...] | list[str]) -> dict:
+    """The columns of ``pd.DataFrame.from_records(rows, columns=columns)`` (rows as long as
+    ``columns``, at least one), by name: the same dtypes and values, one array at a time.
 
     ``from_records`` copies the rows into one 2-D object array and infers each column's dtype
     from its objects, converting every value to float and complex on the way: for the run's
@@ -47,10 +55,7 @@ def records_frame(rows: list[tuple], columns: tuple[str, ...] | list[str]) -> pd
     other mixed types) goes through ``from_records`` itself, alone: it infers each column on
     its own, so the result is the same either way.
     """
-    columns = list(columns)
     n = len(rows)
-    if not n:
-        return pd.DataFrame.from_records(rows, columns=columns)
     data = {}
     str_dtype = None
     for name, col in zip(columns, zip(*rows, strict=True), strict=True):
@@ -76,4 +81,4 @@ def records_frame(rows: list[tuple], columns: tuple[str, ...] | list[str]) -> pd
             except OverflowError:
                 pass
         data[name] = pd.DataFrame.from_records(list(zip(col)), columns=[name])[name].array
-    return pd.DataFrame(data, columns=columns)
+    return data

@@ -17,8 +17,8 @@ import simpy
 from pdsim import clock
 from pdsim import scenario as scenario_mod
 from pdsim import summary as summary_mod
-from pdsim.fleet import Fleet
-from pdsim.log import records_frame
+from pdsim.fleet import GAUGES, Fleet
+from pdsim.log import records_columns, records_frame
 from pdsim.recorder import Recorder
 from pdsim.summary import FLUSH_REASONS, clean
 
@@ -29,6 +29,9 @@ REQUEST_COLUMNS = [
     "status", "reason", "http_status", "room", "p_server", "p_rank", "d_server", "d_rank",
     "session", "prefill_tokens", "cached_tokens", "flush_doomed", "stale_pages",
 ]
+
+# a time-series sample (_sampler's rows): the clock and the run's counters, then the gauges
+SAMPLE_COLUMNS = ("time", "tokens_out", "failed", "transfer_failures", *GAUGES)
 
 
 @dataclass
@@ -162,12 +165,11 @@ def _sampler(fleet: Fleet, interval: float, rows: list, horizon: simpy.Event,
     """Sample the gauges every ``interval`` until the run ends, or until nothing can happen
     before the horizon (then it ends the run there: an idle horizon does not grow the time
     series, and a request that can never finish does not keep the clock ticking)."""
-    env, stats = fleet.env, fleet.stats
+    env, stats, gauges = fleet.env, fleet.stats, fleet.gauges
     while True:
-        snap = fleet.snapshot()
-        rows.append({"time": env.now, "tokens_out": stats.tokens_out,
-                     "failed": sum(stats.request_failures.values()),
-                     "transfer_failures": sum(stats.transfer_failures.values()), **snap})
+        g = gauges()  # first: it catches the ranks up (tokens made by steps ended by now)
+        rows.append((env.now, stats.tokens_out, sum(stats.request_failures.values()),
+                     sum(stats.transfer_failures.values()), *g))  # SAMPLE_COLUMNS
         if _nothing_scheduled(env, horizon):
             stuck = sum(r.status == "unfinished" for r in fleet.requests)
             fleet.log("run_stalled", "sim", value=stuck,
@@ -191,20 +193,22 @@ def _nothing_scheduled(env: simpy.Environment, horizon: simpy.Event) -> bool:
 
 
 def _timeseries(rows: list) -> pd.DataFrame:
-    """The samples, with rates per second since the previous sample (the first: since 0),
-    each rate the column after time (the frame is built once: inserting columns into a
-    built frame costs more than building it)."""
+    """The samples (:data:`SAMPLE_COLUMNS` tuples), with rates per second since the previous
+    sample (the first: since 0), each rate the column after time (the frame is built once:
+    inserting columns into a built frame costs more than building it). A column's dtype is
+    what pandas infers from its values (``records_columns``: ints int64, floats or ints and
+    floats float64), as a frame of the samples' lists would have it."""
     if not rows:
         return pd.DataFrame(rows)
-    cols = {k: [r[k] for r in rows] for k in rows[0]}  # every row has every key
-    t = np.array(cols["time"], dtype=float)  # (what the frame's column gives as floats)
+    cols = records_columns(rows, SAMPLE_COLUMNS)
+    t = cols["time"].astype(float)  # (what the frame's column gives as floats)
     dt = np.empty(len(t))  # Series.diff(), its first value t[0] (1 if 0), 0 -> NaN
     dt[0] = t[0] or 1.0
     dt[1:] = t[1:] - t[:-1]
     dt[dt == 0] = np.nan
     rates = {}
     for name, col in (("tokens_per_s", "tokens_out"), ("failed_per_s", "failed")):
-        x = np.array(cols[col], dtype=float)
+        x = cols[col].astype(float)
         rate = np.empty(len(x))
         rate[0] = x[0]
         rate[1:] = x[1:] - x[:-1]

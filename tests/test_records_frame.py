@@ -71,3 +71,29 @@ def test_a_run_s_tables_are_built_column_wise_as_from_records_would(monkeypatch)
     for columns, rows in captured.items():
         assert rows
         _same_as_from_records(rows, list(columns))
+
+
+def test_the_time_series_has_the_dtypes_of_a_frame_of_its_samples():
+    """The time series is made from samples as tuples (records_columns): each column has what
+    pandas gives a frame of the samples' lists (a first sample at the int time 0 among float
+    times: float64; counts: int64), and the rates are the same floats."""
+    from pdsim import sim
+
+    rows = [(0, 0, 0, 0, 0.0, 0.0, 0, 0, 0, 0, 0, 0, 0),
+            (1.0, 120, 1, 0, 0.25, 0.5, 3, 1, 2, 0, 1, 4, 0),
+            (1.0, 150, 1, 1, 0.5, 0.75, 2, 2, 0, 1, 0, 5, 2),
+            (2.5, 300, 4, 2, 0.125, 1.0, 0, 0, 1, 0, 2, 3, 2)]
+    got = sim._timeseries(rows)
+    cols = {k: [r[i] for r in rows] for i, k in enumerate(sim.SAMPLE_COLUMNS)}
+    want = pd.DataFrame(cols)
+    t = np.array(cols["time"], dtype=float)
+    dt = np.diff(t, prepend=0.0)
+    dt[0] = t[0] or 1.0
+    dt[dt == 0] = np.nan
+    for name, col in (("tokens_per_s", "tokens_out"), ("failed_per_s", "failed")):
+        x = np.array(cols[col], dtype=float)
+        want.insert(list(want.columns).index("time") + 1 + (name == "failed_per_s"), name,
+                    np.nan_to_num(np.diff(x, prepend=0.0) / dt, nan=0.0))
+    assert list(got.columns) == list(want.columns)
+    assert list(got.dtypes) == list(want.dtypes)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
