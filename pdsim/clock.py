@@ -86,7 +86,10 @@ class Environment(simpy.Environment):
 
     def step(self) -> None:
         steps, queue = self._steps, self._queue
-        if steps and (not queue or steps[0] < queue[0]):  # ids differ: no objects compared
+        # (ids differ: no objects compared; the times first, as a float compare, where the
+        # tuples' compare would test their times for equality and then for order)
+        if steps and (not queue or steps[0][0] < queue[0][0]
+                      or (steps[0][0] == queue[0][0] and steps[0] < queue[0])):
             when, _prio, _eid, obj = heappop(steps)
             self._now = when
             obj.tick()
@@ -102,7 +105,9 @@ class Environment(simpy.Environment):
         steps, queue = self._steps, self._queue
         try:
             while True:
-                if steps and (not queue or steps[0] < queue[0]):
+                # (as ``step``: the times first)
+                if steps and (not queue or steps[0][0] < queue[0][0]
+                              or (steps[0][0] == queue[0][0] and steps[0] < queue[0])):
                     self._now, _prio, _eid, obj = heappop(steps)
                     obj.tick()
                     continue
