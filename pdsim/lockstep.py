@@ -202,7 +202,9 @@ class Stepper:
         for i, r in enumerate(ranks):
             if after and lines[i] is not None and not due[i] and r._mods == mods[i]:
                 continue  # continues its line; its own span end (a group step) holds
-            if not due[i]:  # (one that committed at the span's end owes nothing, nor one idle)
+            # one that committed at the span's end owes nothing, nor one idle; one that did
+            # not may (the group waking after a halt of one of its ranks: test_lockstep)
+            if not due[i]:
                 self._catch(i)
             committed[i] = base
             due[i] = True  # (fresh: its span end is asked, not carried)

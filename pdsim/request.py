@@ -184,7 +184,10 @@ class Request:
         self.http_status = 0
         self.room: Room | None = None
         self.p_server = self.p_rank = self.d_server = self.d_rank = -1
-        self.prefill_tokens = 0  # prefill forward work spent on this request
+        # prefill forward work spent on this request, which is also the prefill scheduler's
+        # position in its prompt (PrefillRank._take): sound because a Request is dispatched
+        # to one prefill rank once (a retry is a new Request)
+        self.prefill_tokens = 0
         self.t_prefill_start = NAN  # its first prefill forward began
         self.cached_tokens = 0
         # the router's call, once dispatched: on_response.responded() when the decode answers

@@ -158,3 +158,43 @@ def test_a_lazy_rank_reached_while_its_group_commits_counts_each_plan_once(monke
     assert reached
     for key in ("decode_steps", "total_generated_tokens", "completed_requests", "duration_s"):
         assert got[key] == want[key], key
+
+
+def test_a_lazy_group_commits_what_its_ranks_owe_when_one_rank_halts_alone(monkeypatch):
+    """A rank of a lazy group halted alone (its GPU hangs; the group's collectives wait for
+    it) ends the span: the others, continuing their lines, owe that span's quiet steps, and
+    when the group plans again after the resumption (``_go_lazy`` waking, ``after`` 0) they
+    commit them first. The shipped faults halt every rank of a server, so only this test
+    reaches that catch-up; without it the owed tokens are lost."""
+    from pdsim import clock
+    from pdsim.lockstep import Stepper
+
+    d = small_fleet(timeseries_interval_s=60.0)  # (samples catch every rank up)
+    d["fleet"]["decode"].update(dp=4, tp=4)
+    d["clients"][0].update(num_prompts=120, max_concurrency=48)
+    d["clients"][0]["dataset"]["output_len"] = 300
+    init = Stepper.__init__
+
+    def with_a_lone_hang(self, env, ranks, together):
+        init(self, env, ranks, together)
+        if together and len(self.ranks) > 1 and isinstance(self.ranks[0], DecodeRank):
+            rank = self.ranks[1]
+            clock.call_later(env, 2.0, rank.halt)
+            clock.call_later(env, 3.5, rank.resume)
+
+    monkeypatch.setattr(Stepper, "__init__", with_a_lone_hang)
+    go_lazy, owed = Stepper._go_lazy, []
+
+    def counted(self, after):
+        if after == 0:  # waking up: the quiet steps each rank still owes
+            owed.append(sum(self._base - self._committed[i] for i in range(len(self.ranks))
+                            if self._plans[i] is not None))
+        go_lazy(self, after)
+
+    monkeypatch.setattr(Stepper, "_go_lazy", counted)
+    lazy = pdsim.run(d)
+    recorded = pdsim.run(d, record_steps=True)  # (a recorded group is never lazy)
+    assert max(owed) > 0, owed  # (else nothing reaches that catch-up)
+    for key in ("decode_steps", "total_generated_tokens", "completed_requests", "duration_s"):
+        assert lazy.summary[key] == recorded.summary[key], key
+    assert lazy.requests.equals(recorded.requests)
