@@ -35,16 +35,21 @@ def _mean(a: np.ndarray) -> float:
     return total / count if count > 0 else float("nan")
 
 
-def _q(a: np.ndarray, q: float) -> float:
-    """``float(Series.quantile(q))`` (linear), NaN for an empty series."""
+def _q(a: np.ndarray, *qs: float) -> list[float]:
+    """``float(Series.quantile(q))`` (linear) for each ``q``, NaN for an empty series.
+
+    One ``np.quantile`` for all of them: it computes each quantile's position, neighbours and
+    interpolation element by element (the neighbours are order statistics, whatever else the
+    partition also places), so each is the float a call of its own gives."""
     if not len(a):
-        return float("nan")
+        return [float("nan")] * len(qs)
     nan = np.isnan(a)
     if nan.any():
         a = a[~nan]
-        return float(np.quantile(a, np.array([q]), method="linear")[0]) if len(a) \
-            else float("nan")
-    return float(np.quantile(a[None, :], np.array([q]), axis=1, method="linear")[0, 0])
+        return [float(x) for x in np.quantile(a, np.array(qs), method="linear")] if len(a) \
+            else [float("nan")] * len(qs)
+    return [float(x) for x in np.quantile(a[None, :], np.array(qs), axis=1,
+                                          method="linear")[:, 0]]
 
 
 def nanmax(a: np.ndarray) -> float:
@@ -115,6 +120,8 @@ def metrics(col: dict[str, np.ndarray], duration: float) -> dict:
     looked = (col["prefill_tokens"] > 0) | (col["cached_tokens"] > 0)  # reached a prefill
     looked_in = int(col["input_len"][looked].sum())
     gen_total = generated.sum()
+    ttft_50, ttft_99 = _q(ttft, 0.5, 0.99)
+    tpot_50, tpot_99 = _q(tpot, 0.5, 0.99)
     return {
         "requests": n,
         "successful_requests": n_ok,
@@ -133,14 +140,14 @@ def metrics(col: dict[str, np.ndarray], duration: float) -> dict:
         "total_generated_tokens": int(as_reported),
         "total_generated_tokens_true": int(gen_total),
         "mean_ttft_ms": _ms(_mean(ttft)),
-        "median_ttft_ms": _ms(_q(ttft, 0.5)),
-        "p99_ttft_ms": _ms(_q(ttft, 0.99)),
+        "median_ttft_ms": _ms(ttft_50),
+        "p99_ttft_ms": _ms(ttft_99),
         "mean_tpot_ms": _ms(_mean(tpot)),
-        "median_tpot_ms": _ms(_q(tpot, 0.5)),
-        "p99_tpot_ms": _ms(_q(tpot, 0.99)),
+        "median_tpot_ms": _ms(tpot_50),
+        "p99_tpot_ms": _ms(tpot_99),
         "mean_itl_ms": _ms(itl),
         "mean_e2e_ms": _ms(_mean(latency)),
-        "median_e2e_ms": _ms(_q(latency, 0.5)),
+        "median_e2e_ms": _ms(_q(latency, 0.5)[0]),
         "prefix_cache_hit_rate": round(int(col["cached_tokens"][looked].sum()) / looked_in, 4)
         if looked_in else 0.0,
         "concurrency": round(float(_nansum(latency) / dur), 2) if n_ok else 0.0,

@@ -316,6 +316,27 @@ def test_bench_metrics_count_streamed_aborts_as_bench_serving_does():
     assert m["completed_mean_ttft_ms"] == pytest.approx(1500, abs=1e-3)
 
 
+def test_summary_quantiles_are_pandas_quantiles_one_by_one():
+    """summary._q takes several quantiles of a series in one np.quantile: each is, to the bit,
+    what pandas' Series.quantile gives alone (NaNs dropped, linear), NaN for an empty series."""
+    import numpy as np
+    import pandas as pd
+
+    from pdsim.summary import _q
+
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 2, 3, 10, 101, 1000):
+        a = rng.random(n) * 1e3
+        for nans in (0, 1, n // 2, n):
+            b = a.copy()
+            b[:nans] = np.nan
+            rng.shuffle(b)
+            want = [float(pd.Series(b).quantile(q)) for q in (0.5, 0.99, 0.9)]
+            got = _q(b, 0.5, 0.99, 0.9)
+            assert np.array_equal(got, want, equal_nan=True), (n, nans, got, want)
+            assert _q(b, 0.99) == want[1:2] or (np.isnan(want[1]) and np.isnan(_q(b, 0.99)[0]))
+
+
 def test_a_client_needs_only_its_frontend():
     """The client talks to a small interface (pdsim.client.Frontend), not the Fleet: a stub
     that answers every request after 1 s runs a bench client to the end, with at most
