@@ -267,10 +267,6 @@ class Fleet:
     def ranks(self) -> list:
         return self.prefill_ranks + self.decode_ranks
 
-    def snapshot(self) -> dict:
-        """The time series' gauges now, by name (:data:`GAUGES`)."""
-        return dict(zip(GAUGES, self.gauges(), strict=True))
-
     def gauges(self) -> tuple:
         """The :data:`GAUGES` now, in order (one pass over the ranks: a long run samples
         thousands of times, and a fleet is a few ranks, so per-gauge generators cost more than

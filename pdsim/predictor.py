@@ -245,13 +245,15 @@ class OperatorPredictor:
         self._lm_cache: dict[float, float] = {}
         # (properties: read once; as floats, the same products, see ``decode_series``)
         self._nd, self._nm = float(m.dense_mlp_layers), float(m.moe_layers)
-        # what the building blocks read of the model and GPU, read once: a field of a pydantic
-        # model costs ~5x a plain attribute, and a prefill or decode batch the memos have not
-        # seen reads a dozen of them (the same values, so the same floats)
+        # what the building blocks (experts_touched, moe, allreduce, all_to_all, _layer_parts)
+        # read of the model and GPU, read once: a field of a pydantic model costs ~5x a plain
+        # attribute, and a prefill or decode batch the memos have not seen reads a dozen of
+        # them (the same values, so the same floats)
         self._hidden, self._moe = h, m.is_moe
         self._experts, self._k = m.experts, m.experts_per_token
         self._keep = 1.0 - m.experts_per_token / m.experts if m.is_moe else 0.0
         self._ar_s = g.allreduce_us * 1e-6
+        self._gpus_per_node, self._a2a_s = g.gpus_per_node, 2 * g.a2a_us * 1e-6
 
     def forget(self) -> None:
         """Drop the memos (pdsim.fleet.Fleet.release, once a run's outputs are made): freed
@@ -314,18 +316,18 @@ class OperatorPredictor:
         """
         if tokens <= 0:
             return 0.0
-        m, g, lay = self.model, self.gpu, self.layout
-        per_token = m.hidden_size * (1 + ACT_BYTES) * lay.imbalance
-        k = m.experts_per_token
+        lay = self.layout
+        per_token = self._hidden * (1 + ACT_BYTES) * lay.imbalance
+        k = self._k
         if low_latency:
             wire = tokens * k * per_token * self.a2a_remote / self.nic_bw
         else:
-            nodes = max(1.0, lay.ep / g.gpus_per_node)
+            nodes = max(1.0, lay.ep / self._gpus_per_node)
             remote_nodes = (nodes - 1) * (1 - (1 - 1 / nodes) ** k) if nodes > 1 else 0.0
             rdma = tokens * remote_nodes * per_token
             nvl = tokens * k * per_token * self.a2a_remote
             wire = max(rdma / self.nic_bw, nvl / self.nvl_bw)
-        return 2 * g.a2a_us * 1e-6 + wire
+        return self._a2a_s + wire  # _a2a_s = 2 * a2a_us * 1e-6
 
     def _layers(self, mean: float, attn: float, core: float, low_latency: bool
                 ) -> tuple[float, float, float, float]:

@@ -436,3 +436,32 @@ def test_prefix_cache_evicts_as_block_by_block_without_orphans(ops):
                     a.reset()
             seen.append((list(c.blocks.items()), a.used, a.peak))
         assert seen[: len(seen) // 2] == seen[len(seen) // 2:]
+
+
+def test_the_gauges_are_in_the_order_their_names_say():
+    """Fleet.gauges returns the time series' gauges as a tuple in the order of fleet.GAUGES
+    (the sampler's columns): each value is the gauge its name says, at instants through
+    drop_timeout's flush, where every gauge but decode_prealloc is sometimes non-zero."""
+    from pdsim import scenario
+    from pdsim.fleet import GAUGES, Fleet
+
+    f = Fleet(scenario.load("scenarios/drop_timeout.yaml"), None)
+    p, d = f.prefill_ranks, f.decode_ranks
+    nonzero = set()
+    t = 0.0
+    while t < 40:
+        t += 0.37
+        f.env.run(until=t)
+        got = dict(zip(GAUGES, f.gauges(), strict=True))  # (it catches the ranks up first)
+        assert got == {
+            "prefill_kv_used": sum(r.alloc.used for r in p) / sum(r.alloc.capacity for r in p),
+            "decode_kv_used": sum(r.alloc.used for r in d) / sum(r.alloc.capacity for r in d),
+            "prefill_queue": sum(r.queued() for r in p),
+            "prefill_inflight": sum(len(r.inflight) for r in p),
+            "transfer_queue": sum(e.queued() for e in f.engines),
+            "decode_prealloc": sum(len(r.prealloc) for r in d),
+            "decode_transfer": sum(len(r.transfer) for r in d),
+            "decode_running": sum(len(r.running) for r in d),
+            "blacklisted_pairs": f.stats.blacklisted_pairs}, t
+        nonzero |= {k for k, v in got.items() if v}
+    assert nonzero == set(GAUGES) - {"decode_prealloc"}
