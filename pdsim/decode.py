@@ -274,6 +274,9 @@ class DecodeRank(Rank):
         return recompute
 
     def _sync(self, req: Request) -> None:
+        """``generated`` is counted lazily: tokens at joining plus the steps since. (The
+        same count is written inline, marked ``# generated``, in ``_retract_for``,
+        ``_grow_due`` and ``_growth_steps``.)"""
         req.generated = req.gen_at_join + (self.step - req.join_step)
 
     def sync_running(self) -> None:
@@ -292,7 +295,8 @@ class DecodeRank(Rank):
         """Free pages by retracting; True if ``needy`` still runs afterwards."""
         while self.alloc.free < self.growth_pages:
             victim = min(self.running.values(),
-                         key=lambda r: (r.gen_at_join + self.step - r.join_step, -r.input_len))
+                         key=lambda r: (r.gen_at_join + self.step - r.join_step,  # generated
+                                        -r.input_len))
             self._leave(victim)
             self.alloc.release(victim.d_pages)
             victim.d_pages = None
@@ -401,8 +405,9 @@ class DecodeRank(Rank):
                 alloc.grow(req.d_pages, gp)  # (_retract_for freed enough)
             step = s if s > first else first
             req.cap_tokens = cap = req.cap_tokens + tokens
-            # (its pages' room left at ``step``; its ``generated`` is synced where read)
-            left = cap - req.input_len - req.gen_at_join - (step - req.join_step)
+            # its pages' room left at ``step`` (its ``generated`` is synced where read; the
+            # next growth's step, as ``_growth_steps`` walks it)
+            left = cap - req.input_len - req.gen_at_join - (step - req.join_step)  # generated
             if left < tokens - 1 - lag:  # (none should: see _late)
                 self._late = True
             self._seq = seq = self._seq + 1  # _push
@@ -467,6 +472,7 @@ class DecodeRank(Rank):
             at, q, req, cap = heapq.heappop(walk)
             steps.append(at)
             cap += tokens
+            # (the next growth's step as _grow_due books it; generated, as _sync counts it)
             nxt = at + max(1, cap - req.input_len - req.gen_at_join - (at - req.join_step))
             if nxt <= end:
                 heapq.heappush(walk, (nxt, q, req, cap))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from functools import cache
 from pathlib import Path
 
@@ -13,6 +14,16 @@ matplotlib.use("Agg")  # tests draw figures without a display
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "scenarios"
 TRACES = SCENARIOS / "traces"  # the Mooncake traces ship in the repo (gzip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _at_the_repo_root():
+    """Tests name shipped files as a user at the repo's root types them
+    (``pdsim run scenarios/healthy.yaml``): run them from there, wherever pytest started."""
+    before = os.getcwd()
+    os.chdir(ROOT)
+    yield
+    os.chdir(before)
 
 
 @cache
