@@ -14,6 +14,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Iterator
+from heapq import heappop, heapreplace
 from itertools import chain, islice
 
 import simpy
@@ -243,7 +244,10 @@ class DecodeRank(Rank):
         self._push(self._finish, self.step + req.output_len - req.generated, req)
         if ctx - req.cap_tokens > self._lag:
             self._lag = ctx - req.cap_tokens
-        self._push(self._grow, self.step + max(0, req.cap_tokens - ctx), req)
+        # the step its pages are full (its context is one more token a step): a growth's
+        # then, or now if they already are (growths move it on: _grow_due)
+        req.full_at = full = self.step + req.cap_tokens - ctx
+        self._push(self._grow, full if full > self.step else self.step, req)
 
     def _admit(self) -> int:
         """Admit retracted (first) and waiting requests; returns tokens to recompute."""
@@ -385,33 +389,53 @@ class DecodeRank(Rank):
         ``first`` if that is later. A growth the free pages do not cover retracts first
         (``_retract_for``; never within a span's quiet steps, ``span_steps``). A grown
         request's next growth replaces its entry at the heap's front (``heapreplace``: one
-        sift, not a pop and a push; entries' keys are distinct, so the order is the same)."""
+        sift, not a pop and a push; entries' keys are distinct, so the order is the same).
+
+        While the free pages cover them, growths of holdings of the allocator's epoch (what
+        ``PageAllocator.grow`` does for those: pages added to the holding) are booked with the
+        allocator in one ``book`` when the loop stops, or before anything else: an orphan's
+        growth or a shortfall goes through ``grow`` (and may retract), which reads ``used``.
+        Within the loop nothing else reads the allocator, and ``used`` only rises, so its
+        peak is the same."""
         heap, alloc = self._grow, self.alloc
-        gp, tokens, lag = self.growth_pages, self._block_tokens, self._lag
+        gp, tokens = self.growth_pages, self._block_tokens
+        soon = tokens - 1 - self._lag  # a growth sooner than this after the last is late
+        seq, epoch = self._seq, alloc.epoch
+        free = left = alloc.capacity - alloc.used  # (grown, not booked yet: free - left)
         while heap:
             s, _q, version, req = heap[0]
             if s > end:
-                return
+                break
             if version != req.version:  # it left the batch since (see ``_push``)
-                heapq.heappop(heap)
+                heappop(heap)
                 continue
-            if not alloc.grow(req.d_pages, gp):  # the free pages do not cover it
-                if first > self.step:  # quiet steps: span_steps ends a span before such a growth
-                    raise AssertionError(f"{self.name}/r{self.index}: a growth short of pages "
-                                         f"within a span's quiet steps (step {s})")
-                if not self._retract_for(req):  # (retracting leaves the heap as it is)
-                    heapq.heappop(heap)
-                    continue
-                alloc.grow(req.d_pages, gp)  # (_retract_for freed enough)
+            pages = req.d_pages
+            if left >= gp and pages.epoch == epoch:
+                pages.n += gp
+                left -= gp
+            else:
+                if free != left:
+                    alloc.book(free - left)
+                if not alloc.grow(pages, gp):  # the free pages do not cover it
+                    if first > self.step:  # quiet steps: span_steps ends a span before it
+                        raise AssertionError(f"{self.name}/r{self.index}: a growth short of "
+                                             f"pages within a span's quiet steps (step {s})")
+                    if not self._retract_for(req):  # (retracting leaves the heap as it is)
+                        heappop(heap)
+                        free = left = alloc.capacity - alloc.used
+                        continue
+                    alloc.grow(pages, gp)  # (_retract_for freed enough)
+                free = left = alloc.capacity - alloc.used
             step = s if s > first else first
-            req.cap_tokens = cap = req.cap_tokens + tokens
-            # its pages' room left at ``step`` (its ``generated`` is synced where read; the
-            # next growth's step, as ``_growth_steps`` walks it)
-            left = cap - req.input_len - req.gen_at_join - (step - req.join_step)  # generated
-            if left < tokens - 1 - lag:  # (none should: see _late)
+            # the step its pages are full again (``_growth_steps`` walks the same rule)
+            req.full_at = f = req.full_at + tokens
+            if f < step + soon:  # (none should: see _late)
                 self._late = True
-            self._seq = seq = self._seq + 1  # _push
-            heapq.heapreplace(heap, (step + (left if left > 1 else 1), seq, version, req))
+            seq += 1  # (_push's counter)
+            heapreplace(heap, (f if f > step + 1 else step + 1, seq, version, req))
+        self._seq = seq
+        if free != left:
+            alloc.book(free - left)
 
     # --- spans of steps that cannot change the batch (pdsim.lockstep.Stepper) --------------
 
@@ -461,21 +485,20 @@ class DecodeRank(Rank):
         growth, in commit order, if nothing else changes: the walk ``quiet_steps`` makes,
         without applying it."""
         first = self.step + 1
-        walk = [(s if s > first else first, q, r, r.cap_tokens) for s, q, v, r in self._grow
+        walk = [(s if s > first else first, q, r, r.full_at) for s, q, v, r in self._grow
                 if s <= end and v == r.version]
         if not walk:
             return walk
         heapq.heapify(walk)
-        tokens = self.growth_pages * self.alloc.page_size
+        tokens = self._block_tokens
         steps = []
         while walk:
-            at, q, req, cap = heapq.heappop(walk)
+            at, q, req, full = heapq.heappop(walk)
             steps.append(at)
-            cap += tokens
-            # (the next growth's step as _grow_due books it; generated, as _sync counts it)
-            nxt = at + max(1, cap - req.input_len - req.gen_at_join - (at - req.join_step))
+            full += tokens  # (the next growth's step as _grow_due books it)
+            nxt = full if full > at + 1 else at + 1
             if nxt <= end:
-                heapq.heappush(walk, (nxt, q, req, cap))
+                heapq.heappush(walk, (nxt, q, req, full))
         return steps
 
     @staticmethod

@@ -51,6 +51,14 @@ class PageAllocator:
             self.peak = self.used
         return Pages(n, self.epoch)
 
+    def book(self, n: int) -> None:
+        """Count ``n`` pages the caller found free and added to holdings of this epoch (what
+        ``grow`` does for such a holding, for several growths at once:
+        ``pdsim.decode.DecodeRank._grow_due``)."""
+        self.used += n
+        if self.used > self.peak:
+            self.peak = self.used
+
     def grow(self, pages: Pages, n: int) -> bool:
         """Add ``n`` pages to a holding; an orphaned holding re-enters the current epoch."""
         if n > self.capacity - self.used:

@@ -154,7 +154,7 @@ class Request:
         "attempt", "t_arrival", "t_first_token", "t_done", "generated", "status", "reason",
         "http_status", "room", "p_server", "p_rank", "d_server", "d_rank", "prefill_tokens",
         "cached_tokens", "on_response", "d_pages", "p_pages", "gen_at_join", "join_step",
-        "version", "cap_tokens", "stale_pages", "t_prefill_end", "t_transfer_done",
+        "version", "cap_tokens", "full_at", "stale_pages", "t_prefill_end", "t_transfer_done",
         "t_prefill_start", "boot_at", "boot_eid", "wait_at", "wait_eid",
     )
     # (boot_*, wait_*: the prefill's bootstrap and the decode's waiting deadline, set when
@@ -197,5 +197,6 @@ class Request:
         self.gen_at_join = 0
         self.join_step = 0
         self.version = 0
-        self.cap_tokens = 0
+        self.cap_tokens = 0  # tokens its decode pages hold when they are allocated
+        self.full_at = 0  # (running) the decode step its pages are full: DecodeRank._join
         self.stale_pages = False

@@ -198,3 +198,38 @@ def test_a_lazy_group_commits_what_its_ranks_owe_when_one_rank_halts_alone(monke
     for key in ("decode_steps", "total_generated_tokens", "completed_requests", "duration_s"):
         assert lazy.summary[key] == recorded.summary[key], key
     assert lazy.requests.equals(recorded.requests)
+
+
+def test_growths_booked_in_one_go_keep_the_pool_exact(monkeypatch):
+    """DecodeRank._grow_due adds the pages of a pass's growths to their holdings and books
+    them with the allocator once (PageAllocator.book), going through grow for an orphan
+    holding (after a flush) or a shortfall (it retracts): after every pass the pool's used
+    pages are exactly those of the epoch's holdings, and its peak is at least that; the run
+    passes through all three paths."""
+    from pdsim.kv import PageAllocator
+
+    seen = {"passes": 0, "orphans": 0}
+    grow_due, grow = DecodeRank._grow_due, PageAllocator.grow
+
+    def checked(self, end, first):
+        grow_due(self, end, first)
+        a = self.alloc
+        held = [*self.transfer.values(), *self.waiting, *self.running.values()]
+        assert a.used == sum(r.d_pages.n for r in held if r.d_pages.epoch == a.epoch)
+        assert a.peak >= a.used
+        seen["passes"] += 1
+
+    def counted(self, pages, n):
+        seen["orphans"] += pages.epoch != self.epoch
+        return grow(self, pages, n)
+
+    monkeypatch.setattr(DecodeRank, "_grow_due", checked)
+    monkeypatch.setattr(PageAllocator, "grow", counted)
+    d = small_fleet(operator_flushes=[{"at_s": 6.0}],
+                    flush={"semantics": "skip_idle_check"})
+    d["fleet"]["decode"].update(page_size=1, kv_pool_tokens=8000, retract_reserve_tokens=0)
+    d["clients"][0].update(num_prompts=60, max_concurrency=24,
+                           dataset={"kind": "random", "input_len": 1024, "output_len": 600})
+    res = pdsim.run(d)
+    assert res.summary["retractions"] > 0
+    assert seen["passes"] > 100 and seen["orphans"] > 0  # (an orphan: the flush freed pages)

@@ -47,6 +47,16 @@ def test_grow_after_flush_reenters_the_epoch():
     assert a.used == 0
 
 
+def test_book_counts_pages_added_to_holdings_and_the_peak():
+    a = PageAllocator(10, page_size=1)
+    p = a.alloc(3)
+    p.n += 4  # two growths added to the holding, booked at once
+    a.book(4)
+    assert a.used == 7 and a.peak == 7
+    a.release(p)
+    assert a.used == 0 and a.peak == 7
+
+
 def test_prefix_cache_lru_and_reset():
     a = PageAllocator(6, page_size=1)
     c = PrefixCache(a, block_tokens=2)
