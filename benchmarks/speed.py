@@ -25,12 +25,14 @@ Workloads:
   Prefix cache off (cycling the trace would otherwise turn repeats into cache hits).
 
 ``events`` are SimPy events (Event objects scheduled). What pdsim schedules as plain entries of
-its second heap instead (``pdsim.clock.Environment``) is counted apart, per request:
-``steps/req`` batch-step ends (inner steps of a fast-forwarded decode span that end before
-anything else is due take none) and ``links/req`` links of zero-delay callback chains (where a
-replaced process's response/condition/resumption events were), ``timers/req`` plain timers
-(hops, call latencies, bootstrap delays, NIC wake-ups: where one-callback timeouts were).
-``sched/req`` is all of them: everything the run put on a heap.
+its second heap instead (``pdsim.clock.Environment``) is counted apart, per request, as
+``entries/req``: batch-step ends (inner steps of a fast-forwarded decode span that end before
+anything else is due take none), links of zero-delay callback chains (where a replaced
+process's response/condition/resumption events were) and plain timers (hops, call latencies,
+bootstrap delays, NIC wake-ups: where one-callback timeouts were). They are the ids drawn that
+name no SimPy event and no unused reservation (``pdsim.clock.counts``: counting them by kind
+cost an increment per entry, ~1% of a run). ``sched/req`` is all of them: everything the run
+put on a heap.
 
 Each workload runs in a fresh interpreter (so peak RSS is its own), on one core. Wall time is
 ``pdsim.run`` in-process: scenario loading, fleet building, the simulation and the DataFrames;
@@ -134,9 +136,7 @@ def measure(workload: str, repeat: int, profile: bool = False) -> dict:
     peak = _rss_mb()
     return {"workload": workload, "requests": n_req,
             "sim_s": s["simulated_s"], "events": s["events"], "wall_s": wall,
-            "step_entries": getattr(res, "sim_step_entries", 0),
-            "chain_entries": getattr(res, "sim_chain_entries", 0),
-            "timer_entries": getattr(res, "sim_timer_entries", 0),
+            "entries": getattr(res, "sim_entries", 0),
             "cpu_s": statistics.median(cpus), "cpu_min_s": min(cpus),
             "events_per_req": s["events"] / n_req, "us_per_req": 1e6 * wall / n_req,
             "sim_s_per_wall_s": s["simulated_s"] / wall, "events_per_s": s["events"] / wall,
@@ -170,8 +170,13 @@ def _in_child(workload: str, repeat: int, profile: bool) -> dict:
 
 def _scheduled(m: dict) -> int:
     """SimPy events plus plain heap entries: everything the run scheduled."""
-    return (m["events"] + m.get("step_entries", 0) + m.get("chain_entries", 0)
-            + m.get("timer_entries", 0))
+    return m["events"] + _entries(m)
+
+
+def _entries(m: dict) -> int:
+    """Plain heap entries (older outputs count them by kind)."""
+    return m.get("entries", m.get("step_entries", 0) + m.get("chain_entries", 0)
+                 + m.get("timer_entries", 0))
 
 
 COLUMNS = (  # (header, width, format of the row's value)
@@ -180,9 +185,7 @@ COLUMNS = (  # (header, width, format of the row's value)
     ("sim s", 9, lambda m: f"{m['sim_s']:>9.0f}"),
     ("events", 11, lambda m: f"{m['events']:>11}"),
     ("ev/req", 8, lambda m: f"{m['events_per_req']:>8.1f}"),
-    ("steps/req", 10, lambda m: f"{m.get('step_entries', 0) / m['requests']:>10.1f}"),
-    ("links/req", 10, lambda m: f"{m.get('chain_entries', 0) / m['requests']:>10.1f}"),
-    ("timers/req", 11, lambda m: f"{m.get('timer_entries', 0) / m['requests']:>11.1f}"),
+    ("entries/req", 12, lambda m: f"{_entries(m) / m['requests']:>12.1f}"),
     ("sched/req", 10, lambda m: f"{_scheduled(m) / m['requests']:>10.1f}"),
     ("wall s", 9, lambda m: f"{m['wall_s']:>9.3f}"),
     ("cpu s", 8, lambda m: f"{m['cpu_s']:>8.3f}"),

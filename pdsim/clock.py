@@ -64,24 +64,27 @@ class Environment(simpy.Environment):
     def __init__(self, initial_time: float = 0) -> None:
         super().__init__(initial_time)
         self._steps: list = []
-        self.step_entries = 0  # step ends scheduled (ids drawn, not SimPy events)
-        self.chain_entries = 0  # zero-delay callback links scheduled (ids drawn, not events)
-        self.timer_entries = 0  # plain timers (``call_later``) scheduled (ids drawn, not events)
-        self.reserved = 0  # ids drawn that name no event (see ``reserve``)
+        # What the ids drawn name is counted where it is rare, not per plain entry (an entry
+        # is most of what a run schedules; see ``counts``): SimPy events, and ids reserved
+        # that name nothing (yet).
+        self.events = 0  # SimPy events scheduled (``schedule``, ``call_at``)
+        self.reserved = 0  # ids drawn that name no event or entry (see ``reserve``)
+
+    def schedule(self, event: Event, priority: int = NORMAL, delay: float = 0) -> None:
+        """SimPy's ``schedule`` (the same heap entry), counting the event."""
+        self.events += 1
+        heappush(self._queue, (self._now + delay, priority, next(self._eid), event))
 
     def step_at(self, when: float, stepper: object) -> None:
         """``stepper.tick()`` at ``when`` (>= now), in the place a timeout made now would take."""
-        self.step_entries += 1
         heappush(self._steps, (when, NORMAL, next(self._eid), stepper))
 
     def timer(self, delay: float, obj: object) -> None:
         """``obj.tick()`` in ``delay`` s, where a timeout made now would be processed."""
-        self.timer_entries += 1
         heappush(self._steps, (self._now + delay, NORMAL, next(self._eid), obj))
 
     def link(self, obj: object, priority: int = NORMAL) -> None:
         """``obj.tick()`` in this instant, where an event triggered now would be processed."""
-        self.chain_entries += 1
         heappush(self._steps, (self._now, priority, next(self._eid), obj))
 
     def step(self) -> None:
@@ -278,8 +281,19 @@ def call_at(env: simpy.Environment, when: float, callback: Callable[[Event], Non
         eid = next(env._eid)
     else:
         env.reserved -= 1  # the reserved id now names a scheduled event
+    if isinstance(env, Environment):
+        env.events += 1
     heappush(env._queue, (when, NORMAL, eid, ev))
     return ev
+
+
+def counts(env: simpy.Environment) -> tuple[int, int]:
+    """(SimPy events, plain heap entries) that ``env`` scheduled: every id drawn names one of
+    them or a reservation still unused. Draws an id: for a run that is over."""
+    drawn = next(env._eid)
+    if not isinstance(env, Environment):
+        return drawn - reserved(env), 0
+    return env.events, drawn - env.reserved - env.events
 
 
 # --- helpers of the per-request path --------------------------------------------------------
@@ -290,7 +304,6 @@ def timer_at(env: Environment, when: float, obj: object, eid: int) -> None:
     :func:`reserve_block`): where ``call_at(env, when, ..., eid)`` would run its callback, as a
     plain heap entry instead of an event."""
     env.reserved -= 1  # the reserved id now names a scheduled entry
-    env.timer_entries += 1
     heappush(env._steps, (when, NORMAL, eid, obj))
 
 

@@ -259,7 +259,7 @@ class Stepper:
                         end = now + next(durations)
                     env._now = now
             self._ended, self._t_ended, self.next_end = ended, now, end
-            env.step_entries += 1  # env.step_at(end, self), inline
+            # env.step_at(end, self), inline
             heappush(steps, (end, NORMAL, next(env._eid), self))
             return
         self._ended, self._t_ended = ended, now

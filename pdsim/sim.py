@@ -50,17 +50,14 @@ class Result:
     what_if: str = ""  # why the scenario's reference figures do not apply to this run, if so
     recorder: Recorder | None = None  # batch steps and KV writes, when run with record_steps
     # what the run scheduled as plain heap entries instead of SimPy events (summary "events"):
-    # batch-step ends, links of zero-delay callback chains, timers (pdsim.clock); performance
-    # figures like sim_wall_s
-    sim_step_entries: int = 0
-    sim_chain_entries: int = 0
-    sim_timer_entries: int = 0
+    # batch-step ends, links of zero-delay callback chains, timers (pdsim.clock); a
+    # performance figure like sim_wall_s
+    sim_entries: int = 0
 
     @property
     def scheduled(self) -> int:
         """Everything the run put on a heap: SimPy events plus pdsim's plain entries."""
-        return (self.summary.get("events", 0) + self.sim_step_entries + self.sim_chain_entries
-                + self.sim_timer_entries)
+        return self.summary.get("events", 0) + self.sim_entries
 
     @property
     def unknowns(self) -> list:
@@ -227,13 +224,11 @@ def _flush_counts(fleet: Fleet) -> dict:
     return out
 
 
-def _sim_events(env: simpy.Environment) -> int:
-    """Events SimPy scheduled (its event-id counter; read once, at the end)."""
-    eid = getattr(env, "_eid", None)
-    if eid is None:
-        return -1
-    return (next(eid) - clock.reserved(env) - getattr(env, "step_entries", 0)
-            - getattr(env, "chain_entries", 0) - getattr(env, "timer_entries", 0))
+def _sim_events(env: simpy.Environment) -> tuple[int, int]:
+    """(SimPy events, plain heap entries) the run scheduled (read once, at the end)."""
+    if getattr(env, "_eid", None) is None:
+        return -1, 0
+    return clock.counts(env)
 
 
 def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: int,
@@ -338,7 +333,8 @@ def _simulate(sc: scenario_mod.Scenario, recorder: Recorder | None, progress: bo
     req = _records(fleet)
     events = fleet.log.frame()
     wall = time.perf_counter() - wall0
-    summary = _summary(fleet, req, events, _sim_events(env),
+    sim_events, sim_entries = _sim_events(env)
+    summary = _summary(fleet, req, events, sim_events,
                        not all_done.triggered and not stalled.triggered)
     if stalled.triggered and not all_done.triggered:
         summary["stalled_at_s"] = round(float(env.now), 3)
@@ -351,7 +347,7 @@ def _simulate(sc: scenario_mod.Scenario, recorder: Recorder | None, progress: bo
     fleet.release()
     return Result(sc, req, events, _timeseries(rows), summary, answers,
                   fleet.router.flush_calls, wall, pools, what_if(sc), recorder,
-                  env.step_entries, env.chain_entries, env.timer_entries)
+                  sim_entries)
 
 
 @contextmanager
