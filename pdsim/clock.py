@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Callable, Generator
 from heapq import heappop, heappush
 from itertools import count
+from math import inf as INF
 
 import simpy
 from simpy.core import EmptySchedule, StopSimulation
@@ -69,11 +70,17 @@ class Environment(simpy.Environment):
         # that name nothing (yet).
         self.events = 0  # SimPy events scheduled (``schedule``, ``call_at``)
         self.reserved = 0  # ids drawn that name no event or entry (see ``reserve``)
+        # when SimPy's queue's front is due (inf: empty). Kept where the queue changes, which
+        # is rare (``schedule``, ``call_at``, an event processed), so that the loop and
+        # ``due_now``, which read it per entry, compare one float
+        self._queue_at = INF
 
     def schedule(self, event: Event, priority: int = NORMAL, delay: float = 0) -> None:
         """SimPy's ``schedule`` (the same heap entry), counting the event."""
         self.events += 1
-        heappush(self._queue, (self._now + delay, priority, next(self._eid), event))
+        queue = self._queue
+        heappush(queue, (self._now + delay, priority, next(self._eid), event))
+        self._queue_at = queue[0][0]
 
     def step_at(self, when: float, stepper: object) -> None:
         """``stepper.tick()`` at ``when`` (>= now), in the place a timeout made now would take."""
@@ -88,16 +95,20 @@ class Environment(simpy.Environment):
         heappush(self._steps, (self._now, priority, next(self._eid), obj))
 
     def step(self) -> None:
-        steps, queue = self._steps, self._queue
+        steps = self._steps
         # (ids differ: no objects compared; the times first, as a float compare, where the
         # tuples' compare would test their times for equality and then for order)
-        if steps and (not queue or steps[0][0] < queue[0][0]
-                      or (steps[0][0] == queue[0][0] and steps[0] < queue[0])):
+        if steps and (steps[0][0] < self._queue_at
+                      or (steps[0][0] == self._queue_at and steps[0] < self._queue[0])):
             when, _prio, _eid, obj = heappop(steps)
             self._now = when
             obj.tick()
             return
-        super().step()
+        try:
+            super().step()
+        finally:
+            queue = self._queue
+            self._queue_at = queue[0][0] if queue else INF
 
     def run(self, until: object = None) -> object:
         """SimPy's ``run``: with an ``until`` event, one loop over both heaps (what ``step``
@@ -109,14 +120,15 @@ class Environment(simpy.Environment):
         try:
             while True:
                 # (as ``step``: the times first)
-                if steps and (not queue or steps[0][0] < queue[0][0]
-                              or (steps[0][0] == queue[0][0] and steps[0] < queue[0])):
+                if steps and (steps[0][0] < self._queue_at
+                              or (steps[0][0] == self._queue_at and steps[0] < queue[0])):
                     self._now, _prio, _eid, obj = heappop(steps)
                     obj.tick()
                     continue
                 if not queue:
                     raise EmptySchedule
                 self._now, _prio, _eid, event = heappop(queue)
+                self._queue_at = queue[0][0] if queue else INF
                 callbacks, event.callbacks = event.callbacks, None
                 try:
                     for callback in callbacks:
@@ -139,8 +151,13 @@ class Environment(simpy.Environment):
         """Whether either heap holds an entry for this instant. When not, a zero-delay link
         that is the last act of the step making it would be processed next, with nothing in
         between, so its work may run at once (the run-now rule, module docstring)."""
-        now, steps, queue = self._now, self._steps, self._queue
-        return bool(steps and steps[0][0] == now) or bool(queue and queue[0][0] == now)
+        now = self._now
+        if self._queue_at == now:
+            return True
+        steps = self._steps
+        if steps and steps[0][0] == now:
+            return True
+        return False
 
     def peek(self) -> float:
         t = super().peek()
@@ -281,9 +298,10 @@ def call_at(env: simpy.Environment, when: float, callback: Callable[[Event], Non
         eid = next(env._eid)
     else:
         env.reserved -= 1  # the reserved id now names a scheduled event
+    heappush(env._queue, (when, NORMAL, eid, ev))
     if isinstance(env, Environment):
         env.events += 1
-    heappush(env._queue, (when, NORMAL, eid, ev))
+        env._queue_at = env._queue[0][0]
     return ev
 
 

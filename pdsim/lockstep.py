@@ -19,7 +19,6 @@ from simpy.events import NORMAL, Event
 from pdsim.clock import Environment, Link
 from pdsim.rank import AWAKE, Rank
 
-_NEVER = float("inf")
 _IDLE = 1 << 62  # (lazy) the span end of an idle rank: none
 
 
@@ -243,13 +242,13 @@ class Stepper:
         now = env._now
         k = self._k
         if ended < k:  # an inner step of a span: the next one starts at once
-            queue, steps, durations = env._queue, env._steps, self._durations
+            steps, durations = env._steps, self._durations
             end = now + next(durations)
             # inner steps that end before anything else is due end here and now (nothing
             # runs meanwhile, so the heaps' fronts stay)
             last = k - 1
             if ended < last:
-                due = queue[0][0] if queue else _NEVER
+                due = env._queue_at  # (SimPy's queue's front; inf: empty)
                 if steps and steps[0][0] < due:
                     due = steps[0][0]
                 if end < due:
