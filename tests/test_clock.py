@@ -347,3 +347,33 @@ def test_kept_deadlines_skip_items_that_left_or_fired():
     assert fired == [(1, 6.0), (2, 7.0), (3, 10.5)]
     assert sorted(owned) == [1, 2, 3]  # (they fired but stay: not armed again)
     assert armed == [0, 1, 2, 3]  # one timer per item that was ever the earliest live one
+
+
+def test_the_queue_front_time_and_the_counts_follow_simpy_s_queue():
+    """``Environment._queue_at`` is the time of SimPy's queue's front (inf: empty) after
+    whatever changes that queue (its own events, ``call_at``, processing), and ``counts``
+    tells the SimPy events from the plain entries among the ids drawn."""
+    env = clock.Environment()
+    ran = []
+
+    def front() -> float:
+        return env._queue[0][0] if env._queue else float("inf")
+
+    assert env._queue_at == front() == float("inf")
+    env.timeout(5.0)
+    clock.call_at(env, 2.0, lambda _e: ran.append("call"), clock.reserve(env))
+    clock.call_at(env, 9.0, lambda _e: ran.append("late"))
+    env.timer(1.0, _Tick(lambda: ran.append("timer")))
+    clock.reserve(env)  # an id that names nothing
+    env.link(_Tick(lambda: env.timeout(0.5)))
+    for _ in range(4):
+        assert env._queue_at == front()
+        env.step()
+    assert env._queue_at == front() == 5.0 and ran == ["timer", "call"]
+    env.run(env.timeout(20.0))  # (SimPy queues the stopping event again, for the rest of
+    assert env._queue_at == front() == 22.0 and ran == ["timer", "call", "late"]  # its callbacks)
+    env.step()
+    assert env._queue_at == front() == float("inf")
+    # SimPy events: 5 s, call, late, 0.5 s, 20 s timeouts and the stopping event queued
+    # again; entries: the timer and the link
+    assert clock.counts(env) == (6, 2)
