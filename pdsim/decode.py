@@ -39,22 +39,30 @@ def _decode_series(decode: Callable[..., float], batch: float, attn: float, ctx:
         ctx += grow
 
 
+def _leader(lines: list[tuple[int, int]], i: int) -> tuple[int, int, int]:
+    """Of context lines (``(b, c)``: context c + b*j at step j), the one with the largest
+    context at step ``i`` (the steepest of equals): that context, its ``b``, and the first
+    step a steeper line is above it (0: none ever is)."""
+    ctx = b = c = -1
+    for bj, cj in lines:
+        v = cj + bj * i
+        if v > ctx or (v == ctx and bj > b):
+            ctx, b, c = v, bj, cj
+    nxt = 0
+    for bj, cj in lines:
+        if bj > b:
+            t = (c - cj) // (bj - b) + 1
+            if not nxt or t < nxt:
+                nxt = t
+    return ctx, b, nxt
+
+
 def _envelope(series: Callable[..., Iterator[float]], batch: float, attn: float,
               lines: list[tuple[int, int]], i: int) -> Iterator[Iterator[float]]:
     """The durations of a lockstep span's steps ``i``, ``i`` + 1, ..., segment by segment:
-    in each, one rank's context line (``(b, c)``: context c + b*j at step j) is the largest."""
+    in each, one rank's context line is the largest (``_leader``)."""
     while True:
-        ctx = b = c = -1  # the leader at step i: the largest context, the steepest of equals
-        for bj, cj in lines:
-            v = cj + bj * i
-            if v > ctx or (v == ctx and bj > b):
-                ctx, b, c = v, bj, cj
-        nxt = 0  # the first step a steeper line is above it
-        for bj, cj in lines:
-            if bj > b:
-                t = (c - cj) // (bj - b) + 1
-                if not nxt or t < nxt:
-                    nxt = t
+        ctx, b, nxt = _leader(lines, i)
         if not nxt:
             yield series(batch, attn, ctx, b)
             return
@@ -524,18 +532,24 @@ class DecodeRank(Rank):
         return chain((self.step_time(plan),), self._series(b, b, c + b, b))
 
     def group_durations(self, lines: list[tuple[int, int]], batches: list[int], step: int,
-                        n_ranks: int, recompute: int) -> Iterator[float]:
+                        n_ranks: int, recompute: int, stop: int = 0) -> Iterator[float]:
         """``span_durations`` of a lockstep group of ``n_ranks`` whose live ranks follow
         ``lines`` (``line``), for a span beginning at step ``step``: ``combine``'s rule read
         off the lines, step after step (the mean of ``batches`` over the ranks, their largest,
         the largest context: the lines' upper envelope), and in the first step only the most
-        any rank recomputes, ``recompute``."""
-        segments = _envelope(self._series, sum(batches) / n_ranks, max(batches), lines, step)
+        any rank recomputes, ``recompute``. ``stop``: the span ends before that step (no
+        duration from it on is asked for: they may not follow the envelope), so a first
+        segment reaching it is the span's only one (the usual case); 0: no end."""
+        batch, attn = sum(batches) / n_ranks, max(batches)
+        ctx, b, nxt = _leader(lines, step)
+        durations = self._series(batch, attn, ctx, b)
+        if nxt and (nxt < stop or not stop):  # another line leads from step nxt on
+            durations = chain(islice(durations, nxt - step), chain.from_iterable(
+                _envelope(self._series, batch, attn, lines, nxt)))
         if not recompute:
-            return chain.from_iterable(segments)
-        head = next(segments)
-        first = next(head) + self._recompute_s(recompute)  # (step_time's sum, in its order)
-        return chain((first,), head, chain.from_iterable(segments))
+            return durations
+        first = next(durations) + self._recompute_s(recompute)  # (step_time's sum, in order)
+        return chain((first,), durations)
 
     def _series(self, batch: float, attn: float, ctx: int, grow: int) -> Iterator[float]:
         """The predictor's ``decode(batch, ctx + grow*j, attn)``, j = 0, 1, ..."""

@@ -231,7 +231,7 @@ class Stepper:
         self._k, self._ended, self._done = k, 0, 0
         self._t0 = now = self.env._now
         self._durations = durations = ranks[0].group_durations(
-            list(filter(None, lines)), batches, first, len(ranks), recompute)
+            list(filter(None, lines)), batches, first, len(ranks), recompute, first + k)
         self.next_end = now + next(durations)  # exactly SimPy's now + delay
         self.env.step_at(self.next_end, self)
 
@@ -368,8 +368,8 @@ class Stepper:
         if self._k > 1:
             m = self._ended if self._lazy else self._done  # (it was caught up first)
             k = m + rank.span_steps(self._k - m)
-            if k < self._k:
-                self._k = k
+            if k < self._k:  # (a span never grows: no durations past its first k are read,
+                self._k = k  # and a lazy group's reach only its k, group_durations' stop)
 
     def close(self) -> None:
         """The run ends: bring the span up to now and record the steps it committed."""
