@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gc
 import time
-from collections import Counter
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -235,17 +234,17 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: 
              stopped: bool) -> dict:
     stats = fleet.stats
     col = summary_mod.columns(req)
-    kind, client = req["kind"].to_numpy(), req["client"].to_numpy()
-    keep = kind != "warmup"
+    keep = summary_mod.codes(req["kind"], ("warmup",)) != 0
+    names = list(dict.fromkeys(c.name for c in fleet.clients))
     measured = {k: v[keep] for k, v in col.items()}
-    m_client = client[keep]
+    m_client = summary_mod.codes(req["client"], names)[keep]
     starts = [c.t0 for c in fleet.clients if np.isfinite(c.t0)]
     t0 = min(starts) if starts else 0.0
     t_end = summary_mod.nanmax(measured["t_done"]) if len(m_client) else t0
     top = summary_mod.metrics(measured, (t_end - t0) if np.isfinite(t_end) else 0.0)
     clients = {}
     for c in fleet.clients:
-        here = m_client == c.name
+        here = m_client == names.index(c.name)
         mine = {k: v[here] for k, v in measured.items()}
         end = summary_mod.nanmax(mine["t_done"]) if here.any() else c.t0
         m = summary_mod.metrics(mine, (end - c.t0) if np.isfinite(end) and np.isfinite(c.t0)
@@ -264,11 +263,8 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: 
         clients[c.name] = m
     by_reason = {k: 0 for k in FLUSH_REASONS}
     by_reason.update(stats.transfer_failures)
-    status = col["status"]
-    m_failed = measured["status"] == "failed"
-    reasons = Counter(r for r in req["reason"].to_numpy()[keep][m_failed]
-                      if isinstance(r, str))  # value_counts(): missing values left out
-    failed = status == "failed"
+    failed = col["status"] == summary_mod.FAILED
+    reasons = summary_mod.counts(req["reason"], keep & failed)  # of measured failed requests
     top.update({
         "transfer_failures": int(sum(stats.transfer_failures.values())),
         "transfer_failures_by_reason": dict(sorted(by_reason.items())),

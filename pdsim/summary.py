@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 FLUSH_REASONS = ("flush_freed_pages", "blacklisted_session")
+# a request's status, as the metrics read it: its index in STATUSES (-1: none of them)
+STATUSES = ("completed", "failed", "timed_out", "unfinished")
+COMPLETED, FAILED, TIMED_OUT, UNFINISHED = range(len(STATUSES))
 
 
 def _ms(x: float) -> float:
@@ -58,15 +65,50 @@ def nanmax(a: np.ndarray) -> float:
     return a[~nan].max() if not nan.all() else float("nan")
 
 
-# the request-table columns the metrics read, and the dtypes they have there
+def codes(values: pd.Series, names: Sequence[str]) -> np.ndarray:
+    """For each value of a column, the index of the one of ``names`` (distinct) it equals,
+    else -1: what comparing the column with each name says, as one array of small ints.
+
+    A column of pandas' pyarrow-backed strings is looked up by pyarrow in one pass (a missing
+    value equals no name), instead of each value becoming a Python object to compare with each
+    name (~450 instructions a value for the object, ~135 a comparison); any other column is
+    compared with each name."""
+    arr = values.array
+    if isinstance(arr, pd.arrays.ArrowStringArray):
+        chunks = arr.__arrow_array__()
+        found = pc.index_in(chunks, value_set=pa.array(names, type=chunks.type))
+        return pc.fill_null(found, -1).to_numpy()
+    objects = values.to_numpy()
+    out = np.full(len(objects), -1, dtype=np.int32)
+    for i, name in enumerate(names):
+        out[objects == name] = i
+    return out
+
+
+def counts(values: pd.Series, mask: np.ndarray) -> dict[str, int]:
+    """How many times each string occurs among ``values[mask]`` (missing values left out, as
+    ``value_counts()`` leaves them), in no particular order; pyarrow-backed strings are
+    counted by pyarrow, other columns by a Counter of their string objects."""
+    arr = values.array
+    if isinstance(arr, pd.arrays.ArrowStringArray):
+        found = pc.value_counts(pc.filter(arr.__arrow_array__(), pa.array(mask)))
+        return {v: n for v, n in zip(found.field(0).to_pylist(), found.field(1).to_pylist(),
+                                     strict=True) if v is not None}
+    return dict(Counter(r for r in values.to_numpy()[mask] if isinstance(r, str)))
+
+
+# the request-table columns the metrics read, and the dtypes they have there (status: codes)
 COLUMNS = {"http_status": None, "stream": bool, "t_done": None, "t_arrival": None,
-           "t_first_token": None, "output_len": None, "generated": None, "status": None,
+           "t_first_token": None, "output_len": None, "generated": None,
            "input_len": None, "prefill_tokens": None, "cached_tokens": None}
 
 
 def columns(df: pd.DataFrame) -> dict[str, np.ndarray]:
-    """The columns :func:`metrics` reads, as arrays (strings as Python objects)."""
-    return {c: df[c].to_numpy(dtype=t) for c, t in COLUMNS.items()}
+    """The columns :func:`metrics` reads, as arrays; ``status`` as the index of each
+    request's status in :data:`STATUSES` (:func:`codes`)."""
+    col = {c: df[c].to_numpy(dtype=t) for c, t in COLUMNS.items()}
+    col["status"] = codes(df["status"], STATUSES)
+    return col
 
 
 def request_metrics(df: pd.DataFrame, duration: float) -> dict:
@@ -76,7 +118,8 @@ def request_metrics(df: pd.DataFrame, duration: float) -> dict:
 
 
 def metrics(col: dict[str, np.ndarray], duration: float) -> dict:
-    """bench_serving's numbers over the request columns ``col`` (:func:`columns`).
+    """bench_serving's numbers over the request columns ``col`` (:func:`columns`: the status
+    as its index in :data:`STATUSES`).
 
     As ``python/sglang/bench_serving.py`` computes them (``async_request_sglang_generate`` and
     ``calculate_metrics``, 0.5.x): an output is a success when the HTTP status is 200, so a
@@ -111,10 +154,10 @@ def metrics(col: dict[str, np.ndarray], duration: float) -> dict:
     chunks = streamed & (ok_gen > 1)  # the ITL list: streamed text chunks
     itl = ((_nansum(t_done[ok][chunks] - ok_first[chunks]) / (ok_gen[chunks] - 1).sum())
            if chunks.any() else float("nan"))
-    failed = int(((status == "failed") | (status == "timed_out")).sum())
-    unfinished = status == "unfinished"
+    failed = int(((status == FAILED) | (status == TIMED_OUT)).sum())
+    unfinished = status == UNFINISHED
     empty = int(((generated == 0) & ~unfinished).sum())
-    done = status == "completed"
+    done = status == COMPLETED
     multi = done & (generated > 1)
     dur = duration if duration and duration > 0 else float("nan")
     looked = (col["prefill_tokens"] > 0) | (col["cached_tokens"] > 0)  # reached a prefill

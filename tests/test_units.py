@@ -347,6 +347,37 @@ def test_summary_quantiles_are_pandas_quantiles_one_by_one():
             assert _q(b, 0.99) == want[1:2] or (np.isnan(want[1]) and np.isnan(_q(b, 0.99)[0]))
 
 
+def test_summary_codes_and_counts_are_the_string_comparisons_they_replace():
+    """summary.codes gives each value the index of the name it equals (-1: none, a missing
+    value too) and summary.counts the value_counts() of the strings under a mask, for pandas'
+    pyarrow-backed strings (looked up by pyarrow) and for object columns alike: each the same
+    as comparing the column's Python objects with each name."""
+    from collections import Counter
+
+    import numpy as np
+    import pandas as pd
+
+    from pdsim.summary import codes, counts
+
+    rng = np.random.default_rng(3)
+    pool = ["completed", "failed", "timed_out", "", "failedx", "Failed", None]
+    names = ("completed", "failed", "timed_out", "unfinished")
+    for n in (0, 1, 7, 200):
+        values = [pool[i] for i in rng.integers(0, len(pool), n)]
+        mask = rng.random(n) < 0.5
+        for col in (pd.Series(values, dtype="str"), pd.Series(values, dtype=object)):
+            objects = col.to_numpy()
+            want = np.full(n, -1)
+            for i, name in enumerate(names):
+                want[objects == name] = i
+            assert np.array_equal(codes(col, names), want), (n, col.dtype)
+            assert np.array_equal(codes(col, ("failed",)) != 0, objects != "failed")
+            got = counts(col, mask)
+            assert got == Counter(v for v in objects[mask] if isinstance(v, str))
+            assert got == col[mask].value_counts().to_dict()
+    assert isinstance(pd.Series(["a"], dtype="str").array, pd.arrays.ArrowStringArray)
+
+
 def test_a_client_needs_only_its_frontend():
     """The client talks to a small interface (pdsim.client.Frontend), not the Fleet: a stub
     that answers every request after 1 s runs a bench client to the end, with at most
