@@ -114,10 +114,14 @@ class NIC:
         if not active:
             return
         n = len(active)
-        if n == 1:
-            fid, flow = next(iter(active.items()))
-        else:
-            fid, flow = min(active.items(), key=lambda kv: kv[1][0] / kv[1][1])
+        items = iter(active.items())
+        fid, flow = next(items)
+        if n > 1:  # the first write with the least time left at its own rate (as min(key))
+            least = flow[0] / flow[1]
+            for f, other in items:
+                left = other[0] / other[1]
+                if left < least:
+                    fid, flow, least = f, other, left
         delay = max(0.0, flow[0] / (flow[1] / n))
         self.env.timer(delay, _Finish(self, plan, fid))
 
@@ -128,9 +132,16 @@ class NIC:
         # (else the finishing write was alone: _advance would only move its own bytes, which
         # go with it, and the clock mark, which the next start on an idle NIC sets again)
         done = active.pop(fid)[2]
-        # writes that finish at the same instant
-        others = [k for k, f in active.items() if f[0] <= 1e-6] if active else ()
-        if not others:  # (the usual case: one write ends)
+        # writes that finish at the same instant (a loop: a list comprehension is a call)
+        others = None
+        if active:
+            for k, f in active.items():
+                if f[0] <= 1e-6:
+                    if others is None:
+                        others = [k]
+                    else:
+                        others.append(k)
+        if others is None:  # (the usual case: one write ends)
             if isinstance(done, Event):
                 done.succeed()
                 self._replan()

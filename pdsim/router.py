@@ -130,9 +130,9 @@ class MiniLB:
         process this replaces has started (see below)."""
         env = self.env
         if not started:
-            now, steps, queue = env._now, env._steps, env._queue
+            now, steps = env._now, env._steps
             if ((steps and steps[0][1] == URGENT and steps[0][0] == now)
-                    or (queue and queue[0][1] == URGENT and queue[0][0] == now)):
+                    or (env._queue_at == now and env._queue[0][1] == URGENT)):
                 # urgent events (processes not yet started) wait in this instant: the handler
                 # process would have started after those
                 urgent(env, lambda: self.generate(req, on_return, True))
