@@ -57,6 +57,44 @@ def _leader(lines: list[tuple[int, int]], i: int) -> tuple[int, int, int]:
     return ctx, b, nxt
 
 
+class Lead:
+    """A lazy lockstep group's leading context line, kept from span to span (its span ends
+    re-plan a rank or two; the others keep their lines): the line that led at a span's first
+    step and the first step another line is above it (``_leader``'s answer, 0: none ever
+    is). While that line is still one of the group's and that step is ahead, no line kept
+    since is above it, so only the lines made since (``fresh``) need checking: the same
+    leader and segment end ``_leader`` gives, or a later-starting segment's (any line
+    leading a step gives its context, so the same durations)."""
+
+    __slots__ = ("line", "until")
+
+    def __init__(self) -> None:
+        self.line: tuple[int, int] | None = None
+        self.until = -1  # (nothing kept)
+
+    def at(self, lines: list[tuple[int, int]], fresh: list[tuple[int, int]],
+           i: int) -> tuple[int, int, int]:
+        """``_leader(lines, i)``: the largest context at step ``i``, its line's ``b`` and a
+        step before which no line is above it (0: none ever is)."""
+        until = self.until
+        if (i < until or not until) and self.line in lines:
+            b, c = self.line
+            ctx = c + b * i
+            for bj, cj in fresh:
+                if cj + bj * i > ctx:
+                    break  # a new leader
+                if bj > b:
+                    t = (c - cj) // (bj - b) + 1
+                    if not until or t < until:
+                        until = t
+            else:
+                self.until = until
+                return ctx, b, until
+        ctx, b, nxt = _leader(lines, i)
+        self.line, self.until = (b, ctx - b * i), nxt
+        return ctx, b, nxt
+
+
 def _envelope(series: Callable[..., Iterator[float]], batch: float, attn: float,
               lines: list[tuple[int, int]], i: int) -> Iterator[Iterator[float]]:
     """The durations of a lockstep span's steps ``i``, ``i`` + 1, ..., segment by segment:
@@ -532,16 +570,18 @@ class DecodeRank(Rank):
         return chain((self.step_time(plan),), self._series(b, b, c + b, b))
 
     def group_durations(self, lines: list[tuple[int, int]], batches: list[int], step: int,
-                        n_ranks: int, recompute: int, stop: int = 0) -> Iterator[float]:
+                        n_ranks: int, recompute: int, stop: int = 0,
+                        lead: tuple[int, int, int] | None = None) -> Iterator[float]:
         """``span_durations`` of a lockstep group of ``n_ranks`` whose live ranks follow
         ``lines`` (``line``), for a span beginning at step ``step``: ``combine``'s rule read
         off the lines, step after step (the mean of ``batches`` over the ranks, their largest,
         the largest context: the lines' upper envelope), and in the first step only the most
         any rank recomputes, ``recompute``. ``stop``: the span ends before that step (no
         duration from it on is asked for: they may not follow the envelope), so a first
-        segment reaching it is the span's only one (the usual case); 0: no end."""
+        segment reaching it is the span's only one (the usual case); 0: no end. ``lead``:
+        the first segment's leader, if known (``Lead.at``)."""
         batch, attn = sum(batches) / n_ranks, max(batches)
-        ctx, b, nxt = _leader(lines, step)
+        ctx, b, nxt = _leader(lines, step) if lead is None else lead
         durations = self._series(batch, attn, ctx, b)
         if nxt and (nxt < stop or not stop):  # another line leads from step nxt on
             durations = chain(islice(durations, nxt - step), chain.from_iterable(
@@ -557,6 +597,12 @@ class DecodeRank(Rank):
         if series is None:
             return _decode_series(self.predictor.decode, batch, attn, ctx, grow)
         return series(batch, attn, ctx, grow)
+
+    @staticmethod
+    def lead() -> Lead:
+        """What a lazy group keeps of its lines' leader across spans (``group_durations``'
+        ``lead`` comes from its ``at``)."""
+        return Lead()
 
     @staticmethod
     def line(plan: tuple[int, int, int], step: int) -> tuple[tuple[int, int], int]:

@@ -87,7 +87,9 @@ class Stepper:
         self._lines: list = [None] * n  # (lazy) each rank's context line (None: idle)
         self._batches = [0] * n  # (lazy) each rank's batch (0: idle)
         self._due = [True] * n  # (lazy) ranks that committed and planned at the last span end
+        self._lead = None  # (lazy) the lines' leader, kept across spans (pdsim.decode.Lead)
         if self._lazy:
+            self._lead = self.ranks[0].lead()
             self._plans = [None] * n  # (lazy) each rank's last plan_step (its line's batch)
             self._own = [_IDLE] * n
         self._cursor = -1  # (lazy) the rank committing at a span's end (-1: not ending)
@@ -198,6 +200,7 @@ class Stepper:
         base = self._base
         first = base + 1  # the group step this span begins with
         recompute = 0
+        fresh = []  # the lines made here (the others are kept: Lead)
         for i, r in enumerate(ranks):
             if after and lines[i] is not None and not due[i] and r._mods == mods[i]:
                 continue  # continues its line; its own span end (a group step) holds
@@ -217,6 +220,7 @@ class Stepper:
             counted[i] = first  # (plan_step counted this plan)
             line, rec = r.line(p, first)
             lines[i] = line
+            fresh.append(line)
             batches[i] = line[0]
             if rec > recompute:
                 recompute = rec
@@ -230,8 +234,10 @@ class Stepper:
         k -= base
         self._k, self._ended, self._done = k, 0, 0
         self._t0 = now = self.env._now
+        live = list(filter(None, lines))
         self._durations = durations = ranks[0].group_durations(
-            list(filter(None, lines)), batches, first, len(ranks), recompute, first + k)
+            live, batches, first, len(ranks), recompute, first + k,
+            self._lead.at(live, fresh, first))
         self.next_end = now + next(durations)  # exactly SimPy's now + delay
         self.env.step_at(self.next_end, self)
 

@@ -233,3 +233,40 @@ def test_a_request_costs_no_process_and_few_events():
     assert res.summary["events"] / n < 2.2, res.summary["events"] / n
     steps = res.summary["decode_steps"] + res.summary["prefill_steps"]
     assert 0 < ends[0] < 0.6 * steps  # (0.47 when written)
+
+
+def test_a_kept_lead_is_the_envelope_of_the_lines(monkeypatch):
+    """pdsim.decode.Lead (a lazy group's leading line kept across spans, checked only
+    against the lines re-planned since): at each span's first step its context is the
+    largest of every line's, and its line stays the largest until the segment end it
+    gives; most spans are answered without _leader's pass over every line."""
+    import random
+
+    from pdsim import decode
+
+    leader, calls = decode._leader, []
+    monkeypatch.setattr(decode, "_leader", lambda lines, i: calls.append(1) or leader(lines, i))
+    rnd = random.Random(11)
+    spans = 0
+    for _ in range(100):
+        lead, n = decode.Lead(), rnd.choice([2, 4, 8, 8])
+        i = rnd.randint(1, 5000)
+
+        def new(i):
+            b = rnd.randint(1, 64)
+            return (b, 200_000 + rnd.randint(-3000, 3000) - b * i)
+
+        lines = [new(i) for _ in range(n)]
+        fresh = list(lines)
+        for _ in range(30):
+            ctx, b, nxt = lead.at(lines, fresh, i)
+            spans += 1
+            assert ctx == max(c + bj * i for bj, c in lines) and (not nxt or nxt > i)
+            for j in range(i + 1, min(nxt, i + 60) if nxt else i + 60):
+                assert ctx + b * (j - i) == max(c + bj * j for bj, c in lines)
+            i += rnd.randint(1, 40)
+            fresh = []
+            for k in rnd.sample(range(n), rnd.choice([0, 0, 1, 2])):  # ranks re-planned
+                lines[k] = new(i)
+                fresh.append(lines[k])
+    assert len(calls) < spans / 2
