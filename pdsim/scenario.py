@@ -26,10 +26,10 @@ capped and escaped (:func:`pdsim.safeio.echo`). Numeric fields use the aliases b
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import os
-from collections.abc import Callable, Iterator
+import pickle
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -748,9 +748,12 @@ def _prescan(text: str, loader: type) -> None:
             depth -= 1
 
 
-# Documents parsed before, by their text (an LRU of a few): a sweep, an exploration or the
-# benchmark loads the same files again and again, and a deep copy costs a fraction of a parse
-_PARSED: dict[str, Any] = {}
+# Documents parsed before, by their text (an LRU of a few), pickled: a sweep, an exploration or
+# the benchmark loads the same files again and again, and unpickling costs a fraction of a
+# parse (and a quarter of a deep copy). A safe-loaded document holds only what pickle restores
+# as deepcopy copies it: dicts, lists, sets, strings, bytes, numbers (every float bit for bit),
+# booleans, None and dates, with shared and recursive nodes (YAML aliases) kept shared.
+_PARSED: dict[str, bytes] = {}
 _PARSED_MAX = 16
 
 
@@ -759,14 +762,14 @@ def parse_yaml(text: str, what: str) -> Any:
     size and alias expansion, no duplicate keys and no over-long integers; errors are one
     line. The result is the caller's own (a copy when the text was parsed before)."""
     if text in _PARSED:
-        doc = _PARSED.pop(text)
-        _PARSED[text] = doc  # most recently used last
-        return copy.deepcopy(doc)
+        blob = _PARSED.pop(text)
+        _PARSED[text] = blob  # most recently used last
+        return pickle.loads(blob)
     doc = _parse_yaml(text, what)
     if len(text) <= MAX_FILE_BYTES:
         if len(_PARSED) >= _PARSED_MAX:
             del _PARSED[next(iter(_PARSED))]
-        _PARSED[text] = copy.deepcopy(doc)
+        _PARSED[text] = pickle.dumps(doc, pickle.HIGHEST_PROTOCOL)
     return doc
 
 
@@ -1037,19 +1040,33 @@ def _format_error(err: ValidationError, prefix: tuple = ()) -> str:
     return f"invalid value at '{path or '<top>'}': {msg}{shown}{more}"
 
 
-def _sections(model: BaseModel, path: str) -> Iterator[tuple[Strict, str]]:
-    """Every section of a validated scenario, children before parents, with its key path."""
-    for name in type(model).model_fields:
+def _sections(model: BaseModel, path: str, out: list[tuple[Strict, str]]) -> None:
+    """Append every section of a validated scenario to ``out``, children before parents,
+    with its key path. (A list, not a generator: each section would otherwise pass through
+    a generator per level above it; a scenario is validated once plus once per end of each
+    declared unknown's range, pdsim.unknowns.finish.)"""
+    for name in _field_names(type(model)):
         value = getattr(model, name)
-        sub = f"{path}.{name}" if path else name
         if isinstance(value, Strict):
-            yield from _sections(value, sub)
+            _sections(value, f"{path}.{name}" if path else name, out)
         elif isinstance(value, list):
+            sub = f"{path}.{name}" if path else name
             for i, item in enumerate(value):
                 if isinstance(item, Strict):
-                    yield from _sections(item, f"{sub}.{i}")
+                    _sections(item, f"{sub}.{i}", out)
     if isinstance(model, Strict):
-        yield model, path
+        out.append((model, path))
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type[BaseModel]) -> tuple[str, ...]:
+    """``cls.model_fields``' names, read once per class (a pydantic class property)."""
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(cls.model_fields)
+    return names
 
 
 def _invalid(err: Invalid, prefix: str) -> ScenarioError:
@@ -1060,18 +1077,20 @@ def _invalid(err: Invalid, prefix: str) -> ScenarioError:
 
 def check(sc: Scenario, ctx: Context) -> Scenario:
     """Steps 4-5: cross-field checks of every section, then the registered load-time checks."""
-    plain = Context(ctx.base_dir, ctx.root, ctx.allow_outside)
-    for section, path in _sections(sc, ""):
+    base, root, outside = ctx.base_dir, ctx.root, ctx.allow_outside
+    sections: list[tuple[Strict, str]] = []
+    _sections(sc, "", sections)
+    for section, path in sections:
         try:
-            section.check(dataclasses.replace(plain, scenario=sc, path=path))
+            section.check(Context(base, root, outside, sc, path))
         except Invalid as err:
             raise _invalid(err, path) from None
     for fn in _LOAD_CHECKS:
         try:
-            fn(sc, dataclasses.replace(plain, scenario=sc))
+            fn(sc, Context(base, root, outside, sc))
         except Invalid as err:
             raise _invalid(err, "") from None
-    sc._context = plain
+    sc._context = Context(base, root, outside)
     return sc
 
 

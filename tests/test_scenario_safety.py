@@ -300,3 +300,36 @@ def test_command_line_mistakes_are_one_line(argv, hint, a_file, capsys):
     cap = capsys.readouterr()
     assert cap.out == "" and cap.err.count("\n") == 1 and "Traceback" not in cap.err
     assert hint in cap.err, cap.err
+
+
+def test_a_document_parsed_again_is_a_fresh_copy_of_the_first_parse():
+    """scenario.parse_yaml keeps documents it parsed (pickled) and hands out copies: a second
+    parse of the same text is equal to the first to every float bit, with YAML aliases still
+    shared (as a deep copy keeps them), and none of its objects is the first parse's or the
+    cache's (a caller may edit its document)."""
+    import math
+    import struct
+
+    from pdsim import scenario
+
+    text = ("a: &x {k: [1, 2.5, .nan, -0.0, 1e308, 12345678901234567890]}\nb: *x\n"
+            "c: !!set {p, q}\nd: 2026-11-30\ne: !!binary aGk=\nf: [true, null, 'z']\n"
+            "g: 0.1\n")
+    scenario._PARSED.pop(text, None)
+    first = scenario.parse_yaml(text, "t")
+    second = scenario.parse_yaml(text, "t")
+    third = scenario.parse_yaml(text, "t")
+
+    def bits(v):
+        return struct.pack("<d", v) if isinstance(v, float) else v
+
+    for doc in (second, third):
+        assert doc.keys() == first.keys()
+        assert [bits(v) for v in doc["a"]["k"]] == [bits(v) for v in first["a"]["k"]]
+        assert math.isnan(doc["a"]["k"][2]) and math.copysign(1, doc["a"]["k"][3]) == -1
+        assert {k: doc[k] for k in "cdefg"} == {k: first[k] for k in "cdefg"}
+        assert doc["a"] is doc["b"] and doc["a"] is not first["a"]
+        assert doc["a"]["k"] is not first["a"]["k"] and doc["f"] is not first["f"]
+    assert second["a"] is not third["a"]
+    second["a"]["k"].append(0)
+    assert len(scenario.parse_yaml(text, "t")["a"]["k"]) == 6
