@@ -93,6 +93,7 @@ class Stepper:
             self._plans = [None] * n  # (lazy) each rank's last plan_step (its line's batch)
             self._own = [_IDLE] * n
         self._cursor = -1  # (lazy) the rank committing at a span's end (-1: not ending)
+        self.halted = 0  # how many of its ranks are halted (Rank.halt and resume count them)
         # a solo rank wakes its stepper with a plain link where a SimPy event was scheduled
         # (same id drawn at the same moment; the stepper was its event's only waiter)
         self._wake_link = Link(env, self._go)
@@ -140,11 +141,12 @@ class Stepper:
             self.env.step_at(self.next_end, self)
             return
         ranks = self.ranks
-        for r in ranks:
-            if r.halted:
-                self._k = 0
-                r._resumed.callbacks.append(self._wake_up)
-                return
+        if self.halted:  # (how many of its ranks are: Rank.halt)
+            for r in ranks:
+                if r.halted:
+                    self._k = 0
+                    r._resumed.callbacks.append(self._wake_up)
+                    return
         if self._lazy:
             self._go_lazy(after)
             return
@@ -202,7 +204,8 @@ class Stepper:
         recompute = 0
         fresh = []  # the lines made here (the others are kept: Lead)
         for i, r in enumerate(ranks):
-            if after and lines[i] is not None and not due[i] and r._mods == mods[i]:
+            # (not due: it had a plan, so a line, at the span's end, _lazy_end)
+            if not due[i] and after and r._mods == mods[i]:
                 continue  # continues its line; its own span end (a group step) holds
             # one that committed at the span's end owes nothing, nor one idle; one that did
             # not may (the group waking after a halt of one of its ranks: test_lockstep)

@@ -104,12 +104,16 @@ class Rank:
         if not self.halted:
             self._catch_up()
             self.halted = True
+            if self.stepper is not None:
+                self.stepper.halted += 1
             self._resumed = self.env.event()
             self._changed()
 
     def resume(self) -> None:
         if self.halted:
             self.halted = False
+            if self.stepper is not None:
+                self.stepper.halted -= 1
             ev, self._resumed = self._resumed, None
             ev.succeed()
             self._kick()
