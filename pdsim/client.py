@@ -198,16 +198,31 @@ class BenchClient(Client):
             timer_at(self.env, self.t0 + self._at[k], self, self._timer_ids + i)
 
     def tick(self) -> None:
-        """The next prompt's arrival timer (a plain heap entry under its reserved id)."""
-        k = self._later[self._next_timer]
-        self._next_timer += 1
-        self._arm_next()
-        # the granted slot resumed its prompt one step later
-        if not self._limited or self._take_slot(k):
-            if self.env.due_now():
-                self._sender(k)
-            else:  # nothing else is due this instant and this step does nothing more
-                self._send(k)
+        """The next prompt's arrival timer (a plain heap entry under its reserved id).
+
+        Prompts arriving at this same instant after it (a trace's rows share timestamps:
+        ~10 a row on the conversation trace) arrive in this step too, without timers of
+        their own: each one's timer would have had the next id of the block, so nothing else
+        sorts between them, and an arrival's step makes nothing that sorts ahead of the next
+        one (a slot, a send link drawn now; no id drawn otherwise). Their ids stay reserved."""
+        later, at, t0 = self._later, self._at, self.t0
+        i, n = self._next_timer, len(later)
+        now = self.env._now
+        while True:
+            k = later[i]
+            i += 1
+            more = i < n and t0 + at[later[i]] == now  # the next arrival is due now too
+            if not more:
+                self._next_timer = i
+                self._arm_next()
+            # the granted slot resumed its prompt one step later
+            if not self._limited or self._take_slot(k):
+                if more or self.env.due_now():
+                    self._sender(k)
+                else:  # nothing else is due this instant and this step does nothing more
+                    self._send(k)
+            if not more:
+                return
 
     def _take_slot(self, k: int) -> bool:
         """A free slot now, or the end of the queue for one (FIFO)."""

@@ -112,3 +112,40 @@ def test_trace_lines_scanned_directly_read_as_decoded_line_by_line(tmp_path):
                 trace._parse(trace._key(path), 10)
             continue
         assert list(trace._parse(trace._key(path), 10)) == want, line
+
+
+def _one_arrival_a_step(self):
+    """BenchClient.tick as it was before same-instant arrivals shared a step: each prompt's
+    arrival is a heap entry of its own (the reference)."""
+    k = self._later[self._next_timer]
+    self._next_timer += 1
+    self._arm_next()
+    if not self._limited or self._take_slot(k):
+        if self.env.due_now():
+            self._sender(k)
+        else:
+            self._send(k)
+
+
+@pytest.mark.parametrize("client", [{}, {"max_concurrency": 3}])
+def test_prompts_arriving_at_one_instant_arrive_in_one_step(tmp_path, monkeypatch, client):
+    """Trace rows sharing a timestamp arrive in the first one's step (BenchClient.tick): the
+    same outputs as one heap entry per arrival, with one entry per instant instead."""
+    from golden import digest
+
+    from pdsim.client import BenchClient
+
+    path = tmp_path / "t.jsonl"
+    stamps = [0, 0, 150, 150, 150, 151, 400, 400, 400, 400, 401, 900, 900]
+    with open(path, "w") as f:
+        for i, ts in enumerate(stamps):
+            f.write(json.dumps({"timestamp": ts, "input_length": 700 + 50 * i,
+                                "output_length": 6, "hash_ids": [1, 2 + i % 4]}) + "\n")
+    shared = pdsim.run(_trace_fleet(path, **client), allow_outside_paths=True)
+    monkeypatch.setattr(BenchClient, "tick", _one_arrival_a_step)
+    apart = pdsim.run(_trace_fleet(path, **client), allow_outside_paths=True)
+    assert digest(shared) == digest(apart)
+    assert shared.summary["completed_requests"] == len(stamps)
+    # arrivals after the first instant's (those go out at the start): 11 timers before,
+    # one per later instant now (150, 151, 400, 401, 900)
+    assert apart.sim_entries - shared.sim_entries == 11 - 5
