@@ -276,7 +276,7 @@ class OperatorPredictor:
         pk = self.pk_w if peak is None else peak
         compute = 2 * params * (tokens + self.half) / pk
         memory = params * wb / self.bw
-        return max(compute, memory)
+        return memory if memory > compute else compute  # max(compute, memory)
 
     def experts_touched(self, tokens: float) -> float:
         """Distinct experts (of all E) a batch of ``tokens`` routes to, balanced routing."""
@@ -298,7 +298,7 @@ class OperatorPredictor:
             assigned = assigned / self.layout.ep * self.layout.imbalance
         compute = 2 * self.expert_w * (assigned + self.half * touched) / self.pk_w
         memory = touched * self.expert_w * self.wb / self.bw
-        return max(compute, memory)
+        return memory if memory > compute else compute  # max(compute, memory)
 
     def allreduce(self, tokens: float) -> float:
         if self.ar_factor == 0 or tokens <= 0:
