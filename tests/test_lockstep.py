@@ -233,3 +233,21 @@ def test_growths_booked_in_one_go_keep_the_pool_exact(monkeypatch):
     res = pdsim.run(d)
     assert res.summary["retractions"] > 0
     assert seen["passes"] > 100 and seen["orphans"] > 0  # (an orphan: the flush freed pages)
+
+
+def test_a_recorded_group_follows_the_whole_envelope_of_its_lines():
+    """A recorded DP-attention group (record_steps: not lazy) plans every rank at each span
+    end and takes a span's durations from the whole envelope of its ranks' context lines
+    (group_durations without stop); a lazy one only up to its span's end. With 8 ranks
+    whose lines cross within spans, both give the same requests and summary (fails when
+    the recorded group's durations stop following the envelope at the first crossing)."""
+    import copy
+
+    import golden
+
+    d = copy.deepcopy(golden.EXTRA["small_poisson"])
+    d["fleet"]["decode"].update(dp=8, tp=8, dp_attention=True)
+    lazy, recorded = pdsim.run(copy.deepcopy(d)), pdsim.run(d, record_steps=True)
+    assert lazy.requests.equals(recorded.requests)
+    assert lazy.summary == recorded.summary
+    assert lazy.summary["completed_requests"] > 100
