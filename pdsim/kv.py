@@ -154,7 +154,9 @@ class PrefixCache:
         pop, epoch = blocks.popitem, alloc.epoch
         free = alloc.capacity - alloc.used
         if free < need_pages and epoch == self._epoch:  # no orphans: each block frees n pages
-            k = min(-(-(need_pages - free) // n), len(blocks))
+            k = -(-(need_pages - free) // n)
+            if len(blocks) < k:  # (min(k, len(blocks)), without the builtin's call)
+                k = len(blocks)
             for b in list(islice(blocks, k)):  # the k least recent (popitem(False) k times,
                 del blocks[b]  # which costs ~25% more per block)
             free += k * n

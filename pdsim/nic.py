@@ -68,8 +68,9 @@ class NIC:
         frac = nbytes / self.saturation
         if frac >= 1:  # (the usual: a write at least saturation bytes long reaches the peak)
             cap = self._full
-        else:  # utilisation(nbytes), inline
-            cap = self.rate * self._factor * max(self.min_util, self.peak_util * frac)
+        else:  # utilisation(nbytes), inline (its max as a comparison: the builtin costs ~7x)
+            util = self.peak_util * frac
+            cap = self.rate * self._factor * (util if util > self.min_util else self.min_util)
         active[fid] = flow = [float(nbytes), cap, done]
         if idle:  # (what _replan does for one write: it alone finishes first, at full share)
             self._plan = plan = self._plan + 1
@@ -122,7 +123,9 @@ class NIC:
                 left = other[0] / other[1]
                 if left < least:
                     fid, flow, least = f, other, left
-        delay = max(0.0, flow[0] / (flow[1] / n))
+        delay = flow[0] / (flow[1] / n)
+        if not delay > 0.0:  # max(0.0, delay), without the builtin's call (~7x the cost)
+            delay = 0.0
         self.env.timer(delay, _Finish(self, plan, fid))
 
     def _finish(self, fid: int) -> None:

@@ -154,7 +154,8 @@ class PrefillRank(Rank):
                 continue
             if self.cache is not None and req.blocks:
                 hit = self.cache.match(req.blocks) * self.cache.block_tokens
-                req.cached_tokens = min(hit, req.input_len - 1)
+                most = req.input_len - 1  # min(hit, most), without the builtin's call
+                req.cached_tokens = most if most < hit else hit
             n = self._take(req, budget)
             if not n:
                 break
