@@ -48,13 +48,18 @@ def _leader(lines: list[tuple[int, int]], i: int) -> tuple[int, int, int]:
         v = cj + bj * i
         if v > ctx or (v == ctx and bj > b):
             ctx, b, c = v, bj, cj
-    nxt = 0
+    return ctx, b, _overtaken(b, c, lines, 0)
+
+
+def _overtaken(b: int, c: int, lines: list[tuple[int, int]], nxt: int) -> int:
+    """The first step one of ``lines`` steeper than the line ``(b, c)`` is above it, if
+    before ``nxt`` (else ``nxt``; 0: none ever is)."""
     for bj, cj in lines:
         if bj > b:
             t = (c - cj) // (bj - b) + 1
             if not nxt or t < nxt:
                 nxt = t
-    return ctx, b, nxt
+    return nxt
 
 
 class Lead:
@@ -83,12 +88,8 @@ class Lead:
             for bj, cj in fresh:
                 if cj + bj * i > ctx:
                     break  # a new leader
-                if bj > b:
-                    t = (c - cj) // (bj - b) + 1
-                    if not until or t < until:
-                        until = t
             else:
-                self.until = until
+                self.until = until = _overtaken(b, c, fresh, until)
                 return ctx, b, until
         ctx, b, nxt = _leader(lines, i)
         self.line, self.until = (b, ctx - b * i), nxt
@@ -325,8 +326,8 @@ class DecodeRank(Rank):
 
     def _sync(self, req: Request) -> None:
         """``generated`` is counted lazily: tokens at joining plus the steps since. (The
-        same count is written inline, marked ``# generated``, in ``_retract_for``,
-        ``_grow_due`` and ``_growth_steps``.)"""
+        same count is written inline, marked ``# generated``, in ``_retract_for``; growths
+        need no count: their steps come from ``Request.full_at``, set in ``_join``.)"""
         req.generated = req.gen_at_join + (self.step - req.join_step)
 
     def sync_running(self) -> None:
