@@ -19,6 +19,8 @@ import argparse
 import json
 from pathlib import Path
 
+from speed import scheduled  # benchmarks/ is this script's directory
+
 COLUMNS = (  # (heading, key, format)
     ("all/req", "sched_per_req", "{:.1f}"),
     ("wall s", "wall_s", "{:.3g}"),
@@ -35,10 +37,7 @@ def _load(paths: list[Path]) -> dict[str, dict]:
         for line in path.read_text().splitlines():
             if line.strip().startswith("{"):
                 m = json.loads(line)
-                m["sched_per_req"] = (m["events"] + m.get("entries", m.get("step_entries", 0)
-                                                         + m.get("chain_entries", 0)
-                                                         + m.get("timer_entries", 0))
-                                      ) / m["requests"]
+                m["sched_per_req"] = scheduled(m) / m["requests"]
                 # per request in CPU time, as the choice below (a run's wall time can carry
                 # another tenant's load its CPU time does not)
                 m["cpu_us_per_req"] = 1e6 * m["cpu_s"] / m["requests"]

@@ -168,8 +168,9 @@ def _in_child(workload: str, repeat: int, profile: bool) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _scheduled(m: dict) -> int:
-    """SimPy events plus plain heap entries: everything the run scheduled."""
+def scheduled(m: dict) -> int:
+    """SimPy events plus plain heap entries: everything the run scheduled (also read by
+    compare.py)."""
     return m["events"] + _entries(m)
 
 
@@ -186,7 +187,7 @@ COLUMNS = (  # (header, width, format of the row's value)
     ("events", 11, lambda m: f"{m['events']:>11}"),
     ("ev/req", 8, lambda m: f"{m['events_per_req']:>8.1f}"),
     ("entries/req", 12, lambda m: f"{_entries(m) / m['requests']:>12.1f}"),
-    ("sched/req", 10, lambda m: f"{_scheduled(m) / m['requests']:>10.1f}"),
+    ("sched/req", 10, lambda m: f"{scheduled(m) / m['requests']:>10.1f}"),
     ("wall s", 9, lambda m: f"{m['wall_s']:>9.3f}"),
     ("cpu s", 8, lambda m: f"{m['cpu_s']:>8.3f}"),
     ("us/req", 8, lambda m: f"{m['us_per_req']:>8.0f}"),

@@ -235,6 +235,22 @@ def test_a_request_costs_no_process_and_few_events():
     assert 0 < ends[0] < 0.6 * steps  # (0.47 when written)
 
 
+def test_a_request_at_t0_reaches_prefill_after_the_processes_started_then():
+    """The router's handler process, replaced by plain entries (pdsim.router.MiniLB.generate),
+    would have started after the processes still waiting to start at that instant (SimPy runs
+    URGENT Initialize events first). At t=0 the sampler is one of them: with a router that
+    adds no latency, its t=0 sample sees the warm-up request that arrived at t=0 not yet
+    queued at the prefill. Without the router's check for urgent events on SimPy's queue the
+    request is dispatched inline, before the sampler's first step, and the sample counts it
+    (review 6, finding 2: nothing else failed with the check deleted)."""
+    res = pdsim.run("scenarios/healthy.yaml", sets=["router.http_latency_ms=0"])
+    assert (res.requests.t_arrival == 0.0).any()  # a request does arrive at the sample's instant
+    first = res.timeseries.iloc[0]
+    assert first.time == 0.0
+    assert first.prefill_queue == 0 and first.decode_transfer == 0
+    assert res.timeseries.prefill_queue.iloc[1] > 0  # (the gauge does count queued requests)
+
+
 def test_a_kept_lead_is_the_envelope_of_the_lines(monkeypatch):
     """pdsim.decode.Lead (a lazy group's leading line kept across spans, checked only
     against the lines re-planned since): at each span's first step its context is the
