@@ -145,6 +145,9 @@ class DecodeRank(Rank):
         # its context d >= 0 tokens past its pages, P - 1 - d steps. So L steps hold at most
         # 1 + (L - 1) // (P - 1 - lag) of its growths, ``lag`` the largest d so far; a
         # request that grows sooner (none should) sets ``_late`` (span_steps then walks).
+        # ``_late`` is a safeguard no test reaches: were a request ever to grow sooner (a
+        # growth booked after its step), the bound would not hold, so span_steps walks the
+        # growths instead of trusting it (the same span, found more slowly).
         self._block_tokens = self.growth_pages * self.alloc.page_size
         self._lag = 0
         self._late = False

@@ -45,8 +45,11 @@ class NIC:
 
     def utilisation(self, nbytes: float) -> float:
         """Share of line rate one write of this size reaches alone (small writes do worse)."""
-        frac = min(1.0, nbytes / self.saturation)
-        return max(self.min_util, self.peak_util * frac) if frac < 1 else self.peak_util
+        frac = nbytes / self.saturation
+        if frac >= 1:
+            return self.peak_util
+        util = self.peak_util * frac  # (the larger of it and min_util; ``start`` inlines this)
+        return util if util > self.min_util else self.min_util
 
     def write(self, nbytes: float) -> simpy.Event:
         """Start writing ``nbytes``; the event succeeds when the last byte is out."""
