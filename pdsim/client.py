@@ -28,7 +28,7 @@ class Frontend(Protocol):
     """
 
     def new_request(self, client: str, kind: str, input_len: int, output_len: int,
-                    stream: bool, blocks: tuple[int, ...] | None, question: int,
+                    stream: bool, blocks: tuple[int, ...] | range | None, question: int,
                     attempt: int) -> Request: ...
 
     def generate(self, req: Request, on_return: Callable[[Request], None]) -> None:
@@ -84,7 +84,7 @@ class Client:
         return max(0, self.planned - self.sent)
 
     def send(self, kind: str, input_len: int, output_len: int, stream: bool,
-             on_return: Callable[[Request], None], blocks: tuple[int, ...] | None = None,
+             on_return: Callable[[Request], None], blocks: tuple[int, ...] | range | None = None,
              question: int = -1, attempt: int = 0) -> Request:
         front = self.frontend
         req = front.new_request(self.name, kind, input_len, output_len, stream, blocks,
@@ -113,11 +113,12 @@ class BenchClient(Client):
         n = self.cfg.num_prompts
         ins, outs = random_lengths(self.rngs["lengths"], n, ds.input_len, ds.output_len,
                                    ds.range_ratio, ds.output_distribution)
-        # random prompts share no prefix blocks, within a client or across clients
+        # random prompts share no prefix blocks, within a client or across clients: each
+        # prompt's are a range, which the prefix cache keeps as one private run (kv.PrefixCache)
         base = (self.index + 1) << 40
         blocks_per = math.ceil(ds.input_len / 512)
         return [{"input": i, "output": o,
-                 "blocks": tuple(range(base + k * blocks_per, base + (k + 1) * blocks_per))}
+                 "blocks": range(base + k * blocks_per, base + (k + 1) * blocks_per)}
                 for k, (i, o) in enumerate(zip(ins.tolist(), outs.tolist(), strict=True))]
 
     def _arrivals(self, prompts: list[dict]) -> np.ndarray:

@@ -220,7 +220,7 @@ class Fleet:
         return _Frontend(self.new_request, self.router.generate, self.router.flush, self.log)
 
     def new_request(self, client: str, kind: str, input_len: int, output_len: int,
-                    stream: bool, blocks: tuple[int, ...] | None, question: int,
+                    stream: bool, blocks: tuple[int, ...] | range | None, question: int,
                     attempt: int) -> Request:
         req = Request(self.env, len(self.requests), client, kind, input_len, output_len, stream,
                       blocks, question, attempt)

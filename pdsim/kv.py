@@ -88,6 +88,16 @@ class PageAllocator:
         self.epoch += 1
 
 
+class _Run:
+    """A prompt's private blocks in a :class:`PrefixCache`: one LRU entry for all of them."""
+
+    __slots__ = ("ids", "left")
+
+    def __init__(self, ids: range, left: int) -> None:
+        self.ids = ids
+        self.left = left  # how many of its blocks are still cached: its last ``left``
+
+
 class PrefixCache:
     """LRU over prefix blocks (radix cache at block granularity).
 
@@ -95,6 +105,13 @@ class PrefixCache:
     leading blocks of a prompt are cached. Every block holds ``block_pages`` pages, so the
     cache keeps, per block, only the allocator epoch its pages were taken in (a holding
     from before a flush is an orphan: evicting it frees nothing).
+
+    A prompt's blocks given as a ``range`` are private: no other prompt has any of them, and
+    they are inserted once (pdsim.client's random prompts). Inserted, they are the most recent
+    blocks, in order, and no look-up ever moves one of them again, so they stay together in
+    the LRU order and leave it from their first on: the cache keeps them as one entry (a
+    ``_Run``, with how many of its last blocks are left) instead of one per block, with the
+    same evictions, use and peak (tests/test_units.py compares it block by block).
     """
 
     def __init__(self, allocator: PageAllocator, block_tokens: int) -> None:
@@ -105,10 +122,24 @@ class PrefixCache:
         # the allocator epoch of every cached block's pages until a flush (reset) leaves
         # orphans: while the allocator is still in it, evicting a block frees block_pages
         self._epoch = allocator.epoch
+        self.runs = 0  # how many ``blocks`` keys are _Runs
 
     @property
     def pages(self) -> int:
-        return len(self.blocks) * self.block_pages
+        n = len(self.blocks)
+        if self.runs:
+            n += sum(r.left - 1 for r in self.blocks if type(r) is _Run)
+        return n * self.block_pages
+
+    def cached(self) -> list[int]:
+        """The cached block ids, least recent first (a run's as the blocks it stands for)."""
+        out: list[int] = []
+        for b in self.blocks:
+            if type(b) is _Run:
+                out.extend(b.ids[len(b.ids) - b.left:])
+            else:
+                out.append(b)
+        return out
 
     def match(self, block_ids: tuple[int, ...]) -> int:
         n = 0
@@ -120,10 +151,13 @@ class PrefixCache:
             n += 1
         return n
 
-    def insert(self, block_ids: tuple[int, ...]) -> None:
+    def insert(self, block_ids: tuple[int, ...] | range) -> None:
+        if type(block_ids) is range and self._insert_run(block_ids):
+            return
         blocks, alloc, need = self.blocks, self.alloc, self.block_pages
         move, epoch, capacity = blocks.move_to_end, alloc.epoch, alloc.capacity
         clean = epoch == self._epoch  # no orphans (see evict)
+        runs = self.runs  # (evictions only lower it)
         used = alloc.used  # (kept here between evictions: allocations only add to it)
         for b in block_ids:
             if b in blocks:
@@ -133,7 +167,10 @@ class PrefixCache:
                 if used > alloc.peak:  # (a high point: evictions come next)
                     alloc.peak = used
                 if clean and blocks and used <= capacity:  # evict(need), inline: the least
-                    blocks.popitem(False)  # recent block's pages are the ones missing
+                    if runs:  # recent block's pages are the ones missing
+                        self._drop(1)
+                    else:
+                        blocks.popitem(False)
                     used -= need
                     if used < 0:
                         raise KVError("pages in use went negative")
@@ -148,21 +185,82 @@ class PrefixCache:
             alloc.peak = used
         alloc.used = used
 
-    def evict(self, need_pages: int) -> bool:
-        """Evict LRU blocks until ``need_pages`` are free; False if the cache cannot give them."""
-        alloc, blocks, n = self.alloc, self.blocks, self.block_pages
-        pop, epoch = blocks.popitem, alloc.epoch
-        free = alloc.capacity - alloc.used
-        if free < need_pages and epoch == self._epoch:  # no orphans: each block frees n pages
-            k = -(-(need_pages - free) // n)
+    def _insert_run(self, ids: range) -> bool:
+        """Insert a prompt's private blocks (see the class docstring) as one run: what
+        inserting them block by block does, when no cached block is an orphan (else False:
+        the caller inserts them block by block). Each that does not fit takes the place of the
+        least recent block, the run's own first ones once the older ones are gone."""
+        alloc, need = self.alloc, self.block_pages
+        used, capacity = alloc.used, alloc.capacity
+        if alloc.epoch != self._epoch or used > capacity:
+            return False
+        m = len(ids)
+        fit = (capacity - used) // need  # blocks that fit without evicting
+        if fit < m:
+            dropped = self._drop(m - fit)  # (each frees one block's pages)
+            if dropped < m - fit:  # no older block left: the run's own first ones went
+                m = fit + dropped
+            used -= dropped * need
+        if m:
+            self.blocks[_Run(ids, m)] = alloc.epoch
+            self.runs += 1
+            used += m * need
+        # (the highest use: the blocks that fit, then one block's pages out and in per block)
+        if used > alloc.peak:
+            alloc.peak = used
+        alloc.used = used
+        return True
+
+    def _drop(self, k: int) -> int:
+        """Drop the ``k`` least recent blocks (fewer if fewer are cached); returns how many.
+        The caller frees their pages (none are orphans)."""
+        blocks = self.blocks
+        if not self.runs:
             if len(blocks) < k:  # (min(k, len(blocks)), without the builtin's call)
                 k = len(blocks)
             for b in list(islice(blocks, k)):  # the k least recent (popitem(False) k times,
                 del blocks[b]  # which costs ~25% more per block)
-            free += k * n
-        while free < need_pages and blocks:
-            if pop(last=False)[1] == epoch:  # (alloc.release of the block's pages)
-                free += n
+            return k
+        dropped = 0
+        while dropped < k and blocks:
+            b = next(iter(blocks))
+            if type(b) is _Run:
+                take = k - dropped
+                if take < b.left:
+                    b.left -= take
+                    return k
+                take = b.left
+                self.runs -= 1
+            else:
+                take = 1
+            del blocks[b]
+            dropped += take
+        return dropped
+
+    def evict(self, need_pages: int) -> bool:
+        """Evict LRU blocks until ``need_pages`` are free; False if the cache cannot give them."""
+        alloc, blocks, n = self.alloc, self.blocks, self.block_pages
+        epoch = alloc.epoch
+        free = alloc.capacity - alloc.used
+        if free < need_pages and epoch == self._epoch:  # no orphans: each block frees n pages
+            free += self._drop(-(-(need_pages - free) // n)) * n
+        while free < need_pages and blocks:  # orphans: a block frees pages if it is not one
+            b, e = blocks.popitem(last=False)
+            if type(b) is not _Run:
+                if e == epoch:  # (alloc.release of the block's pages)
+                    free += n
+                continue
+            self.runs -= 1
+            if e == epoch:  # (a run is inserted without orphans, so is one here; but if not)
+                want = -(-(need_pages - free) // n)
+                if want < b.left:  # the rest of it stays, at the front
+                    b.left -= want
+                    blocks[b] = e
+                    blocks.move_to_end(b, last=False)
+                    self.runs += 1
+                    free += want * n
+                else:
+                    free += b.left * n
         alloc.used = alloc.capacity - free
         if alloc.used < 0:
             raise KVError("pages in use went negative")
@@ -171,4 +269,5 @@ class PrefixCache:
     def reset(self) -> None:
         """Flush: drop every block (their pages are freed by the allocator reset)."""
         self.blocks.clear()
+        self.runs = 0
         self._epoch = self.alloc.epoch

@@ -162,7 +162,7 @@ class Request:
 
     def __init__(self, env: simpy.Environment, rid: int, client: str, kind: str,
                  input_len: int, output_len: int, stream: bool,
-                 blocks: tuple[int, ...] | None = None, question: int = -1,
+                 blocks: tuple[int, ...] | range | None = None, question: int = -1,
                  attempt: int = 0) -> None:
         self.rid = rid
         self.client = client

@@ -479,6 +479,50 @@ def test_prefix_cache_evicts_as_block_by_block_without_orphans(ops):
         assert seen[: len(seen) // 2] == seen[len(seen) // 2:]
 
 
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("pimefgo"), st.lists(st.integers(0, 12), max_size=6),
+                          st.integers(0, 9)), max_size=40),
+       st.sampled_from([1, 2, 3]))
+def test_a_private_run_is_cached_as_its_blocks_one_by_one(ops, block_tokens):
+    """A prompt's private blocks given as a range (one LRU entry, kv._Run) leave the cache
+    block by block exactly as the same ids given as a tuple do: the same blocks in the same
+    LRU order, use, peak, matches and evictions, mixed with shared blocks, outside
+    allocations, flushes and orphans. Fails if a run's insert evicted whole runs, or kept its
+    first blocks instead of its last, or counted the peak after the evictions only."""
+    caches = []
+    for private in (True, False):
+        a = PageAllocator(12, page_size=1)
+        caches.append((PrefixCache(a, block_tokens=block_tokens), a, [], private))
+    fresh = 100  # private ids: never inserted twice, never looked up
+    for op, ids, n in ops:
+        seen = []
+        run = range(fresh, fresh + n)
+        fresh += n
+        for c, a, held, private in caches:
+            if op == "p":
+                c.insert(run if private else tuple(run))
+            elif op == "i":
+                c.insert(tuple(dict.fromkeys(ids)))
+            elif op == "m":
+                seen.append(c.match(tuple(ids)))
+            elif op == "e":
+                seen.append(c.evict(n))
+            elif op == "g":
+                p = a.alloc(n % 7)
+                if p is not None:
+                    held.append(p)
+            elif op == "o":  # the allocator's reset alone: the cached blocks become orphans
+                a.reset()
+            elif held and n % 2:
+                a.release(held.pop())
+            else:  # a flush
+                a.reset()
+                c.reset()
+            seen.append((c.cached(), c.pages, a.used, a.peak))
+        assert seen[: len(seen) // 2] == seen[len(seen) // 2:]
+        assert caches[1][0].runs == 0 and list(caches[1][0].blocks) == caches[1][0].cached()
+
 def test_the_gauges_are_in_the_order_their_names_say():
     """Fleet.gauges returns the time series' gauges as a tuple in the order of fleet.GAUGES
     (the sampler's columns): each value is the gauge its name says, at instants through
