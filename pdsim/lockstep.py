@@ -49,6 +49,13 @@ class Stepper:
     duration is that of the plan it would have had.
     """
 
+    # (slots: CPython 3.11 reads an instance's attributes from its inline values only while
+    # its class's instances have at most 30; past that each read is a dict look-up)
+    __slots__ = ("env", "ranks", "together", "solo", "rec", "_plans", "_live", "_plan", "_t0",
+                 "_k", "_ended", "_done", "_t_ended", "_durations", "next_end", "_own", "_mods",
+                 "_lazy", "_index", "_base", "_committed", "_counted", "_lines", "_batches",
+                 "_due", "_lead", "_cursor", "halted", "_wake_link")
+
     def __init__(self, env: Environment, ranks: Sequence[Rank], together: bool) -> None:
         self.env = env
         self.ranks = list(ranks)

@@ -28,11 +28,13 @@ AWAKE = _Awake()
 
 class Rank:
     role = "rank"
-    _waker = None  # a solo stepper asleep on this rank: its wake-up link (pdsim.clock.Link)
-    recorder = None  # a pdsim.recorder.Recorder when the run records its steps (set by the fleet)
-    stepper = None  # the pdsim.lockstep.Stepper running this rank's steps (set by it)
     spans = False  # whether span_steps may exceed 1 (a solo stepper skips the call if not)
-    _mods = 0  # times _changed() was called (a lockstep group's cached span ends check it)
+    # What every rank holds, as slots: CPython 3.11 reads an instance's attributes from its
+    # inline values only while its class's instances have at most 30 (past that, each read is
+    # a dict look-up); a role's own attributes (and ``spans``) stay in its instances' dicts.
+    __slots__ = ("env", "server", "index", "name", "cfg", "predictor", "alloc", "log", "stats",
+                 "flush", "load_tokens", "_idle_waiters", "_wake", "halted", "_resumed",
+                 "_waker", "recorder", "stepper", "_mods")
 
     def __init__(self, env: simpy.Environment, server: int, index: int,
                  cfg: PrefillConfig | DecodeConfig, predictor: Predictor, pool_pages: int,
@@ -52,10 +54,14 @@ class Rank:
         self._wake = env.event()
         self.halted = False  # a stalled or dead process: no steps until resume()
         self._resumed: simpy.Event | None = None
-        # the class defaults above as the instance's own attributes: CPython 3.11 reads a
-        # class attribute through an instance ~2.5x slower (its loads are not specialised)
-        self._waker = self.recorder = self.stepper = None
-        self.spans, self._mods = type(self).spans, 0
+        # a solo stepper asleep on this rank: its wake-up link (pdsim.clock.Link)
+        self._waker = None
+        self.recorder = None  # a pdsim.recorder.Recorder when the run records its steps (fleet)
+        self.stepper = None  # the pdsim.lockstep.Stepper running this rank's steps (set by it)
+        self._mods = 0  # times _changed() was called (a lockstep group's cached span ends check it)
+        # (the class's flag as the instance's own: CPython 3.11 reads a class attribute through
+        # an instance ~2.5x slower, its loads not specialised)
+        self.spans = type(self).spans
 
     # --- idle tracking (SchedulerFlushWrapper re-checks when queues shrink) -----------------
 

@@ -286,3 +286,32 @@ def test_a_kept_lead_is_the_envelope_of_the_lines(monkeypatch):
                 lines[k] = new(i)
                 fresh.append(lines[k])
     assert len(calls) < spans / 2
+
+
+def test_ranks_and_steppers_keep_their_attributes_inline(monkeypatch):
+    """CPython 3.11 reads an instance's attribute from its inline values only while its
+    class's instances share a key table of at most 30 names (SHARED_KEYS_MAX_SIZE); past that
+    every read and write of the instance is a dict look-up. A DecodeRank once had 48 (3-5% of
+    a run's instructions): Rank keeps the common ones as slots, a Stepper all of its own. A
+    rank's own dict staying within 30 names after a run (faults, flushes and timeouts set
+    what they set) is what keeps its reads inline."""
+    from pdsim.lockstep import Stepper
+
+    seen = []
+    close = Stepper.close
+
+    def closing(self):
+        seen.append(self)
+        close(self)
+
+    monkeypatch.setattr(Stepper, "close", closing)
+    d = small_fleet(operator_flushes=[{"at_s": 6.0}], flush={"semantics": "skip_idle_check"},
+                    faults=[{"preset": "decode_hang", "at_s": 2.0, "duration_s": 3.0}])
+    d["fleet"]["decode"].update(dp=2, tp=2)
+    pdsim.run(d)
+    roles = {type(r).__name__ for s in seen for r in s.ranks}
+    assert roles == {"PrefillRank", "DecodeRank"}
+    for s in seen:
+        assert not hasattr(s, "__dict__")
+        for r in s.ranks:
+            assert len(vars(r)) <= 30, (type(r).__name__, len(vars(r)))
