@@ -181,7 +181,10 @@ class DecodeRank(Rank):
         self.prealloc.append(req)
         self.load_tokens += req.input_len + req.output_len
         self._try_prealloc()
-        self._changed()
+        # it may have taken pages (only when nothing is retracted: _try_prealloc)
+        stepper = self.stepper
+        if stepper is None or not stepper.taken(self):
+            self._changed()
 
     def _try_prealloc(self) -> None:
         prealloc = self.prealloc
@@ -228,6 +231,16 @@ class DecodeRank(Rank):
         """The room resolved (pdsim.request.Room)."""
         if self._dropped and req.rid in self._dropped:
             self._dropped.discard(req.rid)
+            return
+        if (req.room.state == SUCCESS and (len(self.running) < self.max_running or self.halted)
+                and self.transfer.pop(req.rid, None) is not None):
+            # (the usual case) its KV arrived and the rank's next plan admits it (span_steps'
+            # first rule, which reads nothing the steps ended since change): the step in
+            # flight becomes the span's last with no catch-up (the span's end commits them)
+            req.t_transfer_done = self.env._now
+            self.waiting.append(req)
+            self._kick()
+            self._changed_next()
             return
         self._catch_up()
         if req.room.state == SUCCESS:  # (the usual case: _resolved's first branch)

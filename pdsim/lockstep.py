@@ -54,7 +54,7 @@ class Stepper:
     __slots__ = ("env", "ranks", "together", "solo", "rec", "_plans", "_live", "_plan", "_t0",
                  "_k", "_ended", "_done", "_t_ended", "_durations", "next_end", "_own", "_mods",
                  "_lazy", "_index", "_base", "_committed", "_counted", "_lines", "_batches",
-                 "_due", "_lead", "_cursor", "halted", "_wake_link")
+                 "_due", "_lead", "_cursor", "halted", "changes", "_dues", "_wake_link")
 
     def __init__(self, env: Environment, ranks: Sequence[Rank], together: bool) -> None:
         self.env = env
@@ -101,6 +101,8 @@ class Stepper:
             self._own = [_IDLE] * n
         self._cursor = -1  # (lazy) the rank committing at a span's end (-1: not ending)
         self.halted = 0  # how many of its ranks are halted (Rank.halt and resume count them)
+        self.changes = 0  # how many times its ranks changed (Rank._changed counts them)
+        self._dues: list[int] | None = None  # (lazy) see _lazy_end
         # a solo rank wakes its stepper with a plain link where a SimPy event was scheduled
         # (same id drawn at the same moment; the stepper was its event's only waiter)
         self._wake_link = Link(env, self._go)
@@ -210,7 +212,9 @@ class Stepper:
         first = base + 1  # the group step this span begins with
         recompute = 0
         fresh = []  # the lines made here (the others are kept: Lead)
-        for i, r in enumerate(ranks):
+        dues = self._dues
+        for i in dues if after and dues is not None else range(len(ranks)):
+            r = ranks[i]
             # (not due: it had a plan, so a line, at the span's end, _lazy_end)
             if not due[i] and after and r._mods == mods[i]:
                 continue  # continues its line; its own span end (a group step) holds
@@ -305,11 +309,15 @@ class Stepper:
         end = self._base + ended
         own, mods, committed, due = self._own, self._mods, self._committed, self._due
         ranks, plans = self.ranks, self._plans
+        changes = self.changes
+        dues = []  # the ranks _go_lazy would not pass by, if no rank changes meanwhile
         for i, p in enumerate(plans):
             if p is None:
+                dues.append(i)  # (idle: it plans again)
                 continue
             r = ranks[i]
             if own[i] == end or r._mods != mods[i]:
+                dues.append(i)
                 self._cursor = i
                 if committed[i] < end - 1:
                     self._owe(i, end - 1, end)
@@ -321,6 +329,8 @@ class Stepper:
         self._cursor = -1
         self._base = end
         self._ended = 0
+        # a commit may reach a rank (a change): then _go_lazy looks at every rank
+        self._dues = dues if self.changes == changes else None
         self._go(ended)
 
     def _catch(self, i: int) -> None:
@@ -370,11 +380,17 @@ class Stepper:
         """Commit the span's steps that ended by now (the step in flight stays in flight): of
         ``rank`` at least (of a lazy group: what it owes), or of every rank."""
         if self._lazy:
-            if rank is None:
+            if rank is not None:
+                self._catch(self._index[rank])
+            elif self._k:  # mid-span: each live rank owes up to the steps ended (``_catch``)
+                target = self._base + self._ended
+                committed = self._committed
+                for i, p in enumerate(self._plans):
+                    if p is not None and target > committed[i]:
+                        self._owe(i, target, target + 1)
+            else:
                 for i in range(len(self.ranks)):
                     self._catch(i)
-            else:
-                self._catch(self._index[rank])
         elif self._k > 1 and self._ended > self._done:
             self._advance(self._ended)
 
@@ -386,6 +402,33 @@ class Stepper:
             k = m + rank.span_steps(self._k - m)
             if k < self._k:  # (a span never grows: no durations past its first k are read,
                 self._k = k  # and a lazy group's reach only its k, group_durations' stop)
+
+    def taken(self, rank: Rank) -> bool:
+        """``rank`` (caught up) took free pages and changed nothing else its plans read (a
+        pre-allocation): its plan's continuation holds, and its own span may only end sooner,
+        at a growth the free pages no longer cover. A lazy group mid-span moves that end (and
+        the span's) to what the rank would ask for if it planned at its span's end, and lets
+        it continue its line (True); otherwise it is a change (False: ``Rank._changed``)."""
+        if not self._k or not self._lazy:
+            return False
+        i = self._index[rank]
+        if self._plans[i] is None:  # (idle: it plans at every span end anyway)
+            return False
+        m = self._ended  # (the rank committed up to the steps ended: its own span starts on)
+        own = self._base + m + rank.span_steps(1 << 30)
+        if own < self._own[i]:
+            self._own[i] = own
+            if own - self._base < self._k:
+                self._k = own - self._base
+        return True
+
+    def cut(self) -> None:
+        """``interrupt`` for a rank whose next plan differs (``span_steps`` 1): the step in
+        flight becomes the span's last. It needs no catch-up: the steps ended are counted by
+        ``_ended`` whether or not they were committed."""
+        k = self._ended + 1
+        if k < self._k:
+            self._k = k
 
     def close(self) -> None:
         """The run ends: bring the span up to now and record the steps it committed."""

@@ -173,9 +173,22 @@ class Rank:
         if stepper is not None and (stepper._k > 1 or stepper._lazy):
             stepper.catch_up(self)
 
+    def _changed_next(self) -> None:
+        """``_changed`` for a change after which this rank's next plan differs whatever the
+        steps ended since did (``span_steps`` says 1 from its queues alone): the step in
+        flight becomes the span's last, and the rank need not be caught up first."""
+        self._mods += 1
+        stepper = self.stepper
+        if stepper is not None:
+            stepper.changes += 1
+            if stepper._k > 1:
+                stepper.cut()
+
     def _changed(self) -> None:
         """This rank's queues or pages changed: a span may have to end sooner."""
         self._mods += 1
         stepper = self.stepper
-        if stepper is not None and stepper._k > 1:
-            stepper.interrupt(self)
+        if stepper is not None:
+            stepper.changes += 1  # (a lazy group's span end checks it)
+            if stepper._k > 1:
+                stepper.interrupt(self)

@@ -251,3 +251,36 @@ def test_a_recorded_group_follows_the_whole_envelope_of_its_lines():
     assert lazy.requests.equals(recorded.requests)
     assert lazy.summary == recorded.summary
     assert lazy.summary["completed_requests"] > 100
+
+
+def test_a_lazy_rank_that_takes_pages_mid_span_ends_its_span_at_the_growth_left_uncovered(
+        monkeypatch):
+    """A request submitted to a rank of a lazy group mid-span pre-allocates pages and changes
+    nothing its plans read, so the rank continues its line (Stepper.taken) instead of
+    planning afresh at the span's end; but the pages it took may leave a growth of its batch
+    uncovered, so its own span end (and the span's) move there. Under memory pressure the
+    lazy group's outputs are the recorded group's (which plans every rank at every span
+    end); without the move a span's quiet steps reach a growth short of pages."""
+    from pdsim.lockstep import Stepper
+
+    taken, moved, continued = Stepper.taken, [], []
+
+    def counted(self, rank):
+        before = list(self._own)
+        continued.append(taken(self, rank))
+        moved.append(before != self._own)
+        return continued[-1]
+
+    monkeypatch.setattr(Stepper, "taken", counted)
+    d = small_fleet()
+    d["fleet"]["decode"].update(dp=4, tp=4, page_size=1, kv_pool_tokens=3000,
+                                retract_reserve_tokens=0)
+    d["clients"][0].update(num_prompts=100, max_concurrency=48,
+                           dataset={"kind": "random", "input_len": 256, "output_len": 300})
+    lazy = pdsim.run(d)
+    recorded = pdsim.run(d, record_steps=True)  # (a recorded group is never lazy)
+    assert any(moved) and any(continued), (sum(moved), sum(continued))
+    assert lazy.summary["retractions"] > 0
+    for key in ("decode_steps", "total_generated_tokens", "completed_requests", "duration_s"):
+        assert lazy.summary[key] == recorded.summary[key], key
+    assert lazy.requests.equals(recorded.requests)
