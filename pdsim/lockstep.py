@@ -29,6 +29,44 @@ def step_time(ranks: Sequence[Rank], plans: list) -> float:
     return rank.step_time(rank.combine(live, len(ranks)))
 
 
+class _Asleep:
+    """A lockstep group asleep: the ``AnyOf`` condition over its ranks' wake-up events it
+    used to wait on, as plain heap entries under the ids those events would have drawn
+    (``pdsim.clock``): each rank's wake-up (:class:`_RankWake`) is linked where its event was
+    triggered (``Rank._kick``: ``succeed``), and the first of them processed links this one
+    (the condition's step), where the group plans again. The others do nothing when
+    processed (the condition's check had already been met, or removed)."""
+
+    __slots__ = ("stepper", "pending")
+
+    def __init__(self, stepper: Stepper) -> None:
+        self.stepper = stepper
+        self.pending = True  # (the condition not triggered yet)
+
+    def tick(self) -> None:
+        self.stepper._go()
+
+
+class _RankWake:
+    """One rank's wake-up event of a group's sleep (:class:`_Asleep`), for ``Rank._kick``."""
+
+    __slots__ = ("asleep", "triggered")
+
+    def __init__(self, asleep: _Asleep) -> None:
+        self.asleep = asleep
+        self.triggered = False
+
+    def succeed(self) -> None:
+        self.triggered = True
+        self.asleep.stepper.env.link(self)  # (where Event.succeed schedules it)
+
+    def tick(self) -> None:
+        asleep = self.asleep
+        if asleep.pending:  # the first processed: the condition is met (AnyOf._check)
+            asleep.pending = False
+            asleep.stepper.env.link(asleep)
+
+
 class Stepper:
     """The scheduler loop of one rank, or of a server's DP ranks in lockstep.
 
@@ -113,8 +151,10 @@ class Stepper:
     # --- the loop ------------------------------------------------------------------------
 
     def _sleep(self) -> None:
-        if self.together:
-            self.env.any_of([r._sleep() for r in self.ranks]).callbacks.append(self._wake_up)
+        if self.together:  # (an AnyOf over the ranks' wake-ups, as plain entries: _Asleep)
+            asleep = _Asleep(self)
+            for r in self.ranks:
+                r._wake = _RankWake(asleep)
         elif self.solo is not None:  # its wake-up is a plain link, not a SimPy event
             self.solo._waker = self._wake_link
         else:

@@ -284,3 +284,54 @@ def test_a_lazy_rank_that_takes_pages_mid_span_ends_its_span_at_the_growth_left_
     for key in ("decode_steps", "total_generated_tokens", "completed_requests", "duration_s"):
         assert lazy.summary[key] == recorded.summary[key], key
     assert lazy.requests.equals(recorded.requests)
+
+
+def _sleep_and_wake(plain: bool) -> tuple[list, int]:
+    """A group of 3 ranks asleep, woken at t=1 by two ranks among zero-delay chains, and the
+    third rank's late kick at t=2; the log of what ran, and the ids drawn."""
+    from simpy.events import Event
+
+    from pdsim import clock
+    from pdsim.lockstep import _Asleep, _RankWake
+
+    env = clock.Environment()
+    log = []
+
+    class _Group:  # what _Asleep reads of a Stepper
+        pass
+
+    group = _Group()
+    group.env = env
+    group._go = lambda: log.append(("wake", env.now))
+    if plain:
+        asleep = _Asleep(group)
+        wakes = [_RankWake(asleep) for _ in range(3)]
+    else:  # what Stepper._sleep did: an AnyOf over one SimPy event per rank
+        wakes = [Event(env) for _ in range(3)]
+        env.any_of(wakes).callbacks.append(lambda _ev: group._go())
+
+    def at_1():
+        wakes[2].succeed()
+        clock.soon(env, lambda: log.append(("a", env.now)), 1)
+        wakes[0].succeed()
+        clock.soon(env, lambda: log.append(("b", env.now)), 2)
+
+    def at_2():
+        wakes[1].succeed()
+        clock.soon(env, lambda: log.append(("c", env.now)), 1)
+        clock.soon(env, lambda: log.append(("d", env.now)), 2)
+
+    clock.call_later(env, 1.0, at_1)
+    clock.call_later(env, 2.0, at_2)
+    env.run(until=5)
+    return log, next(env._eid)
+
+
+def test_a_sleeping_group_wakes_where_its_anyof_condition_would_have():
+    """Stepper._sleep's plain entries (_Asleep, _RankWake) run the group's wake-up where the
+    AnyOf over its ranks' wake-up events ran it: one zero-delay step after the first rank's
+    event (its condition's step), the other ranks' events doing nothing, drawing the same
+    ids (a wake-up at the first rank's step runs it before "a" and fails)."""
+    plain, simpy_ = _sleep_and_wake(True), _sleep_and_wake(False)
+    assert plain == simpy_
+    assert plain[0] == [("a", 1.0), ("wake", 1.0), ("b", 1.0), ("c", 2.0), ("d", 2.0)]
