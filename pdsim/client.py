@@ -7,6 +7,7 @@ streams, never from the fleet's.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Generator
 from typing import Protocol
@@ -164,7 +165,11 @@ class BenchClient(Client):
         if not prompts:
             return
         self._prompt_list = prompts
-        self._at = self._arrivals(prompts).tolist()  # (Python floats, the same values)
+        at = self._arrivals(prompts)
+        self._at = at.tolist()  # (Python floats, the same values)
+        # the i-th arrival's place in prompt order (see _start); None: arrivals in prompt order
+        # (the usual: a Poisson or an all-at-once load, a trace's rows by time), no sorting
+        self._pos: list[int] | None = None if (at[1:] >= at[:-1]).all() else []
         self._slots = cfg.max_concurrency or len(prompts)
         # as many slots as prompts: no prompt ever waits, so slots are not counted (a slot's
         # release, with nobody to grant it to, changes nothing)
@@ -184,10 +189,24 @@ class BenchClient(Client):
     def _start(self) -> None:
         """Where the prompts' processes started: those due at once take free slots (or queue)
         and send one step later; each later one gets its place among same-time events now
-        (where its own timeout would have been made)."""
-        now = [k for k, at in enumerate(self._at) if not at > 0 and self._take_slot(k)]
+        (where its own timeout would have been made: ids in prompt order), and they arrive in
+        the order those timeouts would have fired, by time, then id."""
+        at = self._at
+        if self._pos is None:  # those due at once come first; the first of them take the slots
+            m = bisect_right(at, 0.0)  # (not at > 0)
+            free = self._slots  # (none taken yet)
+            self._busy = take = m if m < free else free
+            self._backlog.extend(range(take, m))
+            now: range | list[int] = range(take)
+            self._later = list(range(m, len(at)))  # (a list: indexing a range makes an int)
+        else:
+            now = [k for k, a in enumerate(at) if not a > 0 and self._take_slot(k)]
+            later = [k for k, a in enumerate(at) if a > 0]
+            t0 = self.t0
+            # the i-th arrival, by time (a stable sort: ties in prompt order, as their ids)
+            self._pos = sorted(range(len(later)), key=lambda j: t0 + at[later[j]])
+            self._later = [later[j] for j in self._pos]
         soon(self.env, lambda: [self._send(k) for k in now])
-        self._later = [k for k, at in enumerate(self._at) if at > 0]
         self._timer_ids = reserve_block(self.env, len(self._later))
         self._next_timer = 0
         self._arm_next()
@@ -196,16 +215,19 @@ class BenchClient(Client):
         i = self._next_timer
         if i < len(self._later):
             k = self._later[i]
-            timer_at(self.env, self.t0 + self._at[k], self, self._timer_ids + i)
+            pos = self._pos
+            timer_at(self.env, self.t0 + self._at[k], self,
+                     self._timer_ids + (i if pos is None else pos[i]))
 
     def tick(self) -> None:
         """The next prompt's arrival timer (a plain heap entry under its reserved id).
 
         Prompts arriving at this same instant after it (a trace's rows share timestamps:
         ~10 a row on the conversation trace) arrive in this step too, without timers of
-        their own: each one's timer would have had the next id of the block, so nothing else
-        sorts between them, and an arrival's step makes nothing that sorts ahead of the next
-        one (a slot, a send link drawn now; no id drawn otherwise). Their ids stay reserved."""
+        their own: each one's timer would have had a later id of the block, whose ids in
+        between are other arrivals', at other times, so nothing else sorts between them, and
+        an arrival's step makes nothing that sorts ahead of the next one (a slot, a send link
+        drawn now; no id drawn otherwise). Their ids stay reserved."""
         later, at, t0 = self._later, self._at, self.t0
         i, n = self._next_timer, len(later)
         now = self.env._now

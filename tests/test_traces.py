@@ -149,3 +149,28 @@ def test_prompts_arriving_at_one_instant_arrive_in_one_step(tmp_path, monkeypatc
     # arrivals after the first instant's (those go out at the start): 11 timers before,
     # one per later instant now (150, 151, 400, 401, 900)
     assert apart.sim_entries - shared.sim_entries == 11 - 5
+
+
+@pytest.mark.parametrize("client", [{}, {"max_concurrency": 2}])
+def test_rows_out_of_time_order_arrive_in_time_order(tmp_path, client):
+    """A trace whose rows are not in time order replays as the same rows sorted by time (a
+    stable sort: rows of one timestamp keep their order), as one timeout per prompt made at
+    the start did: BenchClient arms its one arrival timer at a time in that order, under each
+    prompt's own id. (Armed in row order, the clock went back: a row due before one that
+    arrived already came after it.)"""
+    from golden import digest
+
+    stamps = [0, 5500, 3300, 3300, 150, 5500, 400, 150, 0, 3300]
+    rows = [{"timestamp": ts, "input_length": 700 + 50 * i, "output_length": 4 + i % 3,
+             "hash_ids": [1, 2 + i % 4]} for i, ts in enumerate(stamps)]
+    paths = []
+    for name, order in (("rows", rows), ("sorted", sorted(rows, key=lambda r: r["timestamp"]))):
+        paths.append(tmp_path / f"{name}.jsonl")
+        paths[-1].write_text("".join(json.dumps(r) + "\n" for r in order))
+    shuffled, by_time = (pdsim.run(_trace_fleet(p, **client), allow_outside_paths=True)
+                         for p in paths)
+    assert digest(shuffled) == digest(by_time)
+    arrived = shuffled.requests.sort_values("rid")
+    assert arrived.t_arrival.is_monotonic_increasing
+    assert arrived.input_len.tolist() == [r["input_length"] for r in
+                                          sorted(rows, key=lambda r: r["timestamp"])]
