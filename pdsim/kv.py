@@ -88,16 +88,6 @@ class PageAllocator:
         self.epoch += 1
 
 
-class _Run:
-    """A prompt's private blocks in a :class:`PrefixCache`: one LRU entry for all of them."""
-
-    __slots__ = ("ids", "left")
-
-    def __init__(self, ids: range, left: int) -> None:
-        self.ids = ids
-        self.left = left  # how many of its blocks are still cached: its last ``left``
-
-
 class PrefixCache:
     """LRU over prefix blocks (radix cache at block granularity).
 
@@ -109,34 +99,35 @@ class PrefixCache:
     A prompt's blocks given as a ``range`` are private: no other prompt has any of them, and
     they are inserted once (pdsim.client's random prompts). Inserted, they are the most recent
     blocks, in order, and no look-up ever moves one of them again, so they stay together in
-    the LRU order and leave it from their first on: the cache keeps them as one entry (a
-    ``_Run``, with how many of its last blocks are left) instead of one per block, with the
-    same evictions, use and peak (tests/test_units.py compares it block by block).
+    the LRU order and leave it from their first on: the cache keeps them as one entry, the
+    range of those still cached (its last ones), instead of one per block, with the same
+    evictions, use and peak (tests/test_units.py compares it block by block).
     """
 
     def __init__(self, allocator: PageAllocator, block_tokens: int) -> None:
         self.alloc = allocator
         self.block_tokens = block_tokens
         self.block_pages = allocator.pages_for(block_tokens)
-        self.blocks: OrderedDict[int, int] = OrderedDict()  # block id -> its pages' epoch
+        # block id (or a private run's range, see above) -> its pages' epoch
+        self.blocks: OrderedDict[int | range, int] = OrderedDict()
         # the allocator epoch of every cached block's pages until a flush (reset) leaves
         # orphans: while the allocator is still in it, evicting a block frees block_pages
         self._epoch = allocator.epoch
-        self.runs = 0  # how many ``blocks`` keys are _Runs
+        self.runs = 0  # how many ``blocks`` keys are runs (ranges)
 
     @property
     def pages(self) -> int:
         n = len(self.blocks)
         if self.runs:
-            n += sum(r.left - 1 for r in self.blocks if type(r) is _Run)
+            n += sum(len(r) - 1 for r in self.blocks if type(r) is range)
         return n * self.block_pages
 
     def cached(self) -> list[int]:
         """The cached block ids, least recent first (a run's as the blocks it stands for)."""
         out: list[int] = []
         for b in self.blocks:
-            if type(b) is _Run:
-                out.extend(b.ids[len(b.ids) - b.left:])
+            if type(b) is range:
+                out.extend(b)
             else:
                 out.append(b)
         return out
@@ -200,9 +191,10 @@ class PrefixCache:
             dropped = self._drop(m - fit)  # (each frees one block's pages)
             if dropped < m - fit:  # no older block left: the run's own first ones went
                 m = fit + dropped
+                ids = ids[len(ids) - m:]
             used -= dropped * need
         if m:
-            self.blocks[_Run(ids, m)] = alloc.epoch
+            self.blocks[ids] = alloc.epoch
             self.runs += 1
             used += m * need
         # (the highest use: the blocks that fit, then one block's pages out and in per block)
@@ -223,19 +215,23 @@ class PrefixCache:
             return k
         dropped = 0
         while dropped < k and blocks:
-            b = next(iter(blocks))
-            if type(b) is _Run:
+            b, e = blocks.popitem(last=False)
+            if type(b) is range:
                 take = k - dropped
-                if take < b.left:
-                    b.left -= take
+                if take < len(b):  # its first ``take`` go; the rest stays, at the front
+                    self._put_first(b[take:], e)
                     return k
-                take = b.left
+                take = len(b)
                 self.runs -= 1
             else:
                 take = 1
-            del blocks[b]
             dropped += take
         return dropped
+
+    def _put_first(self, b: int | range, epoch: int) -> None:
+        """Make ``b`` the least recent entry."""
+        self.blocks[b] = epoch
+        self.blocks.move_to_end(b, last=False)
 
     def evict(self, need_pages: int) -> bool:
         """Evict LRU blocks until ``need_pages`` are free; False if the cache cannot give them."""
@@ -246,21 +242,19 @@ class PrefixCache:
             free += self._drop(-(-(need_pages - free) // n)) * n
         while free < need_pages and blocks:  # orphans: a block frees pages if it is not one
             b, e = blocks.popitem(last=False)
-            if type(b) is not _Run:
+            if type(b) is not range:
                 if e == epoch:  # (alloc.release of the block's pages)
                     free += n
                 continue
             self.runs -= 1
             if e == epoch:  # (a run is inserted without orphans, so is one here; but if not)
                 want = -(-(need_pages - free) // n)
-                if want < b.left:  # the rest of it stays, at the front
-                    b.left -= want
-                    blocks[b] = e
-                    blocks.move_to_end(b, last=False)
+                if want < len(b):  # the rest of it stays, at the front
+                    self._put_first(b[want:], e)
                     self.runs += 1
                     free += want * n
                 else:
-                    free += b.left * n
+                    free += len(b) * n
         alloc.used = alloc.capacity - free
         if alloc.used < 0:
             raise KVError("pages in use went negative")

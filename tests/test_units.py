@@ -485,7 +485,7 @@ def test_prefix_cache_evicts_as_block_by_block_without_orphans(ops):
                           st.integers(0, 9)), max_size=40),
        st.sampled_from([1, 2, 3]))
 def test_a_private_run_is_cached_as_its_blocks_one_by_one(ops, block_tokens):
-    """A prompt's private blocks given as a range (one LRU entry, kv._Run) leave the cache
+    """A prompt's private blocks given as a range (one LRU entry) leave the cache
     block by block exactly as the same ids given as a tuple do: the same blocks in the same
     LRU order, use, peak, matches and evictions, mixed with shared blocks, outside
     allocations, flushes and orphans. Fails if a run's insert evicted whole runs, or kept its
