@@ -17,12 +17,12 @@ class KVError(RuntimeError):
 
 
 class Pages:
-    __slots__ = ("n", "epoch", "freed")
+    """A holder's pages: how many, the allocator epoch they were taken in, and whether they
+    were released. Made by :meth:`PageAllocator.alloc` only, which sets the fields (a class
+    without a Python ``__init__`` is made for half the cost: no call from C back into the
+    interpreter; two are made per request)."""
 
-    def __init__(self, n: int, epoch: int) -> None:
-        self.n = n
-        self.epoch = epoch
-        self.freed = False
+    __slots__ = ("n", "epoch", "freed")
 
 
 class PageAllocator:
@@ -49,7 +49,9 @@ class PageAllocator:
         self.used += n
         if self.used > self.peak:
             self.peak = self.used
-        return Pages(n, self.epoch)
+        pages = Pages()
+        pages.n, pages.epoch, pages.freed = n, self.epoch, False
+        return pages
 
     def book(self, n: int) -> None:
         """Count ``n`` pages the caller found free and added to holdings of this epoch (what
