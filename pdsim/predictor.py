@@ -236,12 +236,11 @@ class OperatorPredictor:
         self.per_ctx = max(self.dc_ctx_flops / self.pk_dattn, self.kv_layer_bytes / self.bw)
         self._decode_cache: dict[tuple[float, float], tuple] = {}
         self._layer_cache: dict[tuple[float, float, bool], tuple] = {}
-        self._prefill_cache: dict[tuple, float] = {}
         # a prefill forward's terms that do not depend on its tokens: the engine's fixed and
-        # per-layer costs (the same subexpressions, so the same floats), the LM head per
-        # request count
+        # per-layer costs (the same subexpressions, so the same floats: ``fixed + layers +
+        # body + lm`` adds from the left), the LM head per request count
         self._pf_fixed = self.engine.prefill_step_ms / 1e3
-        self._pf_layers = m.layers * self.engine.prefill_layer_us * 1e-6
+        self._pf_fixed_layers = self._pf_fixed + m.layers * self.engine.prefill_layer_us * 1e-6
         self._lm_cache: dict[float, float] = {}
         # (properties: read once; as floats, the same products, see ``decode_series``)
         self._nd, self._nm = float(m.dense_mlp_layers), float(m.moe_layers)
@@ -254,6 +253,20 @@ class OperatorPredictor:
         self._keep = 1.0 - m.experts_per_token / m.experts if m.is_moe else 0.0
         self._ar_s = g.allreduce_us * 1e-6
         self._gpus_per_node, self._a2a_s = g.gpus_per_node, 2 * g.a2a_us * 1e-6
+        # a step the memos have not seen (most decode steps of a run: the batch and its
+        # slowest rank's share change all the time; ~500 such steps on drop_timeout) is
+        # computed from these, made once: each GEMM's weight terms (:meth:`_weight`), the
+        # layout's gather, two-batch overlap and the engine's per-step decode cost (the same
+        # subexpressions, so the same floats)
+        self._gather, self._tbo = lay.gather, lay.tbo
+        self._w_attn = self._weight(self.attn_w, self.wb, self.pk_w)
+        self._w_dense = self._weight(self.dense_w, self.wb, self.pk_w)
+        self._w_shared = self._weight(self.shared_w, self.wb, self.pk_w)
+        self._w_lm = self._weight(self.lm_w, ACT_BYTES, self.pk_lm)
+        self._w_kv_b = self._weight(self.kv_b_w, self.wb, self.pk_w)
+        self._two_expert_w = 2 * self.expert_w
+        eng = self.engine
+        self._dc_fixed = eng.decode_step_ms / 1e3 + m.layers * eng.decode_layer_us * 1e-6
 
     def forget(self) -> None:
         """Drop the memos (pdsim.fleet.Fleet.release, once a run's outputs are made): freed
@@ -262,7 +275,6 @@ class OperatorPredictor:
         ~20 ms of collection)."""
         self._decode_cache.clear()
         self._layer_cache.clear()
-        self._prefill_cache.clear()
         self._lm_cache.clear()
 
     # --- building blocks ----------------------------------------------------------------
@@ -270,12 +282,23 @@ class OperatorPredictor:
     def gemm(self, tokens: float, params: float, wbytes: float | None = None,
              peak: float | None = None) -> float:
         """One GEMM of ``params`` weights over ``tokens`` rows on one GPU (seconds)."""
-        if tokens <= 0 or params <= 0:
+        return self._gemm(tokens, self._weight(params, self.wb if wbytes is None else wbytes,
+                                               self.pk_w if peak is None else peak))
+
+    def _weight(self, params: float, wbytes: float, peak: float) -> tuple | None:
+        """A GEMM's terms that do not depend on its tokens: ``(2 * params, memory seconds,
+        peak)``, None for no weights (:meth:`_gemm`)."""
+        if params <= 0:
+            return None
+        return 2 * params, params * wbytes / self.bw, peak
+
+    def _gemm(self, tokens: float, weight: tuple | None) -> float:
+        """:meth:`gemm` of a :meth:`_weight`: ``max(FLOPs / peak, weight bytes / HBM)``, the
+        FLOPs ``2 * params * (tokens + gemm_half_tokens)`` (the efficiency curve)."""
+        if weight is None or tokens <= 0:
             return 0.0
-        wb = self.wb if wbytes is None else wbytes
-        pk = self.pk_w if peak is None else peak
-        compute = 2 * params * (tokens + self.half) / pk
-        memory = params * wb / self.bw
+        two_params, memory, peak = weight
+        compute = two_params * (tokens + self.half) / peak
         return memory if memory > compute else compute  # max(compute, memory)
 
     def experts_touched(self, tokens: float) -> float:
@@ -296,7 +319,7 @@ class OperatorPredictor:
         assigned = routed * self._k
         if self.ep_mode:
             assigned = assigned / self.layout.ep * self.layout.imbalance
-        compute = 2 * self.expert_w * (assigned + self.half * touched) / self.pk_w
+        compute = self._two_expert_w * (assigned + self.half * touched) / self.pk_w
         memory = touched * self.expert_w * self.wb / self.bw
         return memory if memory > compute else compute  # max(compute, memory)
 
@@ -329,21 +352,10 @@ class OperatorPredictor:
             wire = max(rdma / self.nic_bw, nvl / self.nvl_bw)
         return self._a2a_s + wire  # _a2a_s = 2 * a2a_us * 1e-6
 
-    def _layers(self, mean: float, attn: float, core: float, low_latency: bool
-                ) -> tuple[float, float, float, float]:
-        """(dense-layer compute, MoE-layer compute, dense comm, MoE comm) per layer, seconds.
-
-        ``mean``: the rank's tokens (mean over lockstep ranks); ``attn``: the slowest rank's
-        tokens; ``core``: attention-core seconds of the slowest rank. Everything but ``core``
-        is remembered per (mean, attn, low_latency): most prefill forwards are full chunks.
-        """
-        key = (mean, attn, low_latency)
-        parts = self._layer_cache.get(key)
-        if parts is None:
-            parts = self._layer_parts(mean, attn, low_latency)
-            if len(self._layer_cache) > 200_000:
-                self._layer_cache.clear()
-            self._layer_cache[key] = parts
+    @staticmethod
+    def _combine(parts: tuple, core: float) -> tuple[float, float, float, float]:
+        """(dense-layer compute, MoE-layer compute, dense comm, MoE comm) per layer, seconds,
+        of a forward's :meth:`_layer_parts` and its slowest rank's attention-core seconds."""
         g_attn, elem, g_dense, g_shared, experts, c_dense, c_moe = parts
         a = g_attn + core
         dense = a + elem + g_dense
@@ -354,31 +366,19 @@ class OperatorPredictor:
         """The terms of :meth:`_layers` but the attention core: attention projections,
         elementwise traffic, dense MLP, shared experts and routed experts (None, None for a
         dense model), dense and MoE communication."""
-        routed = mean * self.layout.gather
+        routed = mean * self._gather
         mlp = attn if self.ep_mode else routed  # EP: dense/shared MLP data-parallel
         elem = (attn + mlp) * self._hidden * ACT_BYTES * ELEMENTWISE_PASSES / self.bw
         if self._moe:
-            shared, experts = self.gemm(mlp, self.shared_w), self.moe(routed)
+            shared, experts = self._gemm(mlp, self._w_shared), self.moe(routed)
         else:
             shared = experts = None
         if self.ep_mode:
             c_dense, c_moe = 0.0, self.all_to_all(attn, low_latency)
         else:
             c_dense = c_moe = 2 * self.allreduce(routed)
-        return (self.gemm(attn, self.attn_w), elem, self.gemm(mlp, self.dense_w), shared,
+        return (self._gemm(attn, self._w_attn), elem, self._gemm(mlp, self._w_dense), shared,
                 experts, c_dense, c_moe)
-
-    def _body(self, mean: float, attn: float, core: float, low_latency: bool,
-              ctx_attn: float = 0.0) -> float:
-        """All layers. ``ctx_attn``: per-layer attention seconds added to computation."""
-        nd, nm = self._nd, self._nm
-        if self.layout.tbo and mean >= 2:
-            # two micro-batches: communication of one runs under computation of the other
-            d, e, cd, ce = (2 * x for x in self._layers(mean / 2, attn / 2, core / 2,
-                                                         low_latency))
-            return nd * self._overlap(d + ctx_attn, cd) + nm * self._overlap(e + ctx_attn, ce)
-        d, e, cd, ce = self._layers(mean, attn, core, low_latency)
-        return nd * (d + ctx_attn + cd) + nm * (e + ctx_attn + ce)
 
     def _overlap(self, compute: float, comm: float) -> float:
         """Two-batch overlap hides ``tbo_overlap`` of the shorter of computation and
@@ -387,54 +387,67 @@ class OperatorPredictor:
         return hi + (1 - self.engine.tbo_overlap) * lo
 
     def _lm_tokens(self, reqs: float) -> float:
-        return reqs if self.ep_mode else reqs * self.layout.gather
+        return reqs if self.ep_mode else reqs * self._gather
 
     # --- the predictor interface --------------------------------------------------------
 
     def prefill(self, tokens: float, sq_tokens: float, pairs: float | None = None,
                 reqs: float = 1, prefix: float = 0, attn_tokens: float | None = None) -> float:
-        """One prefill forward (remembered per arguments: prompts' first chunks repeat)."""
-        key = (tokens, sq_tokens, pairs, reqs, prefix, attn_tokens)
-        dt = self._prefill_cache.get(key)
-        if dt is None:
-            dt = self._prefill(tokens, sq_tokens, pairs, reqs, prefix, attn_tokens)
-            if len(self._prefill_cache) > 200_000:
-                self._prefill_cache.clear()
-            self._prefill_cache[key] = dt
-        return dt
+        """One prefill forward: all layers (:meth:`_combine`), the engine's costs, the LM head.
 
-    def _prefill(self, tokens: float, sq_tokens: float, pairs: float | None, reqs: float,
-                 prefix: float, attn_tokens: float | None) -> float:
-        fixed = self._pf_fixed
+        A layer's terms but the attention core are remembered per (tokens, attention tokens):
+        most forwards of a long run are full chunks (the conversation trace: 81% of its
+        ~16.5k distinct prefill forwards). The forward itself is not remembered: it repeats
+        for 17% of them there, ~0% on drop_timeout, and looking it up cost more than that
+        saved (its key is six numbers)."""
         if tokens <= 0:
-            return fixed
+            return self._pf_fixed
         if pairs is None:
             pairs = sq_tokens / 2
         at = tokens if attn_tokens is None else attn_tokens
         core = pairs * self.pf_pair_flops / self.pk_attn
         if prefix and self.kv_b_w:  # MLA: expand the cached latent of the prefix (MHA path)
-            core += self.gemm(prefix, self.kv_b_w)
-        body = self._body(tokens, at, core, False)
+            core += self._gemm(prefix, self._w_kv_b)
+        nd, nm = self._nd, self._nm
+        if self._tbo and tokens >= 2:
+            # two micro-batches: communication of one runs under computation of the other
+            tokens, at, core = tokens / 2, at / 2, core / 2
+            key = (tokens, at, False)
+            parts = self._layer_cache.get(key) or self._remember(key)
+            d, e, cd, ce = (2 * x for x in self._combine(parts, core))
+            body = nd * self._overlap(d, cd) + nm * self._overlap(e, ce)
+        else:
+            key = (tokens, at, False)
+            parts = self._layer_cache.get(key) or self._remember(key)
+            d, e, cd, ce = self._combine(parts, core)
+            body = nd * (d + cd) + nm * (e + ce)
         lm = self._lm_cache.get(reqs)
         if lm is None:
-            lm = self._lm_cache[reqs] = self.gemm(self._lm_tokens(reqs), self.lm_w, ACT_BYTES,
-                                                  self.pk_lm)
-        return fixed + self._pf_layers + body + lm
+            lm = self._lm_cache[reqs] = self._gemm(self._lm_tokens(reqs), self._w_lm)
+        return self._pf_fixed_layers + body + lm
+
+    def _remember(self, key: tuple) -> tuple:
+        """:meth:`_layer_parts` of a prefill ``key`` (mean, attn, False), remembered."""
+        parts = self._layer_parts(*key)
+        if len(self._layer_cache) > 200_000:
+            self._layer_cache.clear()
+        self._layer_cache[key] = parts
+        return parts
 
     def _decode_parts(self, batch: float, attn_batch: float) -> tuple:
-        """Everything but the context term, cached per (batch, attn_batch)."""
+        """Everything but the context term, cached per (batch, attn_batch). (Its layer terms
+        are not remembered apart, as a prefill's are: they would be keyed the same.)"""
         key = (batch, attn_batch)
         hit = self._decode_cache.get(key)
         if hit is not None:
             return hit
-        m, eng = self.model, self.engine
-        fixed = eng.decode_step_ms / 1e3 + m.layers * eng.decode_layer_us * 1e-6
-        fixed += self.gemm(self._lm_tokens(batch), self.lm_w, ACT_BYTES, self.pk_lm)
-        tbo = self.layout.tbo and batch >= 2
+        fixed = self._dc_fixed + self._gemm(self._lm_tokens(batch), self._w_lm)
+        tbo = self._tbo and batch >= 2
         if tbo:
-            parts = tuple(2 * x for x in self._layers(batch / 2, attn_batch / 2, 0.0, True))
+            parts = tuple(2 * x for x in self._combine(
+                self._layer_parts(batch / 2, attn_batch / 2, True), 0.0))
         else:
-            parts = self._layers(batch, attn_batch, 0.0, True)
+            parts = self._combine(self._layer_parts(batch, attn_batch, True), 0.0)
         out = (fixed, tbo, *parts)
         if len(self._decode_cache) > 200_000:
             self._decode_cache.clear()

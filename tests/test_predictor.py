@@ -32,6 +32,24 @@ def test_gemm_flops_and_bytes_of_a_llama_8b_layer():
     assert _op("llama-3.1-8b", tp=8).attn_w == pytest.approx(33_554_432 / 8 + 1_048_576)
 
 
+
+def test_a_gemm_of_remembered_weight_terms_is_the_gemm():
+    """OperatorPredictor._gemm of _weight's terms (made once per GEMM a forward runs) gives
+    max(2 * params * (tokens + half) / peak, params * bytes / bandwidth) to the bit, and 0 for
+    no tokens or no weights."""
+    op = _op("deepseek-v3", tp=8)
+    for params, wbytes, peak in ((op.attn_w, op.wb, op.pk_w), (op.lm_w, 2, op.pk_lm),
+                                 (176_160_768, 1.0, 1e15)):
+        w = op._weight(params, wbytes, peak)
+        for tokens in (1, 3, 17.25, 2048, 65_536.5):
+            compute = 2 * params * (tokens + op.half) / peak
+            memory = params * wbytes / op.bw
+            assert op._gemm(tokens, w) == max(compute, memory)
+            assert op.gemm(tokens, params, wbytes, peak) == max(compute, memory)
+        assert op._gemm(0, w) == op._gemm(-1.5, w) == 0.0
+    assert op._weight(0, 2, 1e15) is None and op._gemm(8, None) == 0.0
+    assert op._w_attn == op._weight(op.attn_w, op.wb, op.pk_w)
+
 def test_gqa_kv_bytes_per_gpu_split_then_replicated():
     # Qwen3-235B: 4 KV heads of 128, BF16: 2 * 128 * 2 = 512 B per head per token per layer
     assert _op("qwen3-235b-a22b", tp=1).kv_layer_bytes == 4 * 512

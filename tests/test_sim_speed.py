@@ -73,7 +73,7 @@ def test_a_run_leaves_its_requests_to_reference_counting():
     assert {id(r) for r in rooms} <= {id(c.room) for c in chunks}
     # the step-time predictors' memos went by reference counting too (OperatorPredictor.forget)
     predictors = [o for o in garbage if type(o) is OperatorPredictor]
-    assert predictors and not any(p._prefill_cache or p._layer_cache or p._decode_cache
+    assert predictors and not any(p._layer_cache or p._decode_cache or p._lm_cache
                                   for p in predictors)
 
 
