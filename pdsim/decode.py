@@ -582,9 +582,12 @@ class DecodeRank(Rank):
             return self.group_durations([(b, c - b) for b, c, _r in plans],
                                         [p[0] for p in plans], 1, n_ranks,
                                         max(p[2] for p in plans))
-        plan = plans[0]
-        b, c, _r = plan
-        return chain((self.step_time(plan),), self._series(b, b, c + b, b))
+        b, c, recompute = plans[0]
+        durations = self._series(b, b, c, b)  # (its first: step_time's decode)
+        if not recompute:
+            return durations
+        first = next(durations) + self._recompute_s(recompute)  # (step_time's sum, in order)
+        return chain((first,), durations)
 
     def group_durations(self, lines: list[tuple[int, int]], batches: list[int], step: int,
                         n_ranks: int, recompute: int, stop: int = 0,
