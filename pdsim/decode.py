@@ -111,7 +111,12 @@ def _envelope(series: Callable[..., Iterator[float]], batch: float, attn: float,
 
 class DecodeRank(Rank):
     role = "decode"
-    spans = True
+    SPANS = True
+    __slots__ = ("flush_dooms", "max_running", "reserve_tokens", "waiting_timeout", "port",
+                 "session", "alive", "on_waiting_timeout", "prealloc", "transfer", "waiting",
+                 "retracted", "running", "step", "ctx_sum", "_finish", "_grow", "_seq",
+                 "growth_pages", "_block_tokens", "_lag", "_late", "bootstrap_s",
+                 "tokenize_s_per_token", "_dropped", "_epoch", "_planned", "_waiting_deadlines")
 
     def __init__(self, env: simpy.Environment, server: int, index: int, cfg: DecodeConfig,
                  predictor: Predictor, pool_pages: int, waiting_timeout_s: float, port: int,

@@ -88,7 +88,7 @@ class Stepper:
     """
 
     # (slots: CPython 3.11 reads an instance's attributes from its inline values only while
-    # its class's instances have at most 30; past that each read is a dict look-up)
+    # its class's instances have fewer than 30 names; past that each read is a dict look-up)
     __slots__ = ("env", "ranks", "together", "solo", "rec", "_plans", "_live", "_plan", "_t0",
                  "_k", "_ended", "_done", "_t_ended", "_durations", "next_end", "_own", "_mods",
                  "_lazy", "_index", "_base", "_committed", "_counted", "_lines", "_batches",

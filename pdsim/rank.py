@@ -28,13 +28,14 @@ AWAKE = _Awake()
 
 class Rank:
     role = "rank"
-    spans = False  # whether span_steps may exceed 1 (a solo stepper skips the call if not)
+    SPANS = False  # whether span_steps may exceed 1 (a solo stepper skips the call if not)
     # What every rank holds, as slots: CPython 3.11 reads an instance's attributes from its
-    # inline values only while its class's instances have at most 30 (past that, each read is
-    # a dict look-up); a role's own attributes (and ``spans``) stay in its instances' dicts.
+    # inline values only while its class's instances have fewer than 30 names (past that,
+    # each read is a dict look-up); a role's own attributes are its own slots, or in its
+    # instances' dicts.
     __slots__ = ("env", "server", "index", "name", "cfg", "predictor", "alloc", "log", "stats",
                  "flush", "load_tokens", "_idle_waiters", "_wake", "halted", "_resumed",
-                 "_waker", "recorder", "stepper", "_mods")
+                 "_waker", "recorder", "stepper", "_mods", "spans")
 
     def __init__(self, env: simpy.Environment, server: int, index: int,
                  cfg: PrefillConfig | DecodeConfig, predictor: Predictor, pool_pages: int,
@@ -61,7 +62,7 @@ class Rank:
         self._mods = 0  # times _changed() was called (a lockstep group's cached span ends check it)
         # (the class's flag as the instance's own: CPython 3.11 reads a class attribute through
         # an instance ~2.5x slower, its loads not specialised)
-        self.spans = type(self).spans
+        self.spans = type(self).SPANS
 
     # --- idle tracking (SchedulerFlushWrapper re-checks when queues shrink) -----------------
 
