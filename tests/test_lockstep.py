@@ -335,3 +335,39 @@ def test_a_sleeping_group_wakes_where_its_anyof_condition_would_have():
     plain, simpy_ = _sleep_and_wake(True), _sleep_and_wake(False)
     assert plain == simpy_
     assert plain[0] == [("a", 1.0), ("wake", 1.0), ("b", 1.0), ("c", 2.0), ("d", 2.0)]
+
+
+def test_a_lazy_span_ends_where_a_taking_rank_leaves_a_growth_uncovered(monkeypatch):
+    """Stepper.taken moves the span's end with the taking rank's own (review 7: a scenario
+    where nothing else ends that span first, review 6's fuzz case 201 minimised): without
+    the move, the group's quiet steps cross a growth short of pages (AssertionError in
+    _grow_due); with it, the lazy group's outputs are the recorded group's."""
+    from pdsim.lockstep import Stepper
+
+    taken, cut = Stepper.taken, []
+
+    def counted(self, rank):
+        k = self._k
+        held = taken(self, rank)
+        cut.append(self._k < k)
+        return held
+
+    monkeypatch.setattr(Stepper, "taken", counted)
+    d = {"name": "taken_cut", "seed": 1, "horizon_s": 900,
+         "fleet": {"gpu": "H200", "model": "dsv3-ci-test", "prefill": {"dp": 1, "tp": 2},
+                   "decode": {"dp": 2, "tp": 2, "dp_attention": True, "lockstep": True,
+                              "page_size": 64, "kv_pool_tokens": 9000}},
+         "predictor": {"kind": "operator"},
+         "clients": [{"kind": "bench", "num_prompts": 100, "request_rate": 20.0,
+                      "max_concurrency": 16, "warmup_requests": 0,
+                      "dataset": {"kind": "random", "input_len": 300, "output_len": 256,
+                                  "range_ratio": 0.9}}],
+         "faults": [{"preset": "decode_hang", "at_s": 1.5, "duration_s": 1.0,
+                     "kv_writes": "land"}],
+         "router": {"request_timeout_s": 0.7, "http_latency_ms": 0.5}}
+    lazy = pdsim.run(d)
+    recorded = pdsim.run(d, record_steps=True)  # (a recorded group is never lazy)
+    assert any(cut)
+    for key in ("decode_steps", "total_generated_tokens", "completed_requests", "duration_s"):
+        assert lazy.summary[key] == recorded.summary[key], key
+    assert lazy.requests.equals(recorded.requests)
