@@ -35,9 +35,18 @@ _INT_FLOAT = {int, float}  # a column of both: float64
 def records_frame(rows: list[tuple], columns: tuple[str, ...] | list[str]) -> pd.DataFrame:
     """``pd.DataFrame.from_records(rows, columns=columns)`` (rows as long as ``columns``): the
     same dtypes and values, built a column at a time (:func:`records_columns`)."""
+    return records_table(rows, columns)[0]
+
+
+def records_table(rows: list[tuple], columns: tuple[str, ...] | list[str]
+                  ) -> tuple[pd.DataFrame, dict | None]:
+    """:func:`records_frame`, and the arrays it was built from (:func:`records_columns`; None
+    for no rows): a reader of many columns reads those rather than look each up in the frame.
+    """
     if not rows:
-        return pd.DataFrame.from_records(rows, columns=list(columns))
-    return pd.DataFrame(records_columns(rows, columns), columns=list(columns))
+        return pd.DataFrame.from_records(rows, columns=list(columns)), None
+    arrays = records_columns(rows, columns)
+    return pd.DataFrame(arrays), arrays  # (in the columns' order; the frame copies each)
 
 
 def records_columns(rows: list[tuple], columns: tuple[str, ...] | list[str]) -> dict:

@@ -17,7 +17,7 @@ from pdsim import clock
 from pdsim import scenario as scenario_mod
 from pdsim import summary as summary_mod
 from pdsim.fleet import GAUGES, Fleet
-from pdsim.log import records_columns, records_frame
+from pdsim.log import records_columns, records_table
 from pdsim.recorder import Recorder
 from pdsim.summary import FLUSH_REASONS, clean
 
@@ -140,7 +140,9 @@ class Result:
                 "report.txt": report.render(self) + "\n"}
 
 
-def _records(fleet: Fleet) -> pd.DataFrame:
+def _records(fleet: Fleet) -> tuple[pd.DataFrame, dict | None]:
+    """The request table, and the arrays it was built from (None for no requests: the
+    summary reads those rather than the frame's columns)."""
     for d in fleet.decode_ranks:  # tokens of requests still running at the horizon
         d.sync_running()
     rows = []
@@ -153,7 +155,7 @@ def _records(fleet: Fleet) -> pd.DataFrame:
                      room.id if room else -1, r.p_server, r.p_rank, r.d_server, r.d_rank,
                      room.session if room else "", r.prefill_tokens, r.cached_tokens,
                      bool(room and room.doomed), r.stale_pages))
-    return records_frame(rows, REQUEST_COLUMNS)
+    return records_table(rows, REQUEST_COLUMNS)
 
 
 def _sampler(fleet: Fleet, interval: float, rows: list, horizon: simpy.Event,
@@ -230,14 +232,18 @@ def _sim_events(env: simpy.Environment) -> tuple[int, int]:
     return clock.counts(env)
 
 
-def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: int,
-             stopped: bool) -> dict:
+def _summary(fleet: Fleet, req: pd.DataFrame, arrays: dict | None, events: pd.DataFrame,
+             sim_events: int, stopped: bool) -> dict:
     stats = fleet.stats
-    col = summary_mod.columns(req)
-    keep = summary_mod.codes(req["kind"], ("warmup",)) != 0
+    col = summary_mod.columns(req, arrays)
+
+    def values(name: str) -> object:
+        return summary_mod.column(req, name, arrays)
+
+    keep = summary_mod.codes(values("kind"), ("warmup",)) != 0
     names = list(dict.fromkeys(c.name for c in fleet.clients))
     measured = {k: v[keep] for k, v in col.items()}
-    m_client = summary_mod.codes(req["client"], names)[keep]
+    m_client = summary_mod.codes(values("client"), names)[keep]
     starts = [c.t0 for c in fleet.clients if np.isfinite(c.t0)]
     t0 = min(starts) if starts else 0.0
     t_end = summary_mod.nanmax(measured["t_done"]) if len(m_client) else t0
@@ -264,11 +270,11 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: 
     by_reason = {k: 0 for k in FLUSH_REASONS}
     by_reason.update(stats.transfer_failures)
     failed = col["status"] == summary_mod.FAILED
-    reasons = summary_mod.counts(req["reason"], keep & failed)  # of measured failed requests
+    reasons = summary_mod.counts(values("reason"), keep & failed)  # of measured failed requests
     top.update({
         "transfer_failures": int(sum(stats.transfer_failures.values())),
         "transfer_failures_by_reason": dict(sorted(by_reason.items())),
-        "flush_doomed_transfers": int(req["flush_doomed"].to_numpy(dtype=bool).sum()),
+        "flush_doomed_transfers": int(np.asarray(values("flush_doomed"), dtype=bool).sum()),
         "blacklisted_pairs_max": stats.blacklisted_pairs_max,
         "blacklisted_pairs_final": stats.blacklisted_pairs,
         "dead_peer_writes": stats.dead_peer_writes,
@@ -277,7 +283,7 @@ def _summary(fleet: Fleet, req: pd.DataFrame, events: pd.DataFrame, sim_events: 
         "failed_by_reason": {k: int(v) for k, v in sorted(reasons.items())},
         "flushes": _flush_counts(fleet),
         "wasted_prefill_tokens": int(col["prefill_tokens"][failed].sum()),
-        "stale_page_requests": int(req["stale_pages"].to_numpy().sum()),
+        "stale_page_requests": int(np.asarray(values("stale_pages")).sum()),
         "retractions": stats.retractions,
         "kv_transferred_gb": round(stats.bytes_transferred / 1e9, 3),
         "prefill_tokens_computed": stats.prefill_tokens,
@@ -326,11 +332,11 @@ def _simulate(sc: scenario_mod.Scenario, recorder: Recorder | None, progress: bo
         env.run(until=stop)
     for stepper in fleet.steppers:
         stepper.close()
-    req = _records(fleet)
+    req, arrays = _records(fleet)
     events = fleet.log.frame()
     wall = time.perf_counter() - wall0
     sim_events, sim_entries = _sim_events(env)
-    summary = _summary(fleet, req, events, sim_events,
+    summary = _summary(fleet, req, arrays, events, sim_events,
                        not all_done.triggered and not stalled.triggered)
     if stalled.triggered and not all_done.triggered:
         summary["stalled_at_s"] = round(float(env.now), 3)

@@ -72,13 +72,13 @@ def codes(values: pd.Series, names: Sequence[str]) -> np.ndarray:
     A column of pandas' pyarrow-backed strings is looked up by pyarrow in one pass (a missing
     value equals no name), instead of each value becoming a Python object to compare with each
     name (~450 instructions a value for the object, ~135 a comparison); any other column is
-    compared with each name."""
-    arr = values.array
+    compared with each name. ``values``: a Series or its array (:func:`column`)."""
+    arr = values.array if isinstance(values, pd.Series) else values
     if isinstance(arr, pd.arrays.ArrowStringArray):
         chunks = arr.__arrow_array__()
         found = pc.index_in(chunks, value_set=pa.array(names, type=chunks.type))
         return pc.fill_null(found, -1).to_numpy()
-    objects = values.to_numpy()
+    objects = np.asarray(arr)
     out = np.full(len(objects), -1, dtype=np.int32)
     for i, name in enumerate(names):
         out[objects == name] = i
@@ -88,13 +88,14 @@ def codes(values: pd.Series, names: Sequence[str]) -> np.ndarray:
 def counts(values: pd.Series, mask: np.ndarray) -> dict[str, int]:
     """How many times each string occurs among ``values[mask]`` (missing values left out, as
     ``value_counts()`` leaves them), in no particular order; pyarrow-backed strings are
-    counted by pyarrow, other columns by a Counter of their string objects."""
-    arr = values.array
+    counted by pyarrow, other columns by a Counter of their string objects. ``values``: a
+    Series or its array (:func:`column`)."""
+    arr = values.array if isinstance(values, pd.Series) else values
     if isinstance(arr, pd.arrays.ArrowStringArray):
         found = pc.value_counts(pc.filter(arr.__arrow_array__(), pa.array(mask)))
         return {v: n for v, n in zip(found.field(0).to_pylist(), found.field(1).to_pylist(),
                                      strict=True) if v is not None}
-    return dict(Counter(r for r in values.to_numpy()[mask] if isinstance(r, str)))
+    return dict(Counter(r for r in np.asarray(arr)[mask] if isinstance(r, str)))
 
 
 # the request-table columns the metrics read, and the dtypes they have there (status: codes)
@@ -103,11 +104,18 @@ COLUMNS = {"http_status": None, "stream": bool, "t_done": None, "t_arrival": Non
            "input_len": None, "prefill_tokens": None, "cached_tokens": None}
 
 
-def columns(df: pd.DataFrame) -> dict[str, np.ndarray]:
+def column(df: pd.DataFrame, name: str, arrays: dict | None = None) -> object:
+    """The values of ``df[name]``, as an array: ``arrays[name]`` when the frame's arrays are
+    given (the ones it was built from: pdsim.log.records_columns), which saves looking the
+    column up in the frame (~0.1M instructions a column, as a Series), else the frame's."""
+    return arrays[name] if arrays is not None else df[name].array
+
+
+def columns(df: pd.DataFrame, arrays: dict | None = None) -> dict[str, np.ndarray]:
     """The columns :func:`metrics` reads, as arrays; ``status`` as the index of each
-    request's status in :data:`STATUSES` (:func:`codes`)."""
-    col = {c: df[c].to_numpy(dtype=t) for c, t in COLUMNS.items()}
-    col["status"] = codes(df["status"], STATUSES)
+    request's status in :data:`STATUSES` (:func:`codes`). ``arrays``: see :func:`column`."""
+    col = {c: np.asarray(column(df, c, arrays), dtype=t) for c, t in COLUMNS.items()}
+    col["status"] = codes(column(df, "status", arrays), STATUSES)
     return col
 
 

@@ -63,7 +63,14 @@ def test_a_run_s_tables_are_built_column_wise_as_from_records_would(monkeypatch)
         captured[tuple(columns)] = rows
         return records_frame(rows, columns)
 
-    monkeypatch.setattr(sim, "records_frame", capture)
+    def capture_table(rows, columns):
+        table, arrays = log.records_table(rows, columns)
+        assert list(arrays) == list(columns)
+        for name in columns:  # the arrays the summary reads are the frame's columns
+            assert table[name].equals(pd.Series(arrays[name], name=name))
+        return capture(rows, columns), arrays
+
+    monkeypatch.setattr(sim, "records_table", capture_table)
     monkeypatch.setattr(log, "records_frame", capture)
     res = pdsim.run("scenarios/drop_timeout.yaml")
     assert set(captured) == {tuple(sim.REQUEST_COLUMNS), log.COLUMNS}

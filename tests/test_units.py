@@ -371,10 +371,11 @@ def test_summary_codes_and_counts_are_the_string_comparisons_they_replace():
             for i, name in enumerate(names):
                 want[objects == name] = i
             assert np.array_equal(codes(col, names), want), (n, col.dtype)
+            assert np.array_equal(codes(col.array, names), want), (n, col.dtype)
             assert np.array_equal(codes(col, ("failed",)) != 0, objects != "failed")
             got = counts(col, mask)
             assert got == Counter(v for v in objects[mask] if isinstance(v, str))
-            assert got == col[mask].value_counts().to_dict()
+            assert got == col[mask].value_counts().to_dict() == counts(col.array, mask)
     assert isinstance(pd.Series(["a"], dtype="str").array, pd.arrays.ArrowStringArray)
 
 
