@@ -24,7 +24,7 @@ from pdsim.rank import Rank
 from pdsim.request import FAILED, SUCCESS, Request
 from pdsim.scenario import PrefillConfig
 from pdsim.stats import Stats
-from pdsim.transfer import Chunk, TransferEngine
+from pdsim.transfer import TransferEngine, new_chunk
 
 
 class PrefillRank(Rank):
@@ -238,7 +238,7 @@ class PrefillRank(Rank):
             if last:
                 self.inflight[req.rid] = req
             sent = n + (req.cached_tokens if first else 0)
-            self.engine.submit(Chunk(req, req.room, sent * self.kvb, last))
+            self.engine.submit(new_chunk(req, req.room, sent * self.kvb, last))
         self._maybe_idle()
 
     # --- flush -----------------------------------------------------------------------------

@@ -216,7 +216,7 @@ def test_transfer_time_is_call_latency_plus_bytes_over_bandwidth():
     from pdsim.registry import BLACKLIST_POLICIES
     from pdsim.request import Request, Room
     from pdsim.stats import Stats
-    from pdsim.transfer import Chunk, TransferEngine
+    from pdsim.transfer import TransferEngine, new_chunk
 
     env = clock.Environment()  # pdsim's: the hot path schedules plain heap entries
     nic = NIC(env, "n", 1e9, peak_util=1.0, min_util=1.0, saturation_bytes=1.0)
@@ -233,7 +233,7 @@ def test_transfer_time_is_call_latency_plus_bytes_over_bandwidth():
             done.append(env.now)
 
     room.decode = Decode()
-    eng.submit(Chunk(req, room, 0.5e9, last=True))
+    eng.submit(new_chunk(req, room, 0.5e9, last=True))
     env.run()
     assert done == [pytest.approx(0.0016 + 0.5)]
 
@@ -249,7 +249,7 @@ def test_write_deadlines_fire_at_their_own_time_when_overtaken():
     from pdsim.registry import BLACKLIST_POLICIES
     from pdsim.request import Request, Room
     from pdsim.stats import Stats
-    from pdsim.transfer import TIMEOUT_S_PER_BYTE, Chunk, TransferEngine
+    from pdsim.transfer import TIMEOUT_S_PER_BYTE, TransferEngine, new_chunk
 
     env = clock.Environment()
     nic = NIC(env, "n", 1e8, peak_util=1.0, min_util=1.0, saturation_bytes=1.0)
@@ -270,7 +270,7 @@ def test_write_deadlines_fire_at_their_own_time_when_overtaken():
     def send(rid: int, port: int, nbytes: float) -> None:
         room = Room(env, rid)
         room.session, room.port, room.decode = f"d:{port}", port, Decode()
-        eng.submit(Chunk(Request(env, rid, "c", "bench", 10, 1, True), room, nbytes, True))
+        eng.submit(new_chunk(Request(env, rid, "c", "bench", 10, 1, True), room, nbytes, True))
 
     # three writes share the NIC from t=0, one per queue: A's deadline (1.2 s) is armed
     # first, B's (1.05 s) overtakes it, C's (1.01 s) overtakes B's; C ends in time (0.3 s),
