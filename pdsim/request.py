@@ -57,27 +57,28 @@ class Room:
     timer, when pending, is what ticks at its own instant (its id was drawn before any link
     of this instant's); the bootstrapped link is made only while the room is unresolved, so it
     comes before the done link when both are pending.
+
+    Made by :func:`new_room` (no Python ``__init__``: see ``pdsim.transfer.Chunk``).
     """
 
     __slots__ = ("id", "state", "resolved", "session", "port", "doomed", "reason", "env",
                  "req", "booted", "decode", "prefill", "_boot_link", "_boot_at")
-
-    def __init__(self, env: simpy.Environment, room_id: int, req: Request | None = None) -> None:
-        self.id = room_id
-        self.env = env
-        self.req = req  # what the listeners are called with
-        self.state = BOOTSTRAPPING
-        self.resolved = False  # Failed or Success (terminal; only succeed() and fail() set it)
-        self.booted = False  # bootstrapped signalled: decode pre-allocated, prefill may run
-        # the listening ranks: the prefill hears room_bootstrapped(req), both room_done(req)
-        self.decode: Listener | None = None
-        self.prefill: Listener | None = None
-        self._boot_link = False  # the bootstrapped step is pending
-        self._boot_at = -1.0  # when a pending bootstrap delay ends (-1: none pending)
-        self.session = ""  # decode session id host:port
-        self.port = 0
-        self.doomed = ""  # set when a flush freed pages under this transfer
-        self.reason = ""
+    # (the fields, as new_room sets them)
+    id: int
+    env: simpy.Environment
+    req: Request | None  # what the listeners are called with
+    state: Poll
+    resolved: bool  # Failed or Success (terminal; only succeed() and fail() set it)
+    booted: bool  # bootstrapped signalled: decode pre-allocated, prefill may run
+    # the listening ranks: the prefill hears room_bootstrapped(req), both room_done(req)
+    decode: Listener | None
+    prefill: Listener | None
+    _boot_link: bool  # the bootstrapped step is pending
+    _boot_at: float  # when a pending bootstrap delay ends (-1: none pending)
+    session: str  # decode session id host:port
+    port: int
+    doomed: str  # set when a flush freed pages under this transfer
+    reason: str
 
     def bootstrap(self) -> None:
         """The decode holds KV pages for it: the prefill hears one zero-delay step later."""
@@ -144,6 +145,17 @@ class Room:
         self.reason = reason
         self.env.link(self)
         return True
+
+
+def new_room(env: simpy.Environment, room_id: int, req: Request | None = None) -> Room:
+    """The room ``room_id`` of ``req``, bootstrapping, no listener yet."""
+    room = Room()
+    room.id, room.env, room.req = room_id, env, req
+    room.state, room.resolved, room.booted = BOOTSTRAPPING, False, False
+    room.decode = room.prefill = None
+    room._boot_link, room._boot_at = False, -1.0
+    room.session, room.port, room.doomed, room.reason = "", 0, "", ""
+    return room
 
 
 class Request:

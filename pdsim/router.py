@@ -24,7 +24,7 @@ from simpy.events import URGENT
 
 from pdsim.clock import KeptDeadlines, call_later, later, urgent
 from pdsim.log import EventLog
-from pdsim.request import Request, Room
+from pdsim.request import Request, new_room
 from pdsim.scenario import RouterConfig
 from pdsim.server import Server
 
@@ -141,8 +141,11 @@ class MiniLB:
         prefills, decodes = self.prefills, self.decodes
         p = prefills[0] if len(prefills) == 1 else prefills[draws.index(len(prefills))]
         d = decodes[0] if len(decodes) == 1 else decodes[draws.index(len(decodes))]
-        req.room = Room(env, draws.room(), req)
-        call = _Call(self, req, p, d, on_return)
+        req.room = new_room(env, draws.room(), req)
+        call = _Call()  # (no Python __init__: see pdsim.transfer.Chunk)
+        call.lb, call.req, call.p, call.d, call.on_return = self, req, p, d, on_return
+        call.fired = call.answered = False
+        call.stage = _DISPATCH
         if self.hop:
             env.timer(self.hop, call)  # call.tick: the dispatch
         else:
@@ -241,17 +244,20 @@ class _Call:
     then, once the decode answered, the response event's step, the response-or-timeout
     condition's step, and the hop back. (A timeout resumes the handler through its own
     entries, so that an answer in the same instant still finds these.)
+
+    Made in ``MiniLB.generate`` (no Python ``__init__``: see ``pdsim.transfer.Chunk``).
     """
 
     __slots__ = ("lb", "req", "p", "d", "on_return", "fired", "answered", "stage", "dl_at",
                  "dl_eid")
-
-    def __init__(self, lb: MiniLB, req: Request, p: Server, d: Server,
-                 on_return: Callable[[Request], None]) -> None:
-        self.lb, self.req, self.p, self.d, self.on_return = lb, req, p, d, on_return
-        self.fired = False  # response-or-timeout triggered
-        self.answered = False  # the response event was processed
-        self.stage = _DISPATCH
+    lb: MiniLB
+    req: Request
+    p: Server
+    d: Server
+    on_return: Callable[[Request], None]
+    fired: bool  # response-or-timeout triggered
+    answered: bool  # the response event was processed
+    stage: int  # _DISPATCH, _ANSWER, _RESUME or _RETURN
 
     def responded(self) -> None:
         """The decode answered (the call is the request's ``on_response``): its response

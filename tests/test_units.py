@@ -214,7 +214,7 @@ def test_transfer_time_is_call_latency_plus_bytes_over_bandwidth():
     from pdsim import blacklist
     from pdsim.faults import Paths
     from pdsim.registry import BLACKLIST_POLICIES
-    from pdsim.request import Request, Room
+    from pdsim.request import Request, new_room
     from pdsim.stats import Stats
     from pdsim.transfer import TransferEngine, new_chunk
 
@@ -223,7 +223,7 @@ def test_transfer_time_is_call_latency_plus_bytes_over_bandwidth():
     bl = blacklist.build(BLACKLIST_POLICIES.validate({}), env, "p", lambda *a, **k: None)
     eng = TransferEngine(env, "p", 0, nic, bl, 0.0016, 30.0, 4, lambda *a, **k: None, Stats(),
                          Paths(env), 0, 0.537)
-    room = Room(env, 1)
+    room = new_room(env, 1)
     room.session, room.port = "d:1", 1
     req = Request(env, 0, "c", "bench", 10, 1, True)
     done = []
@@ -247,7 +247,7 @@ def test_write_deadlines_fire_at_their_own_time_when_overtaken():
     from pdsim import blacklist
     from pdsim.faults import Paths
     from pdsim.registry import BLACKLIST_POLICIES
-    from pdsim.request import Request, Room
+    from pdsim.request import Request, new_room
     from pdsim.stats import Stats
     from pdsim.transfer import TIMEOUT_S_PER_BYTE, TransferEngine, new_chunk
 
@@ -268,7 +268,7 @@ def test_write_deadlines_fire_at_their_own_time_when_overtaken():
             pass
 
     def send(rid: int, port: int, nbytes: float) -> None:
-        room = Room(env, rid)
+        room = new_room(env, rid)
         room.session, room.port, room.decode = f"d:{port}", port, Decode()
         eng.submit(new_chunk(Request(env, rid, "c", "bench", 10, 1, True), room, nbytes, True))
 
