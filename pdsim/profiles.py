@@ -490,8 +490,48 @@ def resolve(gpu: str, model: str, engine: str = "sglang", files: tuple[str, ...]
     """Resolve (gpu, model, engine) through shipped files, user files, calibration, overrides.
 
     Raises :class:`ProfileError` (one line) on unknown names or invalid values.
+
+    Remembered per names, user files as the catalog stamps them, and
+    overrides whose values are plain numbers or strings (each by type and ``repr``, so that
+    1, 1.0, True, 0.0 and -0.0 are told apart): a scenario is validated once plus once per end
+    of each declared unknown's range, and most of those resolve the same profiles (the run's
+    fleet once more), each resolution validating three profile models (drop_timeout: 8
+    resolutions, 4 of them distinct).
     """
-    cat = catalog(tuple(files))
+    stamped = tuple((f, _stamp(f)) for f in files)
+    frozen = _frozen(overrides)
+    if frozen is None or not all(type(n) is str for n in (gpu, model, engine)):
+        return _resolve(gpu, model, engine, stamped, overrides)
+    key = (gpu, model, engine, stamped, frozen)
+    res = _RESOLVED.get(key)
+    if res is None:
+        res = _resolve(gpu, model, engine, stamped, overrides)
+        if len(_RESOLVED) >= 64:
+            _RESOLVED.clear()
+        _RESOLVED[key] = res
+    return res
+
+
+_RESOLVED: dict[tuple, Resolved] = {}  # (resolve's memo; Resolved and profiles are frozen)
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def _frozen(overrides: dict[str, dict[str, Any]] | None) -> tuple | None:
+    """``overrides`` as a key (None if a value is not a plain number or string)."""
+    out = []
+    for kind, over in (overrides or {}).items():
+        fields = []
+        for field, value in (over or {}).items():
+            if type(value) not in _PLAIN:
+                return None
+            fields.append((field, type(value), repr(value)))
+        out.append((kind, tuple(fields)))
+    return tuple(out)
+
+
+def _resolve(gpu: str, model: str, engine: str, stamped: tuple,
+             overrides: dict[str, dict[str, Any]] | None) -> Resolved:
+    cat = _catalog(stamped)
     names = {"gpu": gpu, "model": model, "engine": engine}
     for kind, n in names.items():
         section = SECTION[kind]

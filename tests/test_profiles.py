@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from conftest import small_fleet
 
@@ -147,3 +149,23 @@ def test_a_run_directory_reruns_with_its_profile_files(tmp_path):
     again = pdsim.run(tmp_path / "out" / "scenario.yaml", allow_outside_paths=True)
     assert again.summary["mean_tpot_ms"] == first.summary["mean_tpot_ms"]
     assert "--allow-outside-paths" in (tmp_path / "out" / "scenario.yaml").read_text()
+
+
+def test_a_resolution_is_remembered_per_its_inputs(tmp_path):
+    """profiles.resolve remembers a resolution per names, user files (as stamped: an edited
+    file is read again) and overrides told apart by type and repr (1 and 1.0, 0.0 and -0.0
+    are different overrides, each validated on its own)."""
+    one = profiles.resolve("H100", "llama-3.1-8b", overrides={"gpu": {"hbm_tbps": 3}})
+    assert profiles.resolve("H100", "llama-3.1-8b", overrides={"gpu": {"hbm_tbps": 3}}) is one
+    other = profiles.resolve("H100", "llama-3.1-8b", overrides={"gpu": {"hbm_tbps": 3.0}})
+    assert other is not one and other.gpu == one.gpu
+    zero = profiles.resolve("H100", "llama-3.1-8b", overrides={"engine": {"bootstrap_ms": 0.0}})
+    minus = profiles.resolve("H100", "llama-3.1-8b",
+                             overrides={"engine": {"bootstrap_ms": -0.0}})
+    assert minus is not zero and math.copysign(1, minus.engine.bootstrap_ms) == -1
+    f = tmp_path / "my.yaml"
+    f.write_text("gpus:\n  H100-x: {extends: H100, hbm_tbps: 2.0}\n")
+    first = profiles.resolve("H100-x", "llama-3.1-8b", files=(str(f),))
+    assert first.gpu.hbm_tbps == 2.0
+    f.write_text("gpus:\n  H100-x: {extends: H100, hbm_tbps: 2.50}\n")  # (a new size)
+    assert profiles.resolve("H100-x", "llama-3.1-8b", files=(str(f),)).gpu.hbm_tbps == 2.5
