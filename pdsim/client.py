@@ -118,9 +118,11 @@ class BenchClient(Client):
         # prompt's are a range, which the prefix cache keeps as one private run (kv.PrefixCache)
         base = (self.index + 1) << 40
         blocks_per = math.ceil(ds.input_len / 512)
-        return [{"input": i, "output": o,
-                 "blocks": range(base + k * blocks_per, base + (k + 1) * blocks_per)}
-                for k, (i, o) in enumerate(zip(ins.tolist(), outs.tolist(), strict=True))]
+        # (prompt k's: range(base + k * blocks_per, base + (k + 1) * blocks_per), made by map)
+        ends = range(base, base + (n + 1) * blocks_per, blocks_per)
+        blocks = map(range, ends[:-1], ends[1:])
+        return [{"input": i, "output": o, "blocks": b}
+                for i, o, b in zip(ins.tolist(), outs.tolist(), blocks, strict=True)]
 
     def _arrivals(self, prompts: list[dict]) -> np.ndarray:
         rate = self.cfg.request_rate
