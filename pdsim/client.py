@@ -19,7 +19,12 @@ from pdsim.clock import Link, Relay, later, reserve_block, soon, timer_at, urgen
 from pdsim.request import Request
 from pdsim.rng import Streams
 from pdsim.scenario import BenchClientConfig, EvalClientConfig
-from pdsim.trace import count_rows, open_trace, read_trace  # noqa: F401 (open_trace: API)
+from pdsim.trace import (  # noqa: F401 (open_trace: API)
+    HASH_ID_LIMIT,
+    count_rows,
+    open_trace,
+    read_trace,
+)
 
 
 class Frontend(Protocol):
@@ -114,9 +119,10 @@ class BenchClient(Client):
         n = self.cfg.num_prompts
         ins, outs = random_lengths(self.rngs["lengths"], n, ds.input_len, ds.output_len,
                                    ds.range_ratio, ds.output_distribution)
-        # random prompts share no prefix blocks, within a client or across clients: each
-        # prompt's are a range, which the prefix cache keeps as one private run (kv.PrefixCache)
-        base = (self.index + 1) << 40
+        # random prompts share no prefix blocks, within a client, across clients or with a
+        # trace (whose ids are below HASH_ID_LIMIT): each prompt's are a range, which the
+        # prefix cache keeps as one private run (kv.PrefixCache)
+        base = (self.index + 1) * HASH_ID_LIMIT
         blocks_per = math.ceil(ds.input_len / 512)
         # (prompt k's: range(base + k * blocks_per, base + (k + 1) * blocks_per), made by map)
         ends = range(base, base + (n + 1) * blocks_per, blocks_per)

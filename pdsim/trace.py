@@ -24,6 +24,9 @@ from pdsim.safeio import UserFileError, clip, open_user_file, show_path
 MAX_TRACE_BYTES = 256 << 20  # a trace file, and its data after gzip decompression
 MAX_TRACE_ROWS = 1_000_000  # requests replayed from one trace (scenario.MAX_REQUESTS)
 MAX_TRACE_TOKENS = 10_000_000  # input_length / output_length of one row
+# a prefix block id is below this: pdsim.client numbers random prompts' blocks from it up (a
+# trace's ids are block hashes' indices, far smaller), so no trace block is one of theirs
+HASH_ID_LIMIT = 1 << 40
 
 
 class TraceError(ValueError):
@@ -84,6 +87,8 @@ def _check(row: object) -> tuple[float, int, int, tuple[int, ...]]:
     # JSON makes no int subclass but bool: type(b) is int <=> an int and not a bool
     if not isinstance(blocks, list | tuple) or not _INT.issuperset(map(type, blocks)):
         raise _Bad("'hash_ids' must be a list of integers")
+    if blocks and (min(blocks) < 0 or max(blocks) >= HASH_ID_LIMIT):
+        raise _Bad(f"'hash_ids' must be integers 0..{HASH_ID_LIMIT - 1:,} (2^40 - 1)")
     inp, out = row.get("input_length"), row.get("output_length")
     if not (type(inp) is int and 0 <= inp <= MAX_TRACE_TOKENS):  # (else _count checks)
         inp = _count(inp, "input_length")

@@ -174,3 +174,19 @@ def test_rows_out_of_time_order_arrive_in_time_order(tmp_path, client):
     assert arrived.t_arrival.is_monotonic_increasing
     assert arrived.input_len.tolist() == [r["input_length"] for r in
                                           sorted(rows, key=lambda r: r["timestamp"])]
+
+
+def test_trace_block_ids_stay_below_the_random_prompts_ids():
+    """A trace's prefix block ids must be 0..HASH_ID_LIMIT - 1: pdsim.client numbers random
+    prompts' blocks from HASH_ID_LIMIT up, and the prefix cache keeps those as private runs,
+    so a trace block with one of their ids would be counted twice (review 7)."""
+    from pdsim import trace
+
+    def row(ids):
+        return trace._check({"timestamp": 0, "input_length": 9, "output_length": 1,
+                             "hash_ids": ids})
+
+    assert row([0, trace.HASH_ID_LIMIT - 1])[3] == (0, trace.HASH_ID_LIMIT - 1)
+    for ids in ([trace.HASH_ID_LIMIT], [3, -1], [1 << 80]):
+        with pytest.raises(trace._Bad, match="'hash_ids' must be integers 0..1,099,511,627,775"):
+            row(ids)
