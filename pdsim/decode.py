@@ -242,29 +242,25 @@ class DecodeRank(Rank):
             # (the usual case) its KV arrived and the rank's next plan admits it (span_steps'
             # first rule, which reads nothing the steps ended since change): the step in
             # flight becomes the span's last with no catch-up (the span's end commits them)
-            req.t_transfer_done = self.env._now
-            self.waiting.append(req)
-            self._kick()
+            self._arrived(req)
             self._changed_next()
             return
         self._catch_up()
-        if req.room.state == SUCCESS:  # (the usual case: _resolved's first branch)
-            if self.transfer.pop(req.rid, None) is not None:
-                req.t_transfer_done = self.env._now
-                self.waiting.append(req)
-                self._kick()
-        else:
-            self._resolved(req)
+        if req.room.state != SUCCESS:
+            self._failed(req)
+        elif self.transfer.pop(req.rid, None) is not None:
+            self._arrived(req)
         self._changed()
 
-    def _resolved(self, req: Request) -> None:
-        if req.room.state == SUCCESS:
-            if self.transfer.pop(req.rid, None) is not None:
-                req.t_transfer_done = self.env._now
-                self.waiting.append(req)
-                self._kick()
-            return
-        # Failed: free KV and answer the client (500, or 200 with an abort chunk when streaming)
+    def _arrived(self, req: Request) -> None:
+        """Its KV arrived: it waits to run."""
+        req.t_transfer_done = self.env._now
+        self.waiting.append(req)
+        self._kick()
+
+    def _failed(self, req: Request) -> None:
+        """Its room failed: free KV and answer the client (500, or 200 with an abort chunk
+        when streaming)."""
         self.transfer.pop(req.rid, None)
         if req.d_pages is not None and not req.d_pages.freed:
             self.alloc.release(req.d_pages)

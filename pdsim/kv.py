@@ -248,15 +248,9 @@ class PrefixCache:
                 if e == epoch:  # (alloc.release of the block's pages)
                     free += n
                 continue
-            self.runs -= 1
-            if e == epoch:  # (a run is inserted without orphans, so is one here; but if not)
-                want = -(-(need_pages - free) // n)
-                if want < len(b):  # the rest of it stays, at the front
-                    self._put_first(b[want:], e)
-                    self.runs += 1
-                    free += want * n
-                else:
-                    free += len(b) * n
+            self.runs -= 1  # a run is inserted only while no block is an orphan (_insert_run)
+            if e == epoch:  # and reset() clears them all, so it is an orphan here; if not,
+                free += len(b) * n  # its pages are freed with it
         alloc.used = alloc.capacity - free
         if alloc.used < 0:
             raise KVError("pages in use went negative")

@@ -98,7 +98,9 @@ class Stepper:
         self.env = env
         self.ranks = list(ranks)
         self.together = together  # lockstep: one forward for all, idle ranks run idle batches
-        self.solo = self.ranks[0] if not together and len(self.ranks) == 1 else None
+        if not together and len(self.ranks) != 1:
+            raise ValueError("a Stepper runs one rank, or a lockstep group (together)")
+        self.solo = None if together else self.ranks[0]
         self.rec = self.ranks[0].recorder
         for r in self.ranks:
             r.stepper = self
@@ -151,14 +153,12 @@ class Stepper:
     # --- the loop ------------------------------------------------------------------------
 
     def _sleep(self) -> None:
-        if self.together:  # (an AnyOf over the ranks' wake-ups, as plain entries: _Asleep)
+        if self.solo is not None:  # its wake-up is a plain link, not a SimPy event
+            self.solo._waker = self._wake_link
+        else:  # a lockstep group: an AnyOf over the ranks' wake-ups, as plain entries (_Asleep)
             asleep = _Asleep(self)
             for r in self.ranks:
                 r._wake = _RankWake(asleep)
-        elif self.solo is not None:  # its wake-up is a plain link, not a SimPy event
-            self.solo._waker = self._wake_link
-        else:
-            self.ranks[0]._sleep().callbacks.append(self._wake_up)
 
     def _wake_up(self, _ev: Event) -> None:
         self._go()

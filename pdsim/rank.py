@@ -6,7 +6,6 @@ from collections.abc import Iterator
 from itertools import count
 
 import simpy
-from simpy.events import Event
 
 from pdsim.flush import FlushWrapper
 from pdsim.kv import PageAllocator
@@ -52,7 +51,7 @@ class Rank:
         self.flush = FlushWrapper(env, self, flush_semantics, log)
         self.load_tokens = 0  # what total_tokens DP balancing reads
         self._idle_waiters: list[simpy.Event] = []
-        self._wake = env.event()
+        self._wake = AWAKE  # (its stepper sets it: AWAKE for a solo rank, a _RankWake in a group)
         self.halted = False  # a stalled or dead process: no steps until resume()
         self._resumed: simpy.Event | None = None
         # a solo stepper asleep on this rank: its wake-up link (pdsim.clock.Link)
@@ -97,10 +96,6 @@ class Rank:
                 env.link(waker)  # (what waker() does)
         elif not self._wake.triggered:
             self._wake.succeed()
-
-    def _sleep(self) -> simpy.Event:
-        self._wake = Event(self.env)
-        return self._wake
 
     def flush_now(self, how: str) -> None:
         raise NotImplementedError
