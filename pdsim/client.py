@@ -175,9 +175,9 @@ class BenchClient(Client):
         self._prompt_list = prompts
         at = self._arrivals(prompts)
         self._at = at.tolist()  # (Python floats, the same values)
-        # the i-th arrival's place in prompt order (see _start); None: arrivals in prompt order
-        # (the usual: a Poisson or an all-at-once load, a trace's rows by time), no sorting
-        self._pos: list[int] | None = None if (at[1:] >= at[:-1]).all() else []
+        # arrivals in prompt order (the usual: a Poisson or an all-at-once load, a trace's rows
+        # by time): no sorting (see _start)
+        self._in_order = bool((at[1:] >= at[:-1]).all())
         self._slots = cfg.max_concurrency or len(prompts)
         # as many slots as prompts: no prompt ever waits, so slots are not counted (a slot's
         # release, with nobody to grant it to, changes nothing)
@@ -200,7 +200,7 @@ class BenchClient(Client):
         (where its own timeout would have been made: ids in prompt order), and they arrive in
         the order those timeouts would have fired, by time, then id."""
         at = self._at
-        if self._pos is None:  # those due at once come first; the first of them take the slots
+        if self._in_order:  # those due at once come first; the first of them take the slots
             m = bisect_right(at, 0.0)  # (not at > 0)
             free = self._slots  # (none taken yet)
             self._busy = take = m if m < free else free
@@ -211,9 +211,8 @@ class BenchClient(Client):
             now = [k for k, a in enumerate(at) if not a > 0 and self._take_slot(k)]
             later = [k for k, a in enumerate(at) if a > 0]
             t0 = self.t0
-            # the i-th arrival, by time (a stable sort: ties in prompt order, as their ids)
-            self._pos = sorted(range(len(later)), key=lambda j: t0 + at[later[j]])
-            self._later = [later[j] for j in self._pos]
+            # by time (a stable sort: ties in prompt order, as their timeouts' ids would be)
+            self._later = sorted(later, key=lambda k: t0 + at[k])
         soon(self.env, lambda: [self._send(k) for k in now])
         self._timer_ids = reserve_block(self.env, len(self._later))
         self._next_timer = 0
@@ -222,10 +221,11 @@ class BenchClient(Client):
     def _arm_next(self) -> None:
         i = self._next_timer
         if i < len(self._later):
+            # the i-th arrival by time takes the block's i-th id: the block's ids were drawn
+            # together (any other entry's is below or above them all), and among the arrivals
+            # (time, i) sorts as (time, prompt order) would: the sort is stable
             k = self._later[i]
-            pos = self._pos
-            timer_at(self.env, self.t0 + self._at[k], self,
-                     self._timer_ids + (i if pos is None else pos[i]))
+            timer_at(self.env, self.t0 + self._at[k], self, self._timer_ids + i)
 
     def tick(self) -> None:
         """The next prompt's arrival timer (a plain heap entry under its reserved id).
