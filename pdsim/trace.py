@@ -206,12 +206,18 @@ def check_trace(path: str | Path, limit: int | None) -> int:
 
 def read_trace(path: str | Path, limit: int | None, time_scale: float,
                max_input_len: int | None) -> list[dict]:
-    """Rows of a Mooncake trace: arrival ``t`` (s, from the first row, times ``time_scale``),
-    ``input`` and ``output`` lengths (at least 1; input capped at ``max_input_len``) and
-    prefix ``blocks``. ``limit`` None reads every row (at most ``MAX_TRACE_ROWS``). Raises
-    :class:`TraceError` (one line, naming the line number)."""
+    """Rows of a Mooncake trace: arrival ``t`` (s, from the earliest row's timestamp, times
+    ``time_scale``), ``input`` and ``output`` lengths (at least 1; input capped at
+    ``max_input_len``) and prefix ``blocks``, in file order (BenchClient sends them by time).
+    ``limit`` None reads every row (at most ``MAX_TRACE_ROWS``); a cut keeps the first rows.
+    Raises :class:`TraceError` (one line, naming the line number).
+
+    As SGLang's bench_serving replays a Mooncake trace: its first ``--num-prompts`` rows,
+    sorted by timestamp, each sent at its timestamp less the earliest one's (times the
+    slowdown factor; sgl-project/sglang python/sglang/benchmark/datasets/mooncake.py,
+    get_mooncake_request_over_time)."""
     rows = _rows(path, limit)
-    t0 = rows[0][0] if rows else 0
+    t0 = min(r[0] for r in rows) if rows else 0
     cap = max_input_len
     out = []
     append = out.append

@@ -154,13 +154,14 @@ def test_prompts_arriving_at_one_instant_arrive_in_one_step(tmp_path, monkeypatc
 @pytest.mark.parametrize("client", [{}, {"max_concurrency": 2}])
 def test_rows_out_of_time_order_arrive_in_time_order(tmp_path, client):
     """A trace whose rows are not in time order replays as the same rows sorted by time (a
-    stable sort: rows of one timestamp keep their order), as one timeout per prompt made at
-    the start did: BenchClient arms its one arrival timer at a time in that order, under each
-    prompt's own id. (Armed in row order, the clock went back: a row due before one that
-    arrived already came after it.)"""
+    stable sort: rows of one timestamp keep their order), with times from the earliest row
+    (not the first: SGLang's bench_serving sorts a Mooncake trace and starts at its earliest
+    timestamp), as one timeout per prompt made at the start did: BenchClient arms its one
+    arrival timer at a time in that order. (Armed in row order, the clock went back: a row
+    due before one that arrived already came after it.)"""
     from golden import digest
 
-    stamps = [0, 5500, 3300, 3300, 150, 5500, 400, 150, 0, 3300]
+    stamps = [150, 5500, 3300, 3300, 0, 5500, 400, 150, 0, 3300]
     rows = [{"timestamp": ts, "input_length": 700 + 50 * i, "output_length": 4 + i % 3,
              "hash_ids": [1, 2 + i % 4]} for i, ts in enumerate(stamps)]
     paths = []
@@ -174,6 +175,7 @@ def test_rows_out_of_time_order_arrive_in_time_order(tmp_path, client):
     assert arrived.t_arrival.is_monotonic_increasing
     assert arrived.input_len.tolist() == [r["input_length"] for r in
                                           sorted(rows, key=lambda r: r["timestamp"])]
+    assert arrived.t_arrival.tolist()[-1] - arrived.t_arrival.tolist()[0] == pytest.approx(5.5)
 
 
 def test_trace_block_ids_stay_below_the_random_prompts_ids():
