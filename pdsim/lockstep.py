@@ -379,8 +379,8 @@ class Stepper:
             return
         cursor = self._cursor
         target = self._base + self._ended
-        if self._k:  # mid-span: the step in flight is planned
-            frontier = target + 1
+        if self._k:  # mid-span: the step in flight is planned (catch_up() of every rank
+            frontier = target + 1  # writes this case inline, in one loop: change both)
         else:  # a span's end: the next step is not planned yet
             frontier = target
             if cursor >= 0:  # ranks after the one committing have not committed it
