@@ -444,6 +444,26 @@ class _EveryBlockChecked(PrefixCache):
         pass
 
 
+def _cache_op(op, ids, n, pages, c, a, held, seen) -> bool:
+    """The prefix-cache property tests' common ops on cache ``c`` over allocator ``a``: insert
+    ("i") or match ("m") ``ids``, evict ``n`` pages ("e"), or allocate ``pages`` outside the
+    cache ("g", kept in ``held``); what match and evict return goes to ``seen``. False for
+    any other op (the caller's own)."""
+    if op == "i":
+        c.insert(tuple(dict.fromkeys(ids)))
+    elif op == "m":
+        seen.append(c.match(tuple(ids)))
+    elif op == "e":
+        seen.append(c.evict(n))
+    elif op == "g":
+        p = a.alloc(pages)
+        if p is not None:
+            held.append(p)
+    else:
+        return False
+    return True
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from("imefg"), st.lists(st.integers(0, 12), max_size=6),
                           st.integers(0, 9)), max_size=40))
@@ -458,17 +478,7 @@ def test_prefix_cache_evicts_as_block_by_block_without_orphans(ops):
     for op, ids, n in ops:
         seen = []
         for c, a, held in caches:
-            if op == "i":
-                c.insert(tuple(dict.fromkeys(ids)))
-            elif op == "m":
-                seen.append(c.match(tuple(ids)))
-            elif op == "e":
-                seen.append(c.evict(n))
-            elif op == "g":
-                p = a.alloc(n % 5)
-                if p is not None:
-                    held.append(p)
-            else:  # "f": free an outside holding, or flush
+            if not _cache_op(op, ids, n, n % 5, c, a, held, seen):  # "f": free a holding, or flush
                 if held and n % 3 == 2:
                     a.release(held.pop())
                 elif n % 3 == 0:  # a flush
@@ -503,16 +513,8 @@ def test_a_private_run_is_cached_as_its_blocks_one_by_one(ops, block_tokens):
         for c, a, held, private in caches:
             if op == "p":
                 c.insert(run if private else tuple(run))
-            elif op == "i":
-                c.insert(tuple(dict.fromkeys(ids)))
-            elif op == "m":
-                seen.append(c.match(tuple(ids)))
-            elif op == "e":
-                seen.append(c.evict(n))
-            elif op == "g":
-                p = a.alloc(n % 7)
-                if p is not None:
-                    held.append(p)
+            elif _cache_op(op, ids, n, n % 7, c, a, held, seen):
+                pass
             elif op == "o":  # the allocator's reset alone: the cached blocks become orphans
                 a.reset()
             elif held and n % 2:
