@@ -363,7 +363,7 @@ class OperatorPredictor:
         return dense, moe, c_dense, c_moe
 
     def _layer_parts(self, mean: float, attn: float, low_latency: bool) -> tuple:
-        """The terms of :meth:`_layers` but the attention core: attention projections,
+        """The per-layer terms :meth:`_combine` adds but the attention core: attention projections,
         elementwise traffic, dense MLP, shared experts and routed experts (None, None for a
         dense model), dense and MoE communication."""
         routed = mean * self._gather
@@ -409,16 +409,15 @@ class OperatorPredictor:
         if prefix and self.kv_b_w:  # MLA: expand the cached latent of the prefix (MHA path)
             core += self._gemm(prefix, self._w_kv_b)
         nd, nm = self._nd, self._nm
-        if self._tbo and tokens >= 2:
-            # two micro-batches: communication of one runs under computation of the other
+        tbo = self._tbo and tokens >= 2
+        if tbo:  # two micro-batches: communication of one runs under computation of the other
             tokens, at, core = tokens / 2, at / 2, core / 2
-            key = (tokens, at, False)
-            parts = self._layer_cache.get(key) or self._remember(key)
+        key = (tokens, at, False)
+        parts = self._layer_cache.get(key) or self._remember(key)
+        if tbo:
             d, e, cd, ce = (2 * x for x in self._combine(parts, core))
             body = nd * self._overlap(d, cd) + nm * self._overlap(e, ce)
         else:
-            key = (tokens, at, False)
-            parts = self._layer_cache.get(key) or self._remember(key)
             d, e, cd, ce = self._combine(parts, core)
             body = nd * (d + cd) + nm * (e + ce)
         lm = self._lm_cache.get(reqs)
