@@ -14,7 +14,7 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Iterator
-from heapq import heappop, heapreplace
+from heapq import heappop, heappush
 from itertools import chain, islice
 
 import simpy
@@ -28,6 +28,7 @@ from pdsim.scenario import DecodeConfig
 from pdsim.stats import Stats
 
 GROWTH_TOKENS = 64  # KV growth is booked in 64-token blocks: a simulation granularity
+_NEVER = 1 << 62  # (DecodeRank._grow_at: no growth entry)
 
 
 def _decode_series(decode: Callable[..., float], batch: float, attn: float, ctx: int,
@@ -114,7 +115,8 @@ class DecodeRank(Rank):
     SPANS = True
     __slots__ = ("flush_dooms", "max_running", "reserve_tokens", "waiting_timeout", "port",
                  "session", "alive", "on_waiting_timeout", "prealloc", "transfer", "waiting",
-                 "retracted", "running", "step", "ctx_sum", "_finish", "_grow", "_seq",
+                 "retracted", "running", "step", "ctx_sum", "_finish", "_grow", "_regrow",
+                 "_grow_at", "_seq",
                  "growth_pages", "_block_tokens", "_lag", "_late", "bootstrap_s",
                  "tokenize_s_per_token", "_dropped", "_epoch", "_planned", "_waiting_deadlines")
 
@@ -142,7 +144,14 @@ class DecodeRank(Rank):
         self.step = 0
         self.ctx_sum = 0
         self._finish: list[tuple[int, int, int, Request]] = []
+        # Growth entries (step, seq, version, request), due in (step, seq) order: a request's
+        # first growth in the heap ``_grow``; a grown request's next at the back of the sorted
+        # list ``_regrow`` if that keeps it sorted (it nearly always does: each next growth is
+        # a block of tokens later), else in the heap. Taking from the list's front and adding
+        # at its back compare no tuples; a heap operation compares ~10 (~2k instructions).
         self._grow: list[tuple[int, int, int, Request]] = []
+        self._regrow: list[tuple[int, int, int, Request]] = []
+        self._grow_at = _NEVER  # the earliest step of an entry of either (_NEVER: none)
         self._seq = 0
         self.growth_pages = max(1, self.alloc.pages_for(GROWTH_TOKENS))
         # A running request grows a block of tokens (P) once its pages are full: P steps
@@ -311,7 +320,10 @@ class DecodeRank(Rank):
         # the step its pages are full (its context is one more token a step): a growth's
         # then, or now if they already are (growths move it on: _grow_due)
         req.full_at = full = self.step + req.cap_tokens - ctx
-        self._push(self._grow, full if full > self.step else self.step, req)
+        full = full if full > self.step else self.step
+        self._push(self._grow, full, req)
+        if full < self._grow_at:
+            self._grow_at = full
 
     def _admit(self) -> int:
         """Admit retracted (first) and waiting requests; returns tokens to recompute."""
@@ -440,8 +452,7 @@ class DecodeRank(Rank):
             if version == req.version:  # (else it left the batch since: see ``_push``)
                 self._complete(req, refill=False)
                 done = True
-        grow = self._grow
-        if grow and grow[0][0] <= step:
+        if self._grow_at <= step:
             self._grow_due(step, step)  # running requests grow first, then new ones pre-allocate
         if done:
             self._try_prealloc()
@@ -449,11 +460,12 @@ class DecodeRank(Rank):
 
     def _grow_due(self, end: int, first: int) -> None:
         """Grow, by a block each, the running requests whose growth falls due by step
-        ``end``, in the growth heap's order, each at (the commit of) its own step, or
+        ``end``, in their entries' (step, seq) order, each at (the commit of) its own step, or
         ``first`` if that is later. A growth the free pages do not cover retracts first
         (``_retract_for``; never within a span's quiet steps, ``span_steps``). A grown
-        request's next growth replaces its entry at the heap's front (``heapreplace``: one
-        sift, not a pop and a push; entries' keys are distinct, so the order is the same).
+        request's next growth gets the next seq and joins the queue's back, which keeps it
+        sorted when its step is not earlier than the back's (else the heap), so the earlier
+        of the two fronts is always the next entry in that order (seqs differ: no ties).
 
         While the free pages cover them, growths of holdings of the allocator's epoch (what
         ``PageAllocator.grow`` does for those: pages added to the holding) are booked with the
@@ -461,17 +473,37 @@ class DecodeRank(Rank):
         growth or a shortfall goes through ``grow`` (and may retract), which reads ``used``.
         Within the loop nothing else reads the allocator, and ``used`` only rises, so its
         peak is the same."""
-        heap, alloc = self._grow, self.alloc
+        heap, queue, alloc = self._grow, self._regrow, self.alloc
         gp, tokens = self.growth_pages, self._block_tokens
         soon = tokens - 1 - self._lag  # a growth sooner than this after the last is late
         seq, epoch = self._seq, alloc.epoch
         free = left = alloc.capacity - alloc.used  # (grown, not booked yet: free - left)
-        while heap:
-            s, _q, version, req = heap[0]
-            if s > end:
+        # the next entry is the earlier of the queue's front (queue[qi]: those before it are
+        # taken, and dropped at the end) and the heap's, whose step is hs
+        qi, qn = 0, len(queue)
+        hs = heap[0][0] if heap else _NEVER
+        while True:
+            if qi < qn:
+                e = queue[qi]
+                s = e[0]
+                if s < hs or (s == hs and e[1] < heap[0][1]):
+                    if s > end:
+                        break
+                    qi += 1
+                elif hs > end:
+                    break
+                else:
+                    e = heappop(heap)
+                    s = hs
+                    hs = heap[0][0] if heap else _NEVER
+            elif hs <= end:
+                e = heappop(heap)
+                s = hs
+                hs = heap[0][0] if heap else _NEVER
+            else:
                 break
+            _s, _q, version, req = e
             if version != req.version:  # it left the batch since (see ``_push``)
-                heappop(heap)
                 continue
             pages = req.d_pages
             if left >= gp and pages.epoch == epoch:
@@ -484,8 +516,7 @@ class DecodeRank(Rank):
                     if first > self.step:  # quiet steps: span_steps ends a span before it
                         raise AssertionError(f"{self.name}/r{self.index}: a growth short of "
                                              f"pages within a span's quiet steps (step {s})")
-                    if not self._retract_for(req):  # (retracting leaves the heap as it is)
-                        heappop(heap)
+                    if not self._retract_for(req):  # (it was retracted itself)
                         free = left = alloc.capacity - alloc.used
                         continue
                     alloc.grow(pages, gp)  # (_retract_for freed enough)
@@ -496,8 +527,19 @@ class DecodeRank(Rank):
             if f < step + soon:  # (none should: see _late)
                 self._late = True
             seq += 1  # (_push's counter)
-            heapreplace(heap, (f if f > step + 1 else step + 1, seq, version, req))
+            f = f if f > step + 1 else step + 1
+            if qi == qn or f >= queue[qn - 1][0]:  # (its seq is the largest yet)
+                queue.append((f, seq, version, req))
+                qn += 1
+            else:
+                heappush(heap, (f, seq, version, req))
+                hs = heap[0][0]
         self._seq = seq
+        if qi:
+            del queue[:qi]
+        if queue and queue[0][0] < hs:
+            hs = queue[0][0]
+        self._grow_at = hs
         if free != left:
             alloc.book(free - left)
 
@@ -549,8 +591,8 @@ class DecodeRank(Rank):
         growth, in commit order, if nothing else changes: the walk ``quiet_steps`` makes,
         without applying it."""
         first = self.step + 1
-        walk = [(s if s > first else first, q, r, r.full_at) for s, q, v, r in self._grow
-                if s <= end and v == r.version]
+        walk = [(s if s > first else first, q, r, r.full_at)
+                for s, q, v, r in chain(self._grow, self._regrow) if s <= end and v == r.version]
         if not walk:
             return walk
         heapq.heapify(walk)
@@ -637,7 +679,7 @@ class DecodeRank(Rank):
         commits (tokens, context, KV growth at each one's own step) and the plans after them
         (``plans`` of them: a lazy lockstep group counts a continued plan when it makes it)."""
         end = self.step + n
-        if self._grow and self._grow[0][0] <= end:
+        if self._grow_at <= end:
             self._grow_due(end, self.step + 1)
         self.step = end
         batch = len(self.running)
@@ -694,6 +736,8 @@ class DecodeRank(Rank):
         self.retracted.clear()
         self._finish.clear()
         self._grow.clear()
+        self._regrow.clear()
+        self._grow_at = _NEVER
         self.ctx_sum = 0
         self.load_tokens = 0
         self.alloc.reset()
