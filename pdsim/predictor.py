@@ -163,8 +163,23 @@ class Layout:
         return max(1, self.tp // self.dp) if self.dp_attention else self.tp
 
 
-@dataclass
-class OperatorPredictor:
+class _Terms:
+    """What :class:`OperatorPredictor` derives from its GPU, model, engine and layout (in its
+    ``__post_init__``), as slots: CPython 3.11 reads an instance's attributes inline only while
+    its class's instances have fewer than 30 names (48 here); past that, each of the hot
+    path's reads (a forward's, a decode span's) is a dict look-up."""
+
+    __slots__ = ("bw", "pk_w", "pk_lm", "pk_attn", "pk_dattn", "half", "wb", "attn_w", "kv_b_w",
+                 "pf_pair_flops", "dc_ctx_flops", "kv_layer_bytes", "ep_mode", "dense_w",
+                 "shared_w", "expert_w", "local_experts", "lm_w", "nic_bw", "nvl_bw", "ar_factor",
+                 "ar_bw", "a2a_remote", "per_ctx", "_decode_cache", "_layer_cache", "_pf_fixed",
+                 "_pf_fixed_layers", "_lm_cache", "_nd", "_nm", "_hidden", "_moe", "_experts",
+                 "_k", "_keep", "_ar_s", "_gpus_per_node", "_a2a_s", "_gather", "_tbo", "_w_attn",
+                 "_w_dense", "_w_shared", "_w_lm", "_w_kv_b", "_two_expert_w", "_dc_fixed")
+
+
+@dataclass(slots=True)
+class OperatorPredictor(_Terms):
     """Per forward, per layer, on one GPU of the rank: GEMMs, attention, MoE, communication.
 
     - GEMMs (attention projections, MLP, shared and routed experts, LM head):

@@ -295,8 +295,9 @@ def test_ranks_and_steppers_keep_their_attributes_inline(monkeypatch):
     dict look-up. A DecodeRank once had 48 (3-5% of a run's instructions): Rank keeps the
     common ones as slots, a DecodeRank and a Stepper all theirs. A class whose instances keep
     a dict must stay under 30 names over all of them after a run (faults, flushes and
-    timeouts set what they set)."""
+    timeouts set what they set); the operator predictor keeps its derived terms as slots."""
     from pdsim.lockstep import Stepper
+    from pdsim.predictor import OperatorPredictor
 
     seen = []
     close = Stepper.close
@@ -319,3 +320,7 @@ def test_ranks_and_steppers_keep_their_attributes_inline(monkeypatch):
     assert not names["DecodeRank"]  # (all slots)
     for role, held in names.items():
         assert len(held) < 30, (role, len(held))
+    # the operator predictor's ~50 derived terms, read on every forward and decode span
+    predictors = [r.predictor for s in seen for r in s.ranks]
+    assert {type(p) for p in predictors} == {OperatorPredictor}
+    assert not any(hasattr(p, "__dict__") for p in predictors)
