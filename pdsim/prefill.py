@@ -93,7 +93,12 @@ class PrefillRank(Rank):
         req.room.fail("bootstrap_timeout")
 
     def _prefilling(self, req: Request) -> bool:
-        return req is self.chunked or any(r is req for r, _n, _f in self.batch)
+        if req is self.chunked:
+            return True
+        for r, _n, _f in self.batch:  # (a loop: any() over a generator makes two objects)
+            if r is req:
+                return True
+        return False
 
     def room_done(self, req: Request) -> None:
         """The room resolved (pdsim.request.Room)."""
