@@ -3,7 +3,8 @@
 Pre-allocation reserves KV pages for the prompt (waiting while the pool is full) and then
 bootstraps the room, so the prefill may run. The request waits in the transfer queue for its KV,
 then joins the continuous batch. One simulated event per batch step: tokens are counted lazily
-from the rank's step counter, and page growth and completions come off heaps keyed by step.
+from the rank's step counter, and page growth and completions come off a sorted list and a
+heap keyed by step.
 Under memory pressure the rank retracts requests (fewest generated tokens first, as SGLang's
 ``retract_decode``) and re-admits them later at the cost of recomputing their context.
 """
@@ -12,9 +13,9 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import insort
 from collections import deque
 from collections.abc import Callable, Iterator
-from heapq import heappop, heappush
 from itertools import chain, islice
 
 import simpy
@@ -28,7 +29,6 @@ from pdsim.scenario import DecodeConfig
 from pdsim.stats import Stats
 
 GROWTH_TOKENS = 64  # KV growth is booked in 64-token blocks: a simulation granularity
-_NEVER = 1 << 62  # (DecodeRank._grow_at: no growth entry)
 
 
 def _decode_series(decode: Callable[..., float], batch: float, attn: float, ctx: int,
@@ -115,8 +115,7 @@ class DecodeRank(Rank):
     SPANS = True
     __slots__ = ("flush_dooms", "max_running", "reserve_tokens", "waiting_timeout", "port",
                  "session", "alive", "on_waiting_timeout", "prealloc", "transfer", "waiting",
-                 "retracted", "running", "step", "ctx_sum", "_finish", "_grow", "_regrow",
-                 "_grow_at", "_seq",
+                 "retracted", "running", "step", "ctx_sum", "_finish", "_grow", "_seq",
                  "growth_pages", "_block_tokens", "_lag", "_late", "bootstrap_s",
                  "tokenize_s_per_token", "_dropped", "_epoch", "_planned", "_waiting_deadlines")
 
@@ -144,14 +143,11 @@ class DecodeRank(Rank):
         self.step = 0
         self.ctx_sum = 0
         self._finish: list[tuple[int, int, int, Request]] = []
-        # Growth entries (step, seq, version, request), due in (step, seq) order: a request's
-        # first growth in the heap ``_grow``; a grown request's next at the back of the sorted
-        # list ``_regrow`` if that keeps it sorted (it nearly always does: each next growth is
-        # a block of tokens later), else in the heap. Taking from the list's front and adding
-        # at its back compare no tuples; a heap operation compares ~10 (~2k instructions).
+        # Growth entries (step, seq, version, request), sorted: a list, not a heap, since a
+        # grown request's next growth, a block of tokens later, nearly always goes at its
+        # back: taking the front and appending compare no tuples, where a heap operation
+        # compares ~log2(n) of them (~300 instructions each: ~2k a heapreplace at 50 entries).
         self._grow: list[tuple[int, int, int, Request]] = []
-        self._regrow: list[tuple[int, int, int, Request]] = []
-        self._grow_at = _NEVER  # the earliest step of an entry of either (_NEVER: none)
         self._seq = 0
         self.growth_pages = max(1, self.alloc.pages_for(GROWTH_TOKENS))
         # A running request grows a block of tokens (P) once its pages are full: P steps
@@ -300,12 +296,12 @@ class DecodeRank(Rank):
 
     # --- the batch loop ------------------------------------------------------------------
 
-    def _push(self, heap: list, step: int, req: Request) -> None:
-        """An entry of the finish or growth heap for a request joining the batch: live while
-        its version is the request's (``_leave`` changes it as the request leaves ``running``,
-        the only way out but a crash, which clears the heaps)."""
+    def _entry(self, step: int, req: Request) -> tuple[int, int, int, Request]:
+        """An entry of the finish heap or the growth list for a request in the batch: live
+        while its version is the request's (``_leave`` changes it as the request leaves
+        ``running``, the only way out but a crash, which clears both)."""
         self._seq += 1
-        heapq.heappush(heap, (step, self._seq, req.version, req))
+        return step, self._seq, req.version, req
 
     def _join(self, req: Request) -> None:
         """Add to the running batch at the current step."""
@@ -314,16 +310,14 @@ class DecodeRank(Rank):
         req.gen_at_join = req.generated
         ctx = req.input_len + req.generated
         self.ctx_sum += ctx
-        self._push(self._finish, self.step + req.output_len - req.generated, req)
+        heapq.heappush(self._finish,
+                       self._entry(self.step + req.output_len - req.generated, req))
         if ctx - req.cap_tokens > self._lag:
             self._lag = ctx - req.cap_tokens
         # the step its pages are full (its context is one more token a step): a growth's
         # then, or now if they already are (growths move it on: _grow_due)
         req.full_at = full = self.step + req.cap_tokens - ctx
-        full = full if full > self.step else self.step
-        self._push(self._grow, full, req)
-        if full < self._grow_at:
-            self._grow_at = full
+        insort(self._grow, self._entry(full if full > self.step else self.step, req))
 
     def _admit(self) -> int:
         """Admit retracted (first) and waiting requests; returns tokens to recompute."""
@@ -449,10 +443,11 @@ class DecodeRank(Rank):
         done = False
         while heap and heap[0][0] <= step:
             _s, _q, version, req = heapq.heappop(heap)
-            if version == req.version:  # (else it left the batch since: see ``_push``)
+            if version == req.version:  # (else it left the batch since: see ``_entry``)
                 self._complete(req, refill=False)
                 done = True
-        if self._grow_at <= step:
+        grow = self._grow
+        if grow and grow[0][0] <= step:
             self._grow_due(step, step)  # running requests grow first, then new ones pre-allocate
         if done:
             self._try_prealloc()
@@ -463,9 +458,9 @@ class DecodeRank(Rank):
         ``end``, in their entries' (step, seq) order, each at (the commit of) its own step, or
         ``first`` if that is later. A growth the free pages do not cover retracts first
         (``_retract_for``; never within a span's quiet steps, ``span_steps``). A grown
-        request's next growth gets the next seq and joins the queue's back, which keeps it
-        sorted when its step is not earlier than the back's (else the heap), so the earlier
-        of the two fronts is always the next entry in that order (seqs differ: no ties).
+        request's next growth gets the next seq and goes at the list's back when its step is
+        not earlier than the back's (nearly always), else in its place after the entries
+        taken (its step is later than the growth's), so the list stays sorted.
 
         While the free pages cover them, growths of holdings of the allocator's epoch (what
         ``PageAllocator.grow`` does for those: pages added to the holding) are booked with the
@@ -473,37 +468,19 @@ class DecodeRank(Rank):
         growth or a shortfall goes through ``grow`` (and may retract), which reads ``used``.
         Within the loop nothing else reads the allocator, and ``used`` only rises, so its
         peak is the same."""
-        heap, queue, alloc = self._grow, self._regrow, self.alloc
+        queue, alloc = self._grow, self.alloc
         gp, tokens = self.growth_pages, self._block_tokens
         soon = tokens - 1 - self._lag  # a growth sooner than this after the last is late
         seq, epoch = self._seq, alloc.epoch
         free = left = alloc.capacity - alloc.used  # (grown, not booked yet: free - left)
-        # the next entry is the earlier of the queue's front (queue[qi]: those before it are
-        # taken, and dropped at the end) and the heap's, whose step is hs
-        qi, qn = 0, len(queue)
-        hs = heap[0][0] if heap else _NEVER
-        while True:
-            if qi < qn:
-                e = queue[qi]
-                s = e[0]
-                if s < hs or (s == hs and e[1] < heap[0][1]):
-                    if s > end:
-                        break
-                    qi += 1
-                elif hs > end:
-                    break
-                else:
-                    e = heappop(heap)
-                    s = hs
-                    hs = heap[0][0] if heap else _NEVER
-            elif hs <= end:
-                e = heappop(heap)
-                s = hs
-                hs = heap[0][0] if heap else _NEVER
-            else:
+        # (in order: an entry added meanwhile goes at the back or after this one; the qi
+        # entries taken are dropped at the end)
+        qi = 0
+        for s, _q, version, req in queue:
+            if s > end:
                 break
-            _s, _q, version, req = e
-            if version != req.version:  # it left the batch since (see ``_push``)
+            qi += 1
+            if version != req.version:  # it left the batch since (see ``_entry``)
                 continue
             pages = req.d_pages
             if left >= gp and pages.epoch == epoch:
@@ -526,20 +503,14 @@ class DecodeRank(Rank):
             req.full_at = f = req.full_at + tokens
             if f < step + soon:  # (none should: see _late)
                 self._late = True
-            seq += 1  # (_push's counter)
+            seq += 1  # (_entry's counter)
             f = f if f > step + 1 else step + 1
-            if qi == qn or f >= queue[qn - 1][0]:  # (its seq is the largest yet)
+            if f >= queue[-1][0]:  # (at the back: its seq is the largest yet)
                 queue.append((f, seq, version, req))
-                qn += 1
-            else:
-                heappush(heap, (f, seq, version, req))
-                hs = heap[0][0]
+            else:  # (after the entries taken: its step is later than this one's)
+                insort(queue, (f, seq, version, req), qi)
         self._seq = seq
-        if qi:
-            del queue[:qi]
-        if queue and queue[0][0] < hs:
-            hs = queue[0][0]
-        self._grow_at = hs
+        del queue[:qi]
         if free != left:
             alloc.book(free - left)
 
@@ -592,7 +563,7 @@ class DecodeRank(Rank):
         without applying it."""
         first = self.step + 1
         walk = [(s if s > first else first, q, r, r.full_at)
-                for s, q, v, r in chain(self._grow, self._regrow) if s <= end and v == r.version]
+                for s, q, v, r in self._grow if s <= end and v == r.version]
         if not walk:
             return walk
         heapq.heapify(walk)
@@ -679,7 +650,7 @@ class DecodeRank(Rank):
         commits (tokens, context, KV growth at each one's own step) and the plans after them
         (``plans`` of them: a lazy lockstep group counts a continued plan when it makes it)."""
         end = self.step + n
-        if self._grow_at <= end:
+        if self._grow and self._grow[0][0] <= end:
             self._grow_due(end, self.step + 1)
         self.step = end
         batch = len(self.running)
@@ -736,8 +707,6 @@ class DecodeRank(Rank):
         self.retracted.clear()
         self._finish.clear()
         self._grow.clear()
-        self._regrow.clear()
-        self._grow_at = _NEVER
         self.ctx_sum = 0
         self.load_tokens = 0
         self.alloc.reset()
