@@ -33,18 +33,23 @@ from pdsim.transfer import TransferEngine
 
 
 def pool_pages(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
-               engine: profiles.Engine | None = None) -> int:
+               engine: profiles.Engine | None = None,
+               role_predictor: predictor.Predictor | None = None) -> int:
     """KV pages per rank: given, or what ``mem_fraction_static`` of HBM leaves after weights.
 
     Weights per GPU follow the role's layout (attention replicated under DP attention, experts
-    split under EP); a rank's KV lives on its attention GPUs, each holding its KV heads.
+    split under EP); a rank's KV lives on its attention GPUs, each holding its KV heads. The
+    role's predictor, if an operator one, is that layout's (its weights and KV per layer do not
+    depend on the gather, two-batch overlap or imbalance it also has): none is built here.
     """
     if role_cfg.kv_pool_tokens is not None:
         tokens = role_cfg.kv_pool_tokens
     else:
-        lay = predictor.Layout(tp=role_cfg.tp, dp=role_cfg.dp, dp_attention=role_cfg.dp_attention,
-                               ep=role_cfg.ep)
-        op = predictor.OperatorPredictor(gpu, model, engine or profiles.engine(), lay)
+        op = role_predictor
+        if not isinstance(op, predictor.OperatorPredictor):
+            lay = predictor.Layout(tp=role_cfg.tp, dp=role_cfg.dp,
+                                   dp_attention=role_cfg.dp_attention, ep=role_cfg.ep)
+            op = predictor.OperatorPredictor(gpu, model, engine or profiles.engine(), lay)
         weights = op.weights_per_gpu()
         free = gpu.hbm_gb * 1e9 * role_cfg.mem_fraction_static - weights
         if free <= 0:
@@ -63,16 +68,19 @@ def _fleet_builds(sc: Scenario, ctx: Context) -> None:
     except profiles.ProfileError as err:
         raise ScenarioError(str(err)) from None
     for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode)):
+        gather = cfg.dp if cfg.dp_attention else 1
+        try:  # (built first, for pool_pages to reuse; its error is reported second)
+            pred, bad = predictor.build(sc.predictor, prof.gpu, prof.model, cfg.tp, gather,
+                                        prof.engine, predictor.layout_for(cfg, sc.predictor,
+                                                                          gather)), None
+        except ValueError as err:
+            pred, bad = None, err
         try:
-            pool_pages(cfg, prof.gpu, prof.model, prof.engine)
+            pool_pages(cfg, prof.gpu, prof.model, prof.engine, pred)
         except ValueError as err:
             raise Invalid(f"fleet.{role}", str(err)) from None
-        gather = cfg.dp if cfg.dp_attention else 1
-        try:
-            predictor.build(sc.predictor, prof.gpu, prof.model, cfg.tp, gather, prof.engine,
-                            predictor.layout_for(cfg, sc.predictor, gather))
-        except ValueError as err:
-            raise Invalid("predictor", str(err)) from None
+        if bad is not None:
+            raise Invalid("predictor", str(bad)) from None
 
 
 # SGLang ServerArgs._handle_gpu_memory_settings (python/sglang/srt/server_args.py, 0.5.x): the
@@ -126,7 +134,7 @@ class Fleet:
         self.decode_ranks: list[DecodeRank] = []
         self.decode_servers: list[Server] = []
         d_pred = self._predictor(dc)
-        d_pages = pool_pages(dc, gpu, model, engine)
+        d_pages = pool_pages(dc, gpu, model, engine, d_pred)
         for s in range(dc.servers):
             ranks = []
             for r in range(dc.dp):
@@ -147,7 +155,7 @@ class Fleet:
         self.prefill_servers: list[Server] = []
         self.engines: list[TransferEngine] = []
         p_pred = self._predictor(pc)
-        p_pages = pool_pages(pc, gpu, model, engine)
+        p_pages = pool_pages(pc, gpu, model, engine, p_pred)
         chunk = self.chunked_prefill_per_rank = chunk_budget(pc, gpu)
         kvb = model.kv_bytes_per_token_sent(pc.tp, pc.dp_attention)
         gpus_per_rank = pc.tp // pc.dp if pc.dp_attention else pc.tp

@@ -553,3 +553,49 @@ def test_the_gauges_are_in_the_order_their_names_say():
             "blacklisted_pairs": f.stats.blacklisted_pairs}, t
         nonzero |= {k for k, v in got.items() if v}
     assert nonzero == set(GAUGES) - {"decode_prealloc"}
+
+
+def test_pool_pages_reads_the_role_s_operator_predictor():
+    """pool_pages takes the weights and KV per layer of the role's operator predictor, which
+    also has the role's gather, two-batch overlap and imbalance: the same pages as the
+    predictor of the bare layout it otherwise builds."""
+    from pdsim import profiles
+    from pdsim.fleet import pool_pages
+    from pdsim.predictor import Layout, OperatorPredictor
+    from pdsim.scenario import DecodeConfig
+
+    engine, fits = profiles.engine(), 0
+    for gpu, model in (("H20", "dsv3-ci-test"), ("H100", "llama-3.1-8b"), ("H200", "deepseek-v3"),
+                       ("H100", "qwen3-235b-a22b-fp8")):
+        g, m = profiles.gpu(gpu), profiles.model(model)
+        for tp, dp, dpa, ep in ((1, 1, False, 1), (8, 1, False, 1), (8, 8, True, 1),
+                                (8, 4, True, 8), (4, 2, False, 4)):
+            cfg = DecodeConfig(tp=tp, dp=dp, dp_attention=dpa, ep=ep)
+            lay = Layout(tp=tp, dp=dp, dp_attention=dpa, ep=ep, gather=dp if dpa else 1,
+                         tbo=True, imbalance=1.4)
+            got = []
+            for pred in (OperatorPredictor(g, m, engine, lay), None):
+                try:
+                    got.append(pool_pages(cfg, g, m, engine, pred))
+                except ValueError as err:  # (weights that do not fit: the same message)
+                    got.append(str(err))
+            assert got[0] == got[1], (gpu, model, tp, dp, dpa, ep)
+            fits += isinstance(got[0], int)
+    assert fits >= 12
+
+
+def test_a_fleet_that_fails_both_load_checks_names_its_pool_first():
+    """The fleet check builds a role's predictor before its KV pool (the pool reads it) but
+    reports the pool's error first, as it did: weights that do not fit, then a predictor
+    without coefficients."""
+    from conftest import small_fleet
+
+    import pdsim
+
+    d = small_fleet(predictor={"kind": "fitted"})
+    d["fleet"]["gpu"] = "A10"  # dsv3-ci-test: too big for it, and never fitted on it
+    with pytest.raises(pdsim.ScenarioError, match="at 'fleet.prefill': .* do not fit"):
+        pdsim.load(d)
+    d["fleet"]["gpu"] = "A100"  # fits, not fitted
+    with pytest.raises(pdsim.ScenarioError, match="at 'predictor': .* no fitted coefficients"):
+        pdsim.load(d)
