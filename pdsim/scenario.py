@@ -1047,6 +1047,8 @@ def _sections(model: BaseModel, path: str, out: list[tuple[Strict, str]]) -> Non
     declared unknown's range, pdsim.unknowns.finish.)"""
     for name in _field_names(type(model)):
         value = getattr(model, name)
+        if type(value) in _LEAVES:  # (most fields: cheaper than an isinstance of a model)
+            continue
         if isinstance(value, Strict):
             _sections(value, f"{path}.{name}" if path else name, out)
         elif isinstance(value, list):
@@ -1059,6 +1061,7 @@ def _sections(model: BaseModel, path: str, out: list[tuple[Strict, str]]) -> Non
 
 
 _FIELDS: dict[type, tuple[str, ...]] = {}
+_LEAVES = frozenset((str, int, float, bool, type(None)))  # values that hold no section
 
 
 def _field_names(cls: type[BaseModel]) -> tuple[str, ...]:
