@@ -471,11 +471,12 @@ class DecodeRank(Rank):
         queue, alloc = self._grow, self.alloc
         gp, tokens = self.growth_pages, self._block_tokens
         soon = tokens - 1 - self._lag  # a growth sooner than this after the last is late
+        check = soon if soon > 1 else 1  # (a next growth sooner is late or moves to step + 1)
         seq, epoch = self._seq, alloc.epoch
         free = left = alloc.capacity - alloc.used  # (grown, not booked yet: free - left)
         # (in order: an entry added meanwhile goes at the back or after this one; the qi
         # entries taken are dropped at the end)
-        qi = 0
+        qi, back = 0, queue[-1][0] if queue else 0  # (the back's step)
         for s, _q, version, req in queue:
             if s > end:
                 break
@@ -498,15 +499,20 @@ class DecodeRank(Rank):
                         continue
                     alloc.grow(pages, gp)  # (_retract_for freed enough)
                 free = left = alloc.capacity - alloc.used
-            step = s if s > first else first
-            # the step its pages are full again (``_growth_steps`` walks the same rule)
+            if s < first:
+                s = first  # (the step it grows at)
+            # the step its pages are full again (``_growth_steps`` walks the same rule): its
+            # next growth's, or the next step if that is later
             req.full_at = f = req.full_at + tokens
-            if f < step + soon:  # (none should: see _late)
-                self._late = True
+            if f < s + check:
+                if f < s + soon:  # (none should: see _late)
+                    self._late = True
+                if f <= s:
+                    f = s + 1
             seq += 1  # (_entry's counter)
-            f = f if f > step + 1 else step + 1
-            if f >= queue[-1][0]:  # (at the back: its seq is the largest yet)
+            if f >= back:  # (at the back: its seq is the largest yet)
                 queue.append((f, seq, version, req))
+                back = f
             else:  # (after the entries taken: its step is later than this one's)
                 insort(queue, (f, seq, version, req), qi)
         self._seq = seq
