@@ -15,7 +15,7 @@ from pdsim.log import EventLog
 from pdsim.nic import NIC
 from pdsim.prefill import PrefillRank
 from pdsim.recorder import Recorder
-from pdsim.request import Request
+from pdsim.request import Request, new_request
 from pdsim.rng import Streams
 from pdsim.router import MiniLB
 from pdsim.scenario import (
@@ -230,8 +230,8 @@ class Fleet:
     def new_request(self, client: str, kind: str, input_len: int, output_len: int,
                     stream: bool, blocks: tuple[int, ...] | range | None, question: int,
                     attempt: int) -> Request:
-        req = Request(self.env, len(self.requests), client, kind, input_len, output_len, stream,
-                      blocks, question, attempt)
+        req = new_request(self.env, len(self.requests), client, kind, input_len, output_len,
+                          stream, blocks, question, attempt)
         self.requests.append(req)
         return req
 

@@ -159,7 +159,10 @@ def new_room(env: simpy.Environment, room_id: int, req: Request | None = None) -
 
 
 class Request:
-    """One HTTP generate request as the router sees it; its fields become the records table."""
+    """One HTTP generate request as the router sees it; its fields become the records table.
+
+    Made by :func:`new_request` (no Python ``__init__``: see ``pdsim.transfer.Chunk``).
+    """
 
     __slots__ = (
         "rid", "client", "kind", "input_len", "output_len", "stream", "blocks", "question",
@@ -171,44 +174,49 @@ class Request:
     )
     # (boot_*, wait_*: the prefill's bootstrap and the decode's waiting deadline, set when
     # each starts: pdsim.clock.KeptDeadlines)
+    room: Room | None
+    on_response: Responder | None
 
-    def __init__(self, env: simpy.Environment, rid: int, client: str, kind: str,
-                 input_len: int, output_len: int, stream: bool,
-                 blocks: tuple[int, ...] | range | None = None, question: int = -1,
-                 attempt: int = 0) -> None:
-        self.rid = rid
-        self.client = client
-        self.kind = kind  # "bench", "warmup", "eval"
-        self.input_len = input_len
-        self.output_len = output_len
-        self.stream = stream
-        self.blocks = blocks
-        self.question = question
-        self.attempt = attempt
-        self.t_arrival = env._now
-        self.t_first_token = NAN
-        self.t_done = NAN
-        self.t_prefill_end = NAN
-        self.t_transfer_done = NAN
-        self.generated = 0
-        self.status = "unfinished"  # completed | failed | timed_out | unfinished
-        self.reason = ""
-        self.http_status = 0
-        self.room: Room | None = None
-        self.p_server = self.p_rank = self.d_server = self.d_rank = -1
-        # prefill forward work spent on this request, which is also the prefill scheduler's
-        # position in its prompt (PrefillRank._take): sound because a Request is dispatched
-        # to one prefill rank once (a retry is a new Request)
-        self.prefill_tokens = 0
-        self.t_prefill_start = NAN  # its first prefill forward began
-        self.cached_tokens = 0
-        # the router's call, once dispatched: on_response.responded() when the decode answers
-        self.on_response: Responder | None = None
-        self.d_pages = None
-        self.p_pages = None
-        self.gen_at_join = 0
-        self.join_step = 0
-        self.version = 0
-        self.cap_tokens = 0  # tokens its decode pages hold when they are allocated
-        self.full_at = 0  # (running) the decode step its pages are full: DecodeRank._join
-        self.stale_pages = False
+
+def new_request(env: simpy.Environment, rid: int, client: str, kind: str, input_len: int,
+                output_len: int, stream: bool, blocks: tuple[int, ...] | range | None = None,
+                question: int = -1, attempt: int = 0) -> Request:
+    """Request ``rid`` arriving now, as ``client`` sent it."""
+    req = Request()
+    req.rid = rid
+    req.client = client
+    req.kind = kind  # "bench", "warmup", "eval"
+    req.input_len = input_len
+    req.output_len = output_len
+    req.stream = stream
+    req.blocks = blocks
+    req.question = question
+    req.attempt = attempt
+    req.t_arrival = env._now
+    req.t_first_token = NAN
+    req.t_done = NAN
+    req.t_prefill_end = NAN
+    req.t_transfer_done = NAN
+    req.generated = 0
+    req.status = "unfinished"  # completed | failed | timed_out | unfinished
+    req.reason = ""
+    req.http_status = 0
+    req.room = None
+    req.p_server = req.p_rank = req.d_server = req.d_rank = -1
+    # prefill forward work spent on this request, which is also the prefill scheduler's
+    # position in its prompt (PrefillRank._take): sound because a Request is dispatched
+    # to one prefill rank once (a retry is a new Request)
+    req.prefill_tokens = 0
+    req.t_prefill_start = NAN  # its first prefill forward began
+    req.cached_tokens = 0
+    # the router's call, once dispatched: on_response.responded() when the decode answers
+    req.on_response = None
+    req.d_pages = None
+    req.p_pages = None
+    req.gen_at_join = 0
+    req.join_step = 0
+    req.version = 0
+    req.cap_tokens = 0  # tokens its decode pages hold when they are allocated
+    req.full_at = 0  # (running) the decode step its pages are full: DecodeRank._join
+    req.stale_pages = False
+    return req

@@ -214,7 +214,7 @@ def test_transfer_time_is_call_latency_plus_bytes_over_bandwidth():
     from pdsim import blacklist
     from pdsim.faults import Paths
     from pdsim.registry import BLACKLIST_POLICIES
-    from pdsim.request import Request, new_room
+    from pdsim.request import Request, new_request, new_room
     from pdsim.stats import Stats
     from pdsim.transfer import TransferEngine, new_chunk
 
@@ -225,7 +225,7 @@ def test_transfer_time_is_call_latency_plus_bytes_over_bandwidth():
                          Paths(env), 0, 0.537)
     room = new_room(env, 1)
     room.session, room.port = "d:1", 1
-    req = Request(env, 0, "c", "bench", 10, 1, True)
+    req = new_request(env, 0, "c", "bench", 10, 1, True)
     done = []
 
     class Decode:  # a listener of the room (pdsim.request.Listener)
@@ -247,7 +247,7 @@ def test_write_deadlines_fire_at_their_own_time_when_overtaken():
     from pdsim import blacklist
     from pdsim.faults import Paths
     from pdsim.registry import BLACKLIST_POLICIES
-    from pdsim.request import Request, new_room
+    from pdsim.request import Request, new_request, new_room
     from pdsim.stats import Stats
     from pdsim.transfer import TIMEOUT_S_PER_BYTE, TransferEngine, new_chunk
 
@@ -270,7 +270,7 @@ def test_write_deadlines_fire_at_their_own_time_when_overtaken():
     def send(rid: int, port: int, nbytes: float) -> None:
         room = new_room(env, rid)
         room.session, room.port, room.decode = f"d:{port}", port, Decode()
-        eng.submit(new_chunk(Request(env, rid, "c", "bench", 10, 1, True), room, nbytes, True))
+        eng.submit(new_chunk(new_request(env, rid, "c", "bench", 10, 1, True), room, nbytes, True))
 
     # three writes share the NIC from t=0, one per queue: A's deadline (1.2 s) is armed
     # first, B's (1.05 s) overtakes it, C's (1.01 s) overtakes B's; C ends in time (0.3 s),
@@ -388,7 +388,7 @@ def test_a_client_needs_only_its_frontend():
 
     import pdsim.client as client_mod
     from pdsim.client import BenchClient
-    from pdsim.request import Request
+    from pdsim.request import new_request
     from pdsim.rng import Streams
     from pdsim.scenario import BenchClientConfig
 
@@ -398,8 +398,8 @@ def test_a_client_needs_only_its_frontend():
     class Stub:
         def new_request(self, client, kind, input_len, output_len, stream, blocks, question,
                         attempt):
-            made.append(Request(env, len(made), client, kind, input_len, output_len, stream,
-                                blocks, question, attempt))
+            made.append(new_request(env, len(made), client, kind, input_len, output_len,
+                                    stream, blocks, question, attempt))
             return made[-1]
 
         def generate(self, req, on_return):
