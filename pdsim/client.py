@@ -19,11 +19,12 @@ from pdsim.clock import Link, Relay, later, reserve_block, soon, timer_at, urgen
 from pdsim.request import Request
 from pdsim.rng import Streams
 from pdsim.scenario import BenchClientConfig, EvalClientConfig
-from pdsim.trace import (  # noqa: F401 (open_trace: API)
+from pdsim.trace import (  # noqa: F401 (open_trace, read_trace: API)
     HASH_ID_LIMIT,
     count_rows,
     open_trace,
     read_trace,
+    trace_prompts,
 )
 
 
@@ -107,12 +108,14 @@ class BenchClient(Client):
     when their response returns.
     """
 
-    def _prompts(self) -> list[dict]:
+    def _prompts(self) -> list[tuple]:
+        """The prompts as tuples ``(t, input, output, blocks)`` (``t``: a trace row's arrival,
+        0.0 for a random prompt; see ``pdsim.trace.trace_prompts``)."""
         ds = self.cfg.dataset
         if ds.kind == "trace":
             # every row unless num_prompts or dataset.limit cuts it (the smaller wins)
             limit = self.cfg.trace_limit()
-            rows = read_trace(ds.resolved_path, limit, ds.time_scale, ds.max_input_len)
+            rows = trace_prompts(ds.resolved_path, limit, ds.time_scale, ds.max_input_len)
             self.trace_rows = (len(rows), count_rows(ds.resolved_path) if limit == len(rows)
                                else len(rows))
             return rows
@@ -127,14 +130,14 @@ class BenchClient(Client):
         # (prompt k's: range(base + k * blocks_per, base + (k + 1) * blocks_per), made by map)
         ends = range(base, base + (n + 1) * blocks_per, blocks_per)
         blocks = map(range, ends[:-1], ends[1:])
-        return [{"input": i, "output": o, "blocks": b}
+        return [(0.0, i, o, b)
                 for i, o, b in zip(ins.tolist(), outs.tolist(), blocks, strict=True)]
 
-    def _arrivals(self, prompts: list[dict]) -> np.ndarray:
+    def _arrivals(self, prompts: list[tuple]) -> np.ndarray:
         rate = self.cfg.request_rate
         n = len(prompts)
         if rate == "trace":
-            return np.array([p.get("t", 0.0) for p in prompts])
+            return np.array([p[0] for p in prompts])
         if rate == "inf" or (isinstance(rate, float) and math.isinf(rate)):
             return np.zeros(n)
         gaps = self.rngs["arrivals"].exponential(1.0 / float(rate), size=n)
@@ -157,7 +160,7 @@ class BenchClient(Client):
                     later(env, warm.succeed, 1)
 
             for _ in range(cfg.warmup_requests):
-                self.send("warmup", p["input"], min(p["output"], cfg.warmup_output_len),
+                self.send("warmup", p[1], min(p[2], cfg.warmup_output_len),
                           cfg.stream, returned)
             yield warm
         if cfg.flush.mode != "none":
@@ -264,11 +267,11 @@ class BenchClient(Client):
         return False
 
     def _send(self, k: int) -> None:
-        p = self._prompt_list[k]
+        _t, input_len, output_len, blocks = self._prompt_list[k]
         self.sent += 1
         front = self.frontend
-        req = front.new_request(self.name, "bench", p["input"], p["output"], self._stream,
-                                p.get("blocks"), -1, 0)
+        req = front.new_request(self.name, "bench", input_len, output_len, self._stream,
+                                blocks, -1, 0)
         front.generate(req, self._on_return)
 
     def _returned_one(self, _req: Request) -> None:
