@@ -8,7 +8,7 @@ from __future__ import annotations
 import gc
 
 import pytest
-from conftest import small_fleet
+from conftest import TRACES, small_fleet
 
 import pdsim
 import pdsim.sim as sim
@@ -286,6 +286,38 @@ def test_a_kept_lead_is_the_envelope_of_the_lines(monkeypatch):
                 lines[k] = new(i)
                 fresh.append(lines[k])
     assert len(calls) < spans / 2
+
+
+def test_clients_keep_their_attributes_inline(monkeypatch):
+    """The same CPython 3.11 limit as the ranks' (next test): a client's instances share a key
+    table that must stay under 30 names, or every read of a client on the request path (each
+    arrival, slot and response) is a dict look-up. BenchClient holds 29 after a run with a
+    trace, warm-up, a concurrency limit and a flush: one name more and it needs slots."""
+    from pdsim import fleet as fleet_mod
+
+    seen = []
+    init = fleet_mod.Fleet.__init__
+
+    def recording(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        seen.extend(self.clients)
+
+    monkeypatch.setattr(fleet_mod.Fleet, "__init__", recording)
+    trace = {"kind": "trace", "path": str(TRACES / "conversation_trace.jsonl.gz"),
+             "limit": 20}
+    d = small_fleet(clients=[
+        {"kind": "bench", "num_prompts": 20, "max_concurrency": 4, "warmup_requests": 2,
+         "flush": {"mode": "timeout", "timeout_s": 30},
+         "dataset": {"kind": "random", "input_len": 512, "output_len": 16}},
+        {"kind": "bench", "name": "replay", "request_rate": "trace", "dataset": trace},
+        {"kind": "eval", "questions": 20, "threads": 4}])
+    pdsim.run(d, allow_outside_paths=True)
+    names: dict[str, set] = {}
+    for c in seen:
+        names.setdefault(type(c).__name__, set()).update(vars(c))
+    assert set(names) == {"BenchClient", "EvalClient"}
+    for kind, held in names.items():
+        assert len(held) < 30, (kind, len(held))
 
 
 def test_ranks_and_steppers_keep_their_attributes_inline(monkeypatch):
