@@ -240,13 +240,16 @@ def test_growths_come_in_their_entries_step_and_seq_order(monkeypatch):
     growth appended at its back or, when earlier than the back's, inserted in its place:
     every pass grows the requests due in the (step, seq) order of their entries, as a heap
     would. Checked against a heap replaying each pass that retracts nothing (the same rule
-    for each next growth's step and seq), on a run where some next growths are inserted
-    (fails if they are appended, or the list is taken out of order)."""
+    for each next growth's step and seq), on runs where some next growths are inserted, one of
+    them at the front of the entries left (review 8: a re-admitted request's first growth
+    later than a running one's next; fails if they are appended, inserted one place late, or
+    the list is taken out of order)."""
+    import bisect
     import heapq
 
     import pdsim.decode
 
-    seen = {"passes": 0, "inserted": 0}
+    seen = {"passes": 0, "inserted": 0, "at_front": 0}
     grow_due, insort = DecodeRank._grow_due, pdsim.decode.insort
 
     def checked(self, end, first):
@@ -270,9 +273,11 @@ def test_growths_come_in_their_entries_step_and_seq_order(monkeypatch):
         assert sorted(one) == live()
         seen["passes"] += 1
 
-    def counted(*args):
-        seen["inserted"] += seen.get("in_pass", False)
-        insort(*args)
+    def counted(a, x, lo=0):
+        if seen.get("in_pass", False):
+            seen["inserted"] += 1
+            seen["at_front"] += bisect.bisect_right(a, x, lo) == lo  # (the first left)
+        insort(a, x, lo)
 
     monkeypatch.setattr(DecodeRank, "_grow_due", checked)
     monkeypatch.setattr(pdsim.decode, "insort", counted)
@@ -284,6 +289,18 @@ def test_growths_come_in_their_entries_step_and_seq_order(monkeypatch):
                                     "range_ratio": 0.8})
     res = pdsim.run(d)
     assert res.summary["retractions"] > 0 and seen["passes"] > 100 and seen["inserted"], seen
+    # three requests on a pool of 2,000 tokens: one is retracted and re-admitted, and a
+    # running request's next growth then goes before every entry left
+    small = {"name": "front", "seed": 8, "horizon_s": 900,
+             "fleet": {"gpu": "H200", "model": "dsv3-ci-test", "prefill": {"dp": 1, "tp": 2},
+                       "decode": {"dp": 1, "tp": 2, "page_size": 64, "kv_pool_tokens": 2000,
+                                  "retract_reserve_tokens": 256}},
+             "clients": [{"kind": "bench", "num_prompts": 3, "request_rate": 5.0,
+                          "warmup_requests": 0,
+                          "dataset": {"kind": "random", "input_len": 500, "output_len": 600,
+                                      "range_ratio": 1.0}}]}
+    assert pdsim.run(small).summary["retractions"] > 0
+    assert seen["at_front"], seen
 
 
 def test_a_recorded_group_follows_the_whole_envelope_of_its_lines():
