@@ -166,8 +166,9 @@ class Layout:
 class _Terms:
     """What :class:`OperatorPredictor` derives from its GPU, model, engine and layout (in its
     ``__post_init__``), as slots: CPython 3.11 reads an instance's attributes inline only while
-    its class's instances have fewer than 30 names (48 here); past that, each of the hot
-    path's reads (a forward's, a decode span's) is a dict look-up."""
+    its class's instances have fewer than 30 names (52 here: these 48 and the dataclass's 4
+    fields); past that, each of the hot path's reads (a forward's, a decode span's) is a dict
+    look-up."""
 
     __slots__ = ("bw", "pk_w", "pk_lm", "pk_attn", "pk_dattn", "half", "wb", "attn_w", "kv_b_w",
                  "pf_pair_flops", "dc_ctx_flops", "kv_layer_bytes", "ep_mode", "dense_w",

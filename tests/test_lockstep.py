@@ -66,7 +66,7 @@ def test_lockstep_default_follows_dp_attention():
                                                         (True, 16, 0)])
 def test_growth_bound_never_cuts_a_span_the_walk_would_not(monkeypatch, lockstep, page_size,
                                                             reserve):
-    """span_steps skips walking the growth heap when the free pages cover every running
+    """span_steps skips walking the growth entries when the free pages cover every running
     request growing once per P - 1 - lag steps (DecodeRank._lag): under memory pressure
     (spans cut by growths, retractions) its answer is always the walk's, and it does skip."""
     seen = {"calls": 0, "bound": 0, "cut": 0}
