@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdsim import lockstep, profiles
-from pdsim.predictor import Layout, OperatorPredictor
+from pdsim.predictor import FittedPredictor, Layout, OperatorPredictor, RooflinePredictor
 from pdsim.prefill import PrefillRank
 
 H100 = profiles.gpu("H100")
@@ -202,3 +202,23 @@ def test_remembered_layer_terms_give_the_same_floats(model, layout):
         cold = _op(model, **layout)
         assert (warm.prefill(8192, 8192 * (8192 + prefix), pairs, 2, prefix)
                 == cold.prefill(8192, 8192 * (8192 + prefix), pairs, 2, prefix))
+
+
+@pytest.mark.parametrize("pred", [
+    FittedPredictor(19.934702624895458, 92.6, 6.47, 19.934702624895458, 0.6269356524350583,
+                    0.03850697740828398),
+    RooflinePredictor(H100, profiles.model("llama-3.1-8b"), tp=2),
+    _op("deepseek-v3", tp=8, dp=8, dp_attention=True, gather=8),
+    _op("deepseek-v3", tp=8, ep=8, tbo=True),
+], ids=["fitted", "roofline", "operator", "operator-tbo"])
+def test_a_decode_series_is_decode_step_by_step_to_the_bit(pred):
+    """``decode_series(batch, attn, ctx, grow)`` (a decode span's steps, with its context
+    counted as a float) yields exactly ``decode(batch, ctx + grow*j, attn)``, the int context
+    a step plans, for every j, contexts near 2**40 included."""
+    from itertools import islice
+
+    for batch, attn, ctx, grow in ((37, 37, 40_111, 37), (12.625, 31, 123_457, 29),
+                                   (1, 1, 2**40 + 3, 1)):
+        got = list(islice(pred.decode_series(batch, attn, ctx, grow), 300))
+        assert got == [pred.decode(batch, ctx + grow * j, attn) for j in range(300)]
+        assert all(type(x) is float for x in got)
