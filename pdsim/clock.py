@@ -59,7 +59,11 @@ class Environment(simpy.Environment):
     scheduled, as an event's would be; ``step`` takes whichever of the two heaps has the
     smaller key next and calls ``obj.tick()``, so the entry sorts among events exactly where
     its timeout (a step end) or triggered event (a link of a zero-delay chain) would have,
-    without an event object, its callbacks or a process to resume.
+    without an event object, its callbacks or a process to resume. A link (``link``) is not
+    on the heap: its key would be (now, normal, an id larger than any drawn before), so the
+    instant's links are a FIFO (``_links``) whose front comes next unless a heap's front is
+    due now under a smaller key; the loop, ``due_now``, ``peek`` and the inner steps of a
+    batch step (``pdsim.lockstep.Stepper.tick``) read it too.
     """
 
     def __init__(self, initial_time: float = 0) -> None:
@@ -74,6 +78,11 @@ class Environment(simpy.Environment):
         # is rare (``schedule``, ``call_at``, an event processed), so that the loop and
         # ``due_now``, which read it per entry, compare one float
         self._queue_at = INF
+        # this instant's links, ``(id, obj)``, in the order they were made: a link sorts at
+        # (now, NORMAL, its id), after everything already due now under a smaller id, so the
+        # links of one instant are processed first in, first out, and none is left when the
+        # clock moves on (``link``: a deque append and popleft instead of a heap push and pop)
+        self._links: deque = deque()
 
     def schedule(self, event: Event, priority: int = NORMAL, delay: float = 0) -> None:
         """SimPy's ``schedule`` (the same heap entry), counting the event."""
@@ -90,11 +99,26 @@ class Environment(simpy.Environment):
         """``obj.tick()`` in ``delay`` s, where a timeout made now would be processed."""
         heappush(self._steps, (self._now + delay, NORMAL, next(self._eid), obj))
 
-    def link(self, obj: object, priority: int = NORMAL) -> None:
-        """``obj.tick()`` in this instant, where an event triggered now would be processed."""
-        heappush(self._steps, (self._now, priority, next(self._eid), obj))
+    def link(self, obj: object) -> None:
+        """``obj.tick()`` in this instant, where an event triggered now would be processed
+        (``_links``; an urgent one: :func:`urgent`)."""
+        self._links.append((next(self._eid), obj))
+
+    def _link_next(self) -> bool:
+        """Whether the front of ``_links`` (not empty) is what comes next: neither heap's
+        front is due now under a smaller key (an urgent one, or a normal one drawn before
+        it). ``run`` inlines this."""
+        eid, now = self._links[0][0], self._now
+        steps = self._steps
+        if steps and steps[0][0] == now and (steps[0][1] < NORMAL or steps[0][2] < eid):
+            return False
+        queue = self._queue
+        return not (self._queue_at == now and (queue[0][1] < NORMAL or queue[0][2] < eid))
 
     def step(self) -> None:
+        if self._links and self._link_next():
+            self._links.popleft()[1].tick()
+            return
         steps = self._steps
         # (ids differ: no objects compared; the times first, as a float compare, where the
         # tuples' compare would test their times for equality and then for order)
@@ -116,9 +140,17 @@ class Environment(simpy.Environment):
         if not isinstance(until, Event) or until.callbacks is None:
             return super().run(until)
         until.callbacks.append(StopSimulation.callback)
-        steps, queue = self._steps, self._queue
+        steps, queue, links = self._steps, self._queue, self._links
         try:
             while True:
+                if links:  # (``_link_next``, inline)
+                    eid, now = links[0][0], self._now
+                    if not ((steps and steps[0][0] == now
+                             and (steps[0][1] < NORMAL or steps[0][2] < eid))
+                            or (self._queue_at == now
+                                and (queue[0][1] < NORMAL or queue[0][2] < eid))):
+                        links.popleft()[1].tick()
+                        continue
                 # (as ``step``: the times first)
                 if steps and (steps[0][0] < self._queue_at
                               or (steps[0][0] == self._queue_at and steps[0] < queue[0])):
@@ -152,7 +184,7 @@ class Environment(simpy.Environment):
         that is the last act of the step making it would be processed next, with nothing in
         between, so its work may run at once (the run-now rule, module docstring)."""
         now = self._now
-        if self._queue_at == now:
+        if self._queue_at == now or self._links:
             return True
         steps = self._steps
         if steps and steps[0][0] == now:
@@ -160,14 +192,18 @@ class Environment(simpy.Environment):
         return False
 
     def peek(self) -> float:
+        if self._links:
+            return self._now
         t = super().peek()
         return min(t, self._steps[0][0]) if self._steps else t
 
     def next_is(self, event: Event) -> bool:
         """Whether ``event`` (scheduled) is what the environment processes next."""
         queue = self._queue
-        return (bool(queue) and queue[0][3] is event
-                and not (self._steps and self._steps[0] < queue[0]))
+        if not (queue and queue[0][3] is event) or (self._steps and self._steps[0] < queue[0]):
+            return False
+        links = self._links
+        return not (links and queue[0] > (self._now, NORMAL, links[0][0]))
 
 
 class _Chain:
@@ -233,8 +269,8 @@ def soon(env: simpy.Environment, callback: Callable[[], None], steps: int = 1) -
 def urgent(env: simpy.Environment, callback: Callable[[], None]) -> None:
     """Run ``callback`` in a zero-delay step ahead of this instant's normal events, where a
     process started now would have run (SimPy starts processes with urgent priority)."""
-    if isinstance(env, Environment):
-        env.link(_Timer(callback), URGENT)
+    if isinstance(env, Environment):  # (on the step heap: ahead of the instant's links)
+        heappush(env._steps, (env._now, URGENT, next(env._eid), _Timer(callback)))
         return
     ev = Event(env)
     ev._ok = True

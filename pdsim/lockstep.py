@@ -311,7 +311,7 @@ class Stepper:
                 due = env._queue_at  # (SimPy's queue's front; inf: empty)
                 if steps and steps[0][0] < due:
                     due = steps[0][0]
-                if end < due:
+                if end < due and not env._links:  # (links pending: due now)
                     while ended < last and end < due:
                         ended += 1
                         now = end

@@ -185,7 +185,7 @@ def _nothing_scheduled(env: simpy.Environment, horizon: simpy.Event) -> bool:
     arrival comes after it, stops at the horizon, not as stalled; a deadline pending past it
     is no motion: a stuck request keeps one)."""
     if isinstance(env, clock.Environment):  # batch steps, hops and writes: the step heap
-        return env.next_is(horizon) and not env._steps
+        return env.next_is(horizon) and not env._steps and not env._links
     queue = getattr(env, "_queue", None)  # SimPy's event heap: (time, priority, id, event)
     return bool(queue) and queue[0][3] is horizon
 

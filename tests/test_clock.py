@@ -276,12 +276,30 @@ def test_a_chain_runs_at_once_only_when_nothing_else_is_due():
     ran = []
     clock.soon(env, lambda: ran.append(env.now), 3)
     env.step()  # the first link: nothing else is due, so the rest runs now
-    assert ran == [0] and not env._steps and clock.counts(env)[1] == 1  # (no further link)
-    env.timer(0, _Tick(lambda: ran.append("timer")))
+    assert ran == [0] and env.peek() == float("inf") and clock.counts(env)[1] == 1  # (no
+    env.timer(0, _Tick(lambda: ran.append("timer")))  # further link)
     clock.soon(env, lambda: ran.append("chain"), 2)
-    while env._steps:
+    while env.peek() < float("inf"):
         env.step()
     assert ran == [0, "timer", "chain"]
+
+
+def test_an_inner_step_end_waits_for_this_instants_links():
+    """A link made at an instant is processed at that instant, before the clock moves on: a
+    batch step's inner steps (pdsim.lockstep.Stepper.tick) end without entries of their own
+    only while nothing else is due, and a pending link is due now, though on neither heap."""
+    from pdsim.lockstep import Stepper
+
+    env = clock.Environment()
+    stepper = Stepper.__new__(Stepper)  # mid-span: 5 steps of 1 s, the first ending at 1 s
+    stepper.env, stepper._k, stepper._ended = env, 5, 0
+    stepper._durations = itertools.repeat(1.0)
+    ran = []
+    env.timer(1.0, _Tick(lambda: env.link(_Tick(lambda: ran.append(env.now)))))
+    env.step_at(1.0, stepper)  # (after the timer: a later id)
+    while env.peek() <= 1.0:
+        env.step()
+    assert ran == [1.0] and stepper._ended == 1 and stepper.next_end == 2.0
 
 
 def test_kept_deadlines_keep_one_timer_pending():
