@@ -30,12 +30,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Generator
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import simpy
 from pydantic import Field
 
-from pdsim.log import EventLog
 from pdsim.registry import BLACKLIST_POLICIES
 from pdsim.scenario import (
     _NUM,
@@ -49,6 +47,11 @@ from pdsim.scenario import (
     Strict,
     _ticks,
 )
+
+if TYPE_CHECKING:  # annotations only: validating a scenario needs neither (pdsim.log: pandas)
+    import simpy
+
+    from pdsim.log import EventLog
 
 Prober = Callable[[str], Generator[Any, Any, bool]]
 

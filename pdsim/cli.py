@@ -12,10 +12,13 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pdsim import scenario as scenario_mod
 from pdsim.backends import MAX_RUNS  # runs one sweep, exploration or what-if may fan out
 from pdsim.safeio import UserFileError, clip, echo, read_user_file, show_path
+
+if TYPE_CHECKING:  # pdsim.scenario (pydantic) is imported after the parse: --help needs none
+    from pdsim.scenario import Scenario
 
 MAX_SEEDS = 10_000  # sweep/explore/whatif --seeds
 
@@ -25,6 +28,16 @@ class UsageError(Exception):
 
 
 RAW = argparse.RawDescriptionHelpFormatter
+
+
+class _WhatIfHelp(RAW):
+    """Fills the what-if table's column legend into the epilog only when the help is printed:
+    the legend lives in pdsim.whatif, which imports pandas (~0.5 s every command would pay)."""
+
+    def add_text(self, text: str | None) -> None:
+        if text is not None and "{columns}" in text:
+            text = text.format(columns=_legend())
+        super().add_text(text)
 
 TOP = """\
 pdsim simulates prefill/decode-disaggregated LLM serving (SGLang-style PD fleets, a
@@ -240,8 +253,8 @@ def _parser() -> argparse.ArgumentParser:
                         "editors: completion and checking).", epilog=SCHEMA_EPILOG,
                         formatter_class=RAW)
     wi = sub.add_parser("whatif", help="blacklist policies x fault library x seeds: a "
-                        "decision table", description=WHATIF, formatter_class=RAW,
-                        epilog=WHATIF_EPILOG.format(columns=_legend()))
+                        "decision table", description=WHATIF, formatter_class=_WhatIfHelp,
+                        epilog=WHATIF_EPILOG)
     wi.add_argument("scenario", help="base scenario (its blacklist and faults are replaced), "
                     "e.g. scenarios/whatif_base.yaml")
     wi.add_argument("--policy", dest="policies", action="append", default=[],
@@ -329,6 +342,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _profiles(args: argparse.Namespace) -> int:
     from pdsim import profiles
+    from pdsim import scenario as scenario_mod
 
     if args.scenario:
         try:
@@ -414,6 +428,7 @@ def _validate_model(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from pdsim import holdout, validation
+    from pdsim import scenario as scenario_mod
 
     do_holdout = args.holdout or bool(args.write_readme)
     if do_holdout and args.sets:
@@ -487,6 +502,8 @@ def _check_readme(path: str) -> None:
 
 
 def _parse_vary(items: list[str]) -> dict[str, list]:
+    from pdsim import scenario as scenario_mod
+
     vary: dict[str, list] = {}
     for item in items:
         key, sep, raw = item.partition("=")
@@ -553,6 +570,7 @@ def _prepare_out_dir(out: str) -> None:
 def _sweep(args: argparse.Namespace) -> int:
     import pandas as pd
 
+    from pdsim import scenario as scenario_mod
     from pdsim.sweep import sweep
 
     try:
@@ -606,6 +624,7 @@ def _explore(args: argparse.Namespace) -> int:
     import signal
     from pathlib import Path
 
+    from pdsim import scenario as scenario_mod
     from pdsim.explore import explore, render, write_tables
 
     def _stop(signum: int, frame: object) -> None:  # SIGTERM: stop cleanly, runs are stored
@@ -651,6 +670,8 @@ def _legend() -> str:
 
 
 def _parse_policy(spec: str) -> dict:
+    from pdsim import scenario as scenario_mod
+
     name, *params = spec.split(":")
     out: dict = {"policy": name}
     for item in params:
@@ -666,6 +687,8 @@ def _parse_policy(spec: str) -> dict:
 def _faults_file(path: str) -> dict:
     """``whatif --faults-file``: read like a scenario file (regular file, size limit, the
     bounded YAML parser), not followed anywhere else."""
+    from pdsim import scenario as scenario_mod
+
     try:
         text = read_user_file(path, "--faults-file", max_bytes=scenario_mod.MAX_FILE_BYTES)
     except UserFileError as err:
@@ -696,6 +719,7 @@ def _check_whatif_args(args: argparse.Namespace, policies: list[dict], n_faults:
 
 
 def _whatif(args: argparse.Namespace) -> int:
+    from pdsim import scenario as scenario_mod
     from pdsim.registry import BLACKLIST_POLICIES, FAULTS
     from pdsim.whatif import COLUMNS, STATS_NOTE, whatif
 
@@ -797,7 +821,9 @@ def _faults_list() -> int:
     return 0
 
 
-def _load(args: argparse.Namespace) -> scenario_mod.Scenario:
+def _load(args: argparse.Namespace) -> Scenario:
+    from pdsim import scenario as scenario_mod
+
     sets = list(args.sets)
     if getattr(args, "seed", None) is not None:
         sets.append(f"seed={args.seed}")
@@ -830,6 +856,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
+    from pdsim import scenario as scenario_mod
     from pdsim.registry import load_plugin
 
     try:

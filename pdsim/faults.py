@@ -21,10 +21,8 @@ with each one (``pdsim faults``).
 from __future__ import annotations
 
 from collections.abc import Callable, Generator, Sequence
-from typing import Annotated, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
-import numpy as np
-import simpy
 from pydantic import Field
 
 from pdsim.registry import FAULTS
@@ -43,6 +41,10 @@ from pdsim.scenario import (
     Seconds,
     Strict,
 )
+
+if TYPE_CHECKING:  # annotations only: validating a scenario needs neither
+    import numpy as np
+    import simpy
 
 
 class DecodeRankView(Protocol):

@@ -12,76 +12,17 @@ from pdsim.client import CLIENTS
 from pdsim.decode import DecodeRank
 from pdsim.faults import Faults
 from pdsim.log import EventLog
+from pdsim.memory import pool_pages
 from pdsim.nic import NIC
 from pdsim.prefill import PrefillRank
 from pdsim.recorder import Recorder
 from pdsim.request import Request, new_request
 from pdsim.rng import Streams
 from pdsim.router import MiniLB
-from pdsim.scenario import (
-    Context,
-    Invalid,
-    PrefillConfig,
-    RoleConfig,
-    Scenario,
-    ScenarioError,
-    load_check,
-)
+from pdsim.scenario import PrefillConfig, RoleConfig, Scenario
 from pdsim.server import Server
 from pdsim.stats import Stats
 from pdsim.transfer import TransferEngine
-
-
-def pool_pages(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
-               engine: profiles.Engine | None = None,
-               role_predictor: predictor.Predictor | None = None) -> int:
-    """KV pages per rank: given, or what ``mem_fraction_static`` of HBM leaves after weights.
-
-    Weights per GPU follow the role's layout (attention replicated under DP attention, experts
-    split under EP); a rank's KV lives on its attention GPUs, each holding its KV heads. The
-    role's predictor, if an operator one, is that layout's (its weights and KV per layer do not
-    depend on the gather, two-batch overlap or imbalance it also has): none is built here.
-    """
-    if role_cfg.kv_pool_tokens is not None:
-        tokens = role_cfg.kv_pool_tokens
-    else:
-        op = role_predictor
-        if not isinstance(op, predictor.OperatorPredictor):
-            lay = predictor.Layout(tp=role_cfg.tp, dp=role_cfg.dp,
-                                   dp_attention=role_cfg.dp_attention, ep=role_cfg.ep)
-            op = predictor.OperatorPredictor(gpu, model, engine or profiles.engine(), lay)
-        weights = op.weights_per_gpu()
-        free = gpu.hbm_gb * 1e9 * role_cfg.mem_fraction_static - weights
-        if free <= 0:
-            raise ValueError(f"{model.name} weights ({weights / 1e9:.0f} GB per GPU at tp "
-                             f"{role_cfg.tp}) do not fit in {gpu.name} memory")
-        tokens = int(free / (model.layers * op.kv_layer_bytes))
-    return max(1, tokens // role_cfg.page_size)
-
-
-@load_check
-def _fleet_builds(sc: Scenario, ctx: Context) -> None:
-    """What building the fleet would reject, checked at load time (so ``validate`` sees it):
-    the profiles resolve (files, names, overrides), the weights fit, the predictor builds."""
-    try:
-        prof = profiles.for_scenario(sc, ctx)
-    except profiles.ProfileError as err:
-        raise ScenarioError(str(err)) from None
-    for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode)):
-        gather = cfg.dp if cfg.dp_attention else 1
-        try:  # (built first, for pool_pages to reuse; its error is reported second)
-            pred, bad = predictor.build(sc.predictor, prof.gpu, prof.model, cfg.tp, gather,
-                                        prof.engine, predictor.layout_for(cfg, sc.predictor,
-                                                                          gather)), None
-        except ValueError as err:
-            pred, bad = None, err
-        try:
-            pool_pages(cfg, prof.gpu, prof.model, prof.engine, pred)
-        except ValueError as err:
-            raise Invalid(f"fleet.{role}", str(err)) from None
-        if bad is not None:
-            raise Invalid("predictor", str(bad)) from None
-
 
 # SGLang ServerArgs._handle_gpu_memory_settings (python/sglang/srt/server_args.py, 0.5.x): the
 # default --chunked-prefill-size by GPU memory in MiB (CUDA tiers; NPU tiers left out).

@@ -26,6 +26,7 @@ capped and escaped (:func:`pdsim.safeio.echo`). Numeric fields use the aliases b
 from __future__ import annotations
 
 import copy
+import importlib
 import math
 import os
 import pickle
@@ -616,6 +617,15 @@ def _ticks(ctx: Context, key: str, period: float, what: str) -> None:
 
 LoadCheck = Callable[["Scenario", Context], None]
 _LOAD_CHECKS: list[LoadCheck] = []
+# Modules registering the built-in checks, imported on first use (they import this module):
+# first, so that theirs run before any a plugin registers.
+_BUILTIN_CHECKS = ["pdsim.memory"]
+
+
+def _builtin_checks() -> list[LoadCheck]:
+    while _BUILTIN_CHECKS:
+        importlib.import_module(_BUILTIN_CHECKS.pop(0))
+    return _LOAD_CHECKS
 
 
 def load_check(fn: LoadCheck) -> LoadCheck:
@@ -624,7 +634,7 @@ def load_check(fn: LoadCheck) -> LoadCheck:
     It raises :class:`Invalid` whose ``key`` is a full dotted path. Use it for checks that need
     a module above this one (building a predictor, sizing a KV pool, loading a profile file).
     """
-    _LOAD_CHECKS.append(fn)
+    _builtin_checks().append(fn)
     return fn
 
 
@@ -1088,7 +1098,7 @@ def check(sc: Scenario, ctx: Context) -> Scenario:
             section.check(Context(base, root, outside, sc, path))
         except Invalid as err:
             raise _invalid(err, path) from None
-    for fn in _LOAD_CHECKS:
+    for fn in _builtin_checks():
         try:
             fn(sc, Context(base, root, outside, sc))
         except Invalid as err:

@@ -1,0 +1,63 @@
+"""GPU memory: what a rank's weights leave for its KV pool, and the load-time check that a
+scenario's fleet builds (profiles resolve, weights fit, the predictors build).
+
+Apart from pdsim.fleet (which imports the whole simulator), so that ``pdsim validate`` and
+``pdsim.load`` run this check without loading the simulator: pdsim.scenario imports this module
+when a scenario is first checked (``_BUILTIN_CHECKS``).
+"""
+
+from __future__ import annotations
+
+from pdsim import predictor, profiles
+from pdsim.scenario import Context, Invalid, RoleConfig, Scenario, ScenarioError, load_check
+
+
+def pool_pages(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
+               engine: profiles.Engine | None = None,
+               role_predictor: predictor.Predictor | None = None) -> int:
+    """KV pages per rank: given, or what ``mem_fraction_static`` of HBM leaves after weights.
+
+    Weights per GPU follow the role's layout (attention replicated under DP attention, experts
+    split under EP); a rank's KV lives on its attention GPUs, each holding its KV heads. The
+    role's predictor, if an operator one, is that layout's (its weights and KV per layer do not
+    depend on the gather, two-batch overlap or imbalance it also has): none is built here.
+    """
+    if role_cfg.kv_pool_tokens is not None:
+        tokens = role_cfg.kv_pool_tokens
+    else:
+        op = role_predictor
+        if not isinstance(op, predictor.OperatorPredictor):
+            lay = predictor.Layout(tp=role_cfg.tp, dp=role_cfg.dp,
+                                   dp_attention=role_cfg.dp_attention, ep=role_cfg.ep)
+            op = predictor.OperatorPredictor(gpu, model, engine or profiles.engine(), lay)
+        weights = op.weights_per_gpu()
+        free = gpu.hbm_gb * 1e9 * role_cfg.mem_fraction_static - weights
+        if free <= 0:
+            raise ValueError(f"{model.name} weights ({weights / 1e9:.0f} GB per GPU at tp "
+                             f"{role_cfg.tp}) do not fit in {gpu.name} memory")
+        tokens = int(free / (model.layers * op.kv_layer_bytes))
+    return max(1, tokens // role_cfg.page_size)
+
+
+@load_check
+def _fleet_builds(sc: Scenario, ctx: Context) -> None:
+    """What building the fleet would reject, checked at load time (so ``validate`` sees it):
+    the profiles resolve (files, names, overrides), the weights fit, the predictor builds."""
+    try:
+        prof = profiles.for_scenario(sc, ctx)
+    except profiles.ProfileError as err:
+        raise ScenarioError(str(err)) from None
+    for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode)):
+        gather = cfg.dp if cfg.dp_attention else 1
+        try:  # (built first, for pool_pages to reuse; its error is reported second)
+            pred, bad = predictor.build(sc.predictor, prof.gpu, prof.model, cfg.tp, gather,
+                                        prof.engine, predictor.layout_for(cfg, sc.predictor,
+                                                                          gather)), None
+        except ValueError as err:
+            pred, bad = None, err
+        try:
+            pool_pages(cfg, prof.gpu, prof.model, prof.engine, pred)
+        except ValueError as err:
+            raise Invalid(f"fleet.{role}", str(err)) from None
+        if bad is not None:
+            raise Invalid("predictor", str(bad)) from None

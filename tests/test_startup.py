@@ -1,0 +1,72 @@
+"""Start-up: what needs no DataFrame does not import pandas, pyarrow or numpy.
+
+`import pdsim`, `pdsim.load` and the CLI's validate, schema, faults and profiles commands load
+only the scenario layer (pydantic, YAML; `pdsim --help` not even that); pandas, pyarrow and
+numpy (~0.5 s of what was a ~1 s `pdsim validate`) load on first use of what needs them
+(pdsim.run, sweep, explore, whatif: pdsim/__init__.py's module __getattr__). A module-level
+import of one of them anywhere on those paths makes the first test fail; so does a validate
+that no longer runs the fleet's check (which lives apart from the simulator for this). Each
+test runs in a fresh interpreter: this one has imported everything already.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import ROOT
+
+HEAVY = ("pandas", "pyarrow", "numpy", "scipy", "SALib", "matplotlib")
+
+LIGHT = f"""
+import contextlib, io, sys
+import pdsim
+from pdsim.cli import main
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main(["--help"])
+assert "pydantic" not in sys.modules  # the help is argparse's alone
+pdsim.load("scenarios/drop_timeout.yaml")
+with contextlib.redirect_stdout(io.StringIO()):
+    for argv in (["validate", "scenarios/drop_timeout.yaml"], ["validate",
+                 "scenarios/whatif_base.yaml", "--set", "faults=[{{preset: flush_race}}]"],
+                 ["schema"], ["faults"], ["profiles"], ["profiles", "H20"]):
+        assert main(argv) == 0, argv
+    # the fleet's load-time check (pdsim.memory) runs though nothing imported the simulator
+    assert main(["validate", "scenarios/drop_timeout.yaml", "--set", "fleet.gpu=B300"]) == 2
+print("heavy:", [m for m in {HEAVY!r} if m in sys.modules])
+"""
+
+NAMES = """
+import types
+import pdsim
+assert "pandas" not in __import__("sys").modules
+import pdsim.sweep  # the submodule first: the package attribute must stay the function
+from pdsim.whatif import WhatIf
+for name in ("sweep", "whatif", "explore"):
+    assert isinstance(getattr(pdsim, name), types.FunctionType), (name, getattr(pdsim, name))
+ns = {}
+exec("from pdsim import *", ns)
+assert set(pdsim.__all__) <= set(ns) and ns["WhatIf"] is WhatIf and ns["run"] is pdsim.run
+assert set(pdsim.__all__) <= set(dir(pdsim))
+try:
+    pdsim.no_such_name
+except AttributeError:
+    pass
+else:
+    raise AssertionError("pdsim.no_such_name resolved")
+print("ok")
+"""
+
+
+def _child(code: str) -> str:
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.strip().splitlines()[-1]
+
+
+def test_validating_and_listing_import_no_dataframe_library():
+    assert _child(LIGHT) == "heavy: []"
+
+
+def test_public_names_load_on_first_use_and_functions_keep_their_names():
+    assert _child(NAMES) == "ok"
