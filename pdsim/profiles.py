@@ -60,7 +60,7 @@ class ProfileError(ValueError):
 
 
 class _Profile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     name: str = ""
 
 

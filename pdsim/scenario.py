@@ -171,7 +171,7 @@ class Context:
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False, validate_default=True)
+    model_config = ConfigDict(extra="forbid", frozen=False, validate_default=True, defer_build=True)
 
     def check(self, ctx: Context) -> None:
         """Cross-field checks of this section (step 4); raise :class:`Invalid`."""
