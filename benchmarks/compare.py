@@ -37,6 +37,8 @@ def _load(paths: list[Path]) -> dict[str, dict]:
         for line in path.read_text().splitlines():
             if line.strip().startswith("{"):
                 m = json.loads(line)
+                if "requests" not in m:  # (the startup line: no run to compare per request)
+                    continue
                 m["sched_per_req"] = scheduled(m) / m["requests"]
                 # per request in CPU time, as the choice below (a run's wall time can carry
                 # another tenant's load its CPU time does not)

@@ -5,6 +5,7 @@
     python benchmarks/speed.py --sizes 1000 8000   # stream sizes
     python benchmarks/speed.py --profile healthy   # cProfile top of one workload
     python benchmarks/speed.py --profile stream:8000
+    python benchmarks/speed.py --only startup      # what a user waits for before a run
 
 Workloads:
 
@@ -23,6 +24,11 @@ Workloads:
   per rank (chosen: 80 GB * 0.9 minus OPT-13B's 26 GB of weights, at its 800 KB of KV per
   token); the llama-3.1-8b profile stands in for the model only for KV bytes on the wire.
   Prefix cache off (cycling the trace would otherwise turn repeats into cache hits).
+- ``startup``: fresh interpreters (this tree's pdsim) running ``python -m pdsim.cli validate
+  scenarios/drop_timeout.yaml`` and ``python -c "import pdsim"``: the median wall and CPU time
+  of 10 each, after one unmeasured run that writes the bytecode caches (an installed package
+  has them). Interpreter start-up included (``python -c pass`` is shown beside them): this is
+  what a user waits for before anything is simulated. Its own line, after the table.
 
 ``events`` are SimPy events (Event objects scheduled). What pdsim schedules as plain entries of
 its second heap instead (``pdsim.clock.Environment``) is counted apart, per request, as
@@ -51,6 +57,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import statistics
@@ -160,6 +167,43 @@ def _profile(pdsim, source) -> dict:
     return {"profile": "\n".join([calls, *table]).rstrip()}
 
 
+STARTUP = {  # what runs in a fresh interpreter (arguments after the interpreter's path)
+    "validate": ["-m", "pdsim.cli", "validate", "scenarios/drop_timeout.yaml"],
+    "import": ["-c", "import pdsim"],
+    "python": ["-c", "pass"],
+}
+STARTUP_RUNS = 10
+
+
+def startup(runs: int = STARTUP_RUNS) -> dict:
+    """Median wall and CPU seconds of ``runs`` fresh interpreters per :data:`STARTUP` command,
+    run from this tree's root with its pdsim first on the path, alternating the commands."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(ROOT)
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in STARTUP}
+    for i in range(runs + 1):
+        for name, argv in STARTUP.items():
+            r0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+            subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+            wall = time.perf_counter() - t0
+            r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if i:  # the first run writes the bytecode caches
+                times[name].append((wall, r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime))
+    out: dict = {"workload": "startup", "runs": runs}
+    for name, t in times.items():
+        out[f"{name}_wall_s"] = statistics.median(w for w, _c in t)
+        out[f"{name}_cpu_s"] = statistics.median(c for _w, c in t)
+    return out
+
+
+def startup_line(m: dict) -> str:
+    return (f"startup (median of {m['runs']} fresh interpreters, wall / cpu s): pdsim validate "
+            f"scenarios/drop_timeout.yaml {m['validate_wall_s']:.3f} / {m['validate_cpu_s']:.3f}"
+            f"; import pdsim {m['import_wall_s']:.3f} / {m['import_cpu_s']:.3f}; python -c "
+            f"pass {m['python_wall_s']:.3f} / {m['python_cpu_s']:.3f}")
+
+
 def _in_child(workload: str, repeat: int, profile: bool) -> dict:
     cmd = [sys.executable, __file__, "--child", workload, "--repeat", str(repeat)]
     if profile:
@@ -207,7 +251,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", nargs="*", choices=["healthy", "drop_timeout", "trace_replay",
-                                                   "stream"])
+                                                   "stream", "startup"])
     ap.add_argument("--sizes", type=int, nargs="*", default=list(STREAM_SIZES))
     ap.add_argument("--profile", metavar="WORKLOAD",
                     help="print the cProfile top (by own time) of one workload, e.g. healthy "
@@ -222,11 +266,11 @@ def main() -> None:
     if args.profile:
         print(_in_child(args.profile, 1, True)["profile"])
         return
-    only = args.only or ["healthy", "drop_timeout", "trace_replay", "stream"]
+    only = args.only or ["healthy", "drop_timeout", "trace_replay", "stream", "startup"]
     workloads = [w for w in ("healthy", "drop_timeout", "trace_replay") if w in only]
     if "stream" in only:
         workloads += [f"stream:{n}" for n in args.sizes]
-    if not args.json:
+    if not args.json and workloads:
         print(f"python {platform.python_version()} on {platform.machine()}, one core; "
               f"median of {args.repeat} warm runs (streams of 32k+: 1 run after a "
               f"1k stream's warm-up)")
@@ -234,6 +278,9 @@ def main() -> None:
     for w in workloads:
         m = _in_child(w, args.repeat, False)
         print(json.dumps(m) if args.json else row(m), flush=True)
+    if "startup" in only:
+        m = startup()
+        print(json.dumps(m) if args.json else startup_line(m), flush=True)
 
 
 if __name__ == "__main__":
