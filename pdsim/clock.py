@@ -78,10 +78,13 @@ class Environment(simpy.Environment):
         # is rare (``schedule``, ``call_at``, an event processed), so that the loop and
         # ``due_now``, which read it per entry, compare one float
         self._queue_at = INF
-        # this instant's links, ``(id, obj)``, in the order they were made: a link sorts at
+        # this instant's links, ``(id, obj, now)``, in the order they were made: a link sorts at
         # (now, NORMAL, its id), after everything already due now under a smaller id, so the
         # links of one instant are processed first in, first out, and none is left when the
         # clock moves on (``link``: a deque append and popleft instead of a heap push and pop)
+        # (``now`` as it was when the link was made: processing it sets the clock to that, as
+        # a heap entry's pop does; the same value, and the same type: SimPy's instants are
+        # ints until a float delay makes them floats, and outputs keep that type)
         self._links: deque = deque()
 
     def schedule(self, event: Event, priority: int = NORMAL, delay: float = 0) -> None:
@@ -102,7 +105,7 @@ class Environment(simpy.Environment):
     def link(self, obj: object) -> None:
         """``obj.tick()`` in this instant, where an event triggered now would be processed
         (``_links``; an urgent one: :func:`urgent`)."""
-        self._links.append((next(self._eid), obj))
+        self._links.append((next(self._eid), obj, self._now))
 
     def _link_next(self) -> bool:
         """Whether the front of ``_links`` (not empty) is what comes next: neither heap's
@@ -117,7 +120,8 @@ class Environment(simpy.Environment):
 
     def step(self) -> None:
         if self._links and self._link_next():
-            self._links.popleft()[1].tick()
+            _eid, obj, self._now = self._links.popleft()
+            obj.tick()
             return
         steps = self._steps
         # (ids differ: no objects compared; the times first, as a float compare, where the
@@ -149,7 +153,8 @@ class Environment(simpy.Environment):
                              and (steps[0][1] < NORMAL or steps[0][2] < eid))
                             or (self._queue_at == now
                                 and (queue[0][1] < NORMAL or queue[0][2] < eid))):
-                        links.popleft()[1].tick()
+                        _eid, obj, self._now = links.popleft()
+                        obj.tick()
                         continue
                 # (as ``step``: the times first)
                 if steps and (steps[0][0] < self._queue_at
@@ -193,7 +198,7 @@ class Environment(simpy.Environment):
 
     def peek(self) -> float:
         if self._links:
-            return self._now
+            return self._links[0][2]
         t = super().peek()
         return min(t, self._steps[0][0]) if self._steps else t
 

@@ -302,6 +302,45 @@ def test_an_inner_step_end_waits_for_this_instants_links():
     assert ran == [1.0] and stepper._ended == 1 and stepper.next_end == 2.0
 
 
+def test_a_link_sets_the_clock_to_its_instant_type_and_all():
+    """Processing a link sets the clock to the instant it was made at, as a heap entry's pop
+    does: the same value and the same type (SimPy's instants stay ints until a float delay
+    makes them floats, and the outputs keep that type: a request's t_arrival 0 or 0.0)."""
+    def seen_by_the_link(loop):
+        env = clock.Environment()  # now: the int 0
+        seen = []
+        env.timer(0.0, _Tick(lambda: env.link(_Tick(lambda: seen.append(env.now)))))  # at 0.0
+        env.timeout(0)  # at the int 0, its id between the timer's and the link's
+        if loop == "step":
+            while env.peek() < float("inf"):
+                env.step()
+        else:
+            env.run(until=env.timeout(1))
+        return seen
+
+    for loop in ("step", "run"):
+        seen = seen_by_the_link(loop)
+        assert seen == [0] and type(seen[0]) is float, loop
+
+
+def test_an_int_instant_stays_an_int_in_the_outputs():
+    """review 9's finding 1: a prompt sent at the int instant 0 in a run whose operator flush at
+    0.0 (a float) is processed first keeps t_arrival int, as SimPy's clock had it: its send
+    comes through links made while the clock read the int 0 (CSV '0', not '0.0')."""
+    import pdsim
+
+    d = {"name": "min1", "seed": 7, "horizon_s": 900,
+         "fleet": {"gpu": "H20", "model": "dsv3-ci-test",
+                   "prefill": {"dp": 1, "tp": 2}, "decode": {"dp": 1, "tp": 2}},
+         "clients": [{"kind": "bench", "num_prompts": 1, "request_rate": "inf",
+                      "warmup_requests": 0,
+                      "dataset": {"kind": "random", "input_len": 100, "output_len": 4}}],
+         "operator_flushes": [{"at_s": 0.0}]}
+    requests = pdsim.run(d).requests
+    assert str(requests["t_arrival"].dtype) == "int64"
+    assert requests[["t_arrival"]].to_csv(index=False).split() == ["t_arrival", "0"]
+
+
 def test_kept_deadlines_keep_one_timer_pending():
     """A thousand fixed-timeout deadlines resolved before they fall schedule one timer at a
     time (the front's), and none fires."""
