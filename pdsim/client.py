@@ -16,7 +16,7 @@ import numpy as np
 import simpy
 
 from pdsim.clock import Link, Relay, later, reserve_block, soon, timer_at, urgent
-from pdsim.request import Countdown, Request
+from pdsim.request import Request
 from pdsim.rng import Streams
 from pdsim.scenario import BenchClientConfig, EvalClientConfig
 from pdsim.trace import (  # noqa: F401 (open_trace, read_trace: API)
@@ -38,11 +38,9 @@ class Frontend(Protocol):
                     stream: bool, blocks: tuple[int, ...] | range | None, question: int,
                     attempt: int) -> Request: ...
 
-    def generate(self, req: Request, on_return: Callable[[Request], None],
-                 last_of: Countdown | None = None) -> None:
+    def generate(self, req: Request, on_return: Callable[[Request], None]) -> None:
         """POST /generate; ``on_return(req)`` when the response is back, as the last thing
-        its simulation step does; with ``last_of``, only for the last of the requests
-        sharing that countdown to return (pdsim.router.MiniLB.generate)."""
+        its simulation step does."""
 
     def flush(self, timeout: float | None, caller: str) -> simpy.Process: ...
 
@@ -182,37 +180,30 @@ class BenchClient(Client):
         self._at = at.tolist()  # (Python floats, the same values)
         # arrivals in prompt order (the usual: a Poisson or an all-at-once load, a trace's rows
         # by time): no sorting (see _start)
-        in_order = bool((at[1:] >= at[:-1]).all())
+        self._in_order = bool((at[1:] >= at[:-1]).all())
         self._slots = cfg.max_concurrency or len(prompts)
         # as many slots as prompts: no prompt ever waits, so slots are not counted (a slot's
         # release, with nobody to grant it to, changes nothing)
         self._limited = self._slots < len(prompts)
         self._busy = 0
         self._backlog: deque[int] = deque()
+        self._returned = 0
         self._all_returned = env.event()
         self._sender = Relay(env, self._send)  # a prompt sends one step after its slot
-        # (bound once, not per prompt) the returns still to come; without slots to free only
-        # the last one matters to the client, so only it is heard (the others' are not
-        # simulated: MiniLB.generate)
-        self._returns = Countdown(len(prompts))
-        if self._limited:
-            self._on_return, self._last_of = self._returned_one, None
-        else:
-            self._on_return, self._last_of = self._all_back, self._returns
+        self._on_return = self._returned_one  # (bound once, not per prompt)
         self._stream = cfg.stream
         self._releaser = Link(env, self._release)
         self._granter = Link(env, self._grant)
-        # where the prompts' processes would have started
-        urgent(env, lambda: self._start(in_order))
+        urgent(env, self._start)  # where the prompts' processes would have started
         yield self._all_returned
 
-    def _start(self, in_order: bool) -> None:
+    def _start(self) -> None:
         """Where the prompts' processes started: those due at once take free slots (or queue)
         and send one step later; each later one gets its place among same-time events now
         (where its own timeout would have been made: ids in prompt order), and they arrive in
         the order those timeouts would have fired, by time, then id."""
         at = self._at
-        if in_order:  # those due at once come first; the first of them take the slots
+        if self._in_order:  # those due at once come first; the first of them take the slots
             m = bisect_right(at, 0.0)  # (not at > 0)
             free = self._slots  # (none taken yet)
             self._busy = take = m if m < free else free
@@ -281,22 +272,18 @@ class BenchClient(Client):
         front = self.frontend
         req = front.new_request(self.name, "bench", input_len, output_len, self._stream,
                                 blocks, -1, 0)
-        front.generate(req, self._on_return, self._last_of)
-
-    def _all_back(self, _req: Request) -> None:
-        """(No slots) the last response returned: the all_of resumed the client two steps
-        on."""
-        later(self.env, self._all_returned.succeed, 2)
+        front.generate(req, self._on_return)
 
     def _returned_one(self, _req: Request) -> None:
-        """(Slots) the prompt's process resumed a step on and released its slot; the release
-        granted it to the longest-waiting prompt one step later, which sent a step after
-        that."""
-        returns = self._returns
-        returns.left -= 1
-        if not returns.left:  # the all_of resumed the client
-            self._releaser()
+        """The prompt's process resumed a step on and released its slot; the release granted
+        it to the longest-waiting prompt one step later, which sent a step after that."""
+        self._returned += 1
+        if self._returned == len(self._prompt_list):  # the all_of resumed the client
+            if self._limited:
+                self._releaser()
             later(self.env, self._all_returned.succeed, 2)
+            return
+        if not self._limited:
             return
         env = self.env
         if env.due_now():

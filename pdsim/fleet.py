@@ -283,6 +283,6 @@ class _Frontend:
     """pdsim.client.Frontend: the four calls a client makes, bound to this fleet."""
 
     new_request: Callable[..., Request]
-    generate: Callable[..., None]  # (req, on_return, last_of=None)
+    generate: Callable[[Request, Callable[[Request], None]], None]
     flush: Callable[[float | None, str], object]
     log: Callable[..., None]

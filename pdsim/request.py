@@ -158,18 +158,6 @@ def new_room(env: simpy.Environment, room_id: int, req: Request | None = None) -
     return room
 
 
-class Countdown:
-    """How many of a caller's requests have yet to return, for a caller that hears only the
-    last of its returns (``pdsim.router.MiniLB.generate``'s ``last_of``): the router counts
-    them down as their handlers resume, in the order it returns them, and simulates only the
-    return that brings it to 0."""
-
-    __slots__ = ("left",)
-
-    def __init__(self, left: int) -> None:
-        self.left = left
-
-
 class Request:
     """One HTTP generate request as the router sees it; its fields become the records table.
 

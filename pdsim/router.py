@@ -24,7 +24,7 @@ from simpy.events import URGENT
 
 from pdsim.clock import KeptDeadlines, call_later, later, urgent
 from pdsim.log import EventLog
-from pdsim.request import Countdown, Request, new_room
+from pdsim.request import Request, new_room
 from pdsim.scenario import RouterConfig
 from pdsim.server import Server
 
@@ -123,13 +123,11 @@ class MiniLB:
     # runs where it returned the response to the client (after the return hop).
 
     def generate(self, req: Request, on_return: Callable[[Request], None],
-                 last_of: Countdown | None = None, started: bool = False) -> None:
+                 started: bool = False) -> None:
         """POST /generate: pick a prefill and a decode server and a bootstrap room, then
         dispatch to both after one hop. ``on_return(req)`` is always the last thing its
-        simulation step does (pdsim.client.Frontend relies on it). ``last_of``: the caller
-        hears only the last return of the requests sharing this countdown; the others' are
-        not simulated (``_resume``). ``started``: the handler process this replaces has
-        started (see below)."""
+        simulation step does (pdsim.client.Frontend relies on it). ``started``: the handler
+        process this replaces has started (see below)."""
         env = self.env
         if not started:
             now, steps = env._now, env._steps
@@ -137,7 +135,7 @@ class MiniLB:
                     or (env._queue_at == now and env._queue[0][1] == URGENT)):
                 # urgent events (processes not yet started) wait in this instant: the handler
                 # process would have started after those
-                urgent(env, lambda: self.generate(req, on_return, last_of, True))
+                urgent(env, lambda: self.generate(req, on_return, True))
                 return
         draws = self.draws
         prefills, decodes = self.prefills, self.decodes
@@ -145,8 +143,7 @@ class MiniLB:
         d = decodes[0] if len(decodes) == 1 else decodes[draws.index(len(decodes))]
         req.room = new_room(env, draws.room(), req)
         call = _Call()  # (no Python __init__: see pdsim.transfer.Chunk)
-        call.lb, call.req, call.p, call.d, call.on_return, call.last_of = (
-            self, req, p, d, on_return, last_of)
+        call.lb, call.req, call.p, call.d, call.on_return = self, req, p, d, on_return
         call.fired = call.answered = False
         call.stage = _DISPATCH
         if self.hop:
@@ -170,14 +167,6 @@ class MiniLB:
             req.status, req.reason, req.http_status = "timed_out", "router_timeout", 504
             req.t_done = self.env._now
             req.room.fail("aborted")  # frees KV on both sides; an abort never blacklists
-        last_of = call.last_of
-        if last_of is not None:
-            last_of.left -= 1
-            if last_of.left:
-                # the caller will not hear this return (handlers resume in the order they
-                # return, a hop on), so it is not simulated: its entry would have done
-                # nothing but order itself among its instant's entries, and ids only order
-                return
         if not self.hop:
             call.on_return(req)
         elif call.stage == _RESUME:  # (answered in time: its own entries end here)
@@ -259,14 +248,13 @@ class _Call:
     Made in ``MiniLB.generate`` (no Python ``__init__``: see ``pdsim.transfer.Chunk``).
     """
 
-    __slots__ = ("lb", "req", "p", "d", "on_return", "last_of", "fired", "answered", "stage",
-                 "dl_at", "dl_eid")
+    __slots__ = ("lb", "req", "p", "d", "on_return", "fired", "answered", "stage", "dl_at",
+                 "dl_eid")
     lb: MiniLB
     req: Request
     p: Server
     d: Server
     on_return: Callable[[Request], None]
-    last_of: Countdown | None  # (MiniLB.generate)
     fired: bool  # response-or-timeout triggered
     answered: bool  # the response event was processed
     stage: int  # _DISPATCH, _ANSWER, _RESUME or _RETURN
