@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import importlib
+import pkgutil
 import sys
 import types
 from typing import TYPE_CHECKING, Any
@@ -34,15 +35,29 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> Any:
     home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'pdsim' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"pdsim.{home}"), name)
-    globals()[name] = value
-    return value
+    if home is not None:
+        value = getattr(importlib.import_module(f"pdsim.{home}"), name)
+        globals()[name] = value
+        return value
+    if name in _submodules():  # ``pdsim.profiles`` etc. after a bare ``import pdsim``
+        return importlib.import_module(f"pdsim.{name}")  # (the import sets the attribute)
+    raise AttributeError(f"module 'pdsim' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOME))
+    """The public names, the submodules and the module's dunders (not this file's helpers)."""
+    dunders = {n for n in globals() if n.startswith("__")}
+    return sorted(dunders | set(__all__) | set(_submodules()))
+
+
+def _submodules() -> frozenset:
+    global _SUBMODULES
+    if _SUBMODULES is None:
+        _SUBMODULES = frozenset(m.name for m in pkgutil.iter_modules(__path__))
+    return _SUBMODULES
+
+
+_SUBMODULES = None  # (frozenset of names, on first use)
 
 
 class _Package(types.ModuleType):

@@ -48,6 +48,11 @@ ns = {}
 exec("from pdsim import *", ns)
 assert set(pdsim.__all__) <= set(ns) and ns["WhatIf"] is WhatIf and ns["run"] is pdsim.run
 assert set(pdsim.__all__) <= set(dir(pdsim))
+# submodules are attributes after a bare `import pdsim`, as when the package imported them all
+assert {"profiles", "scenario", "clock", "decode", "cli"} <= set(dir(pdsim))
+assert not {"TYPE_CHECKING", "importlib", "sys", "types"} & set(dir(pdsim))  # no helpers
+assert pdsim.profiles.gpu("H20").name == "H20"
+assert pdsim.clock is __import__("sys").modules["pdsim.clock"]
 try:
     pdsim.no_such_name
 except AttributeError:
