@@ -186,6 +186,22 @@ EXTRA: dict[str, dict] = {
         faults=[{"preset": "decode_crash", "at_s": 2.0005, "restart_after_s": 0.5}],
         clients=[{"kind": "eval", "questions": 24, "threads": 8,
                   "dataset": {"kind": "random", "input_len": 300, "output_len": 512}}]),
+    # a process started at the instant a zero-delay link is pending (review of speed round 9,
+    # minimised from a fuzz case): the operator flush at t=2 starts URGENT processes while the
+    # hung decode's router-timeout path has a link queued, and SimPy runs urgent events first.
+    # pdsim.clock keeps this instant's links in a FIFO beside the heaps; with its front check
+    # ignoring the SimPy queue's URGENT entries, this case's events and requests move
+    "tie_start_at_link": {
+        "name": "tie_start_at_link", "seed": 1, "horizon_s": 3,
+        "fleet": {"gpu": "H20", "model": "dsv3-ci-test",
+                  "prefill": {"dp": 1, "tp": 2, "chunked_prefill_size": 1024},
+                  "decode": {"dp": 1, "tp": 2, "balance": "total_tokens"}},
+        "clients": [{"kind": "eval", "questions": 1, "threads": 1, "start_s": 1,
+                     "dataset": {"kind": "random", "input_len": 100, "output_len": 2}}],
+        "faults": [{"preset": "decode_hang", "at_s": 1, "duration_s": 1000,
+                    "kv_writes": "land"}],
+        "operator_flushes": [{"at_s": 2}],
+        "router": {"http_latency_ms": 1, "request_timeout_s": 1}},
 }
 
 

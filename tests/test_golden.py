@@ -45,9 +45,10 @@ def test_hash_sees_a_one_ulp_change():
 
 
 def test_the_tie_cases_still_tie():
-    """tie_abort_at_submit and tie_timeout_at_crash test SimPy's order within one instant only
-    while their events really share it: a router timeout chosen to the last bit, and a crash
-    at a dispatch time plus the timeout. A model change that moves either by an ulp would
+    """tie_abort_at_submit, tie_timeout_at_crash and tie_start_at_link test SimPy's order within
+    one instant only while their events really share it: a router timeout chosen to the last
+    bit, a crash at a dispatch time plus the timeout, and a flush reaching the servers as a
+    router timeout fires. A model change that moves any of them by an ulp would
     leave them passing (re-recorded) and testing nothing: this fails first."""
     hop = 0.5 / 1000  # the router's http_latency_ms, default and tie_timeout_at_crash's
     d = golden.EXTRA["tie_abort_at_submit"]
@@ -63,3 +64,10 @@ def test_the_tie_cases_still_tie():
     first = res.requests[res.requests.t_arrival == 0.0]
     assert len(crash) and len(first) > 1
     assert ((first.t_arrival + hop) + 2.0 == crash.iloc[0]).all()
+
+    # the router timeout fires as the flush reaches the servers (1 + hop + 1 == 2 + hop)
+    res = golden.pdsim.run(golden.EXTRA["tie_start_at_link"])
+    received = res.events[res.events.event == "flush_received"].time
+    timed_out = res.requests[res.requests.reason == "router_timeout"].t_done
+    assert len(received) == 2 and len(timed_out) == 1
+    assert (received == timed_out.iloc[0]).all()
