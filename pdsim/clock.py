@@ -7,9 +7,9 @@ they cause, level after level (first in, first out). pdsim keeps the outputs of 
 event-per-everything model byte-identical while scheduling far fewer events, with these
 pieces:
 
-- :class:`Environment` keeps batch-step ends (``pdsim.lockstep.Stepper``) and the links of
-  zero-delay chains as plain heap entries sorted among events under the ids their timeouts or
-  triggered events would have drawn.
+- :class:`Environment` keeps batch-step ends (``pdsim.lockstep.Stepper``) and timers as plain
+  heap entries, and the links of zero-delay chains in a FIFO of this instant's links, sorted
+  among events under the ids their timeouts or triggered events would have drawn.
 - :func:`reserve` / :func:`call_at`: an id taken now (where a timeout made now would sort)
   and a callback scheduled later under it.
 - :func:`later` / :func:`soon` / :func:`urgent`: a callback one or more zero-delay steps later
@@ -24,14 +24,15 @@ pieces:
   by hand (``pdsim.transfer.TransferEngine._arm``).
 
 The "nothing else is due" rule: a zero-delay link that is the last act of the step making it
-would be processed next, with nothing in between, when neither heap holds anything else for
-this instant; its work then runs at once and no id is drawn for it (ids only order entries,
-so skipping one moves nothing). :class:`_Chain`, the per-request path (``Room``, the router's
-call, the transfer engine's write end, the client's slots) and ``Rank._kick(last=True)`` use
-it, each through :meth:`Environment.due_now`; whatever runs code that might read the heaps
-for it keeps them complete first (see ``KeptDeadlines._fire``). tests/test_clock.py checks the
-primitives against SimPy; tests/test_properties.py compares random scenarios run with the rule
-on and off (``due_now`` always true: every such link queued as its event would have been).
+would be processed next, with nothing in between, when neither heap nor the FIFO of links holds
+anything else for this instant; its work then runs at once and no id is drawn for it (ids only
+order entries, so skipping one moves nothing). :class:`_Chain`, the per-request path (``Room``,
+the router's call, the transfer engine's write end, the client's slots) and
+``Rank._kick(last=True)`` use it, each through :meth:`Environment.due_now`; whatever runs code
+that might read the heaps or the FIFO for it keeps them complete first (see
+``KeptDeadlines._fire``). tests/test_clock.py checks the primitives against SimPy;
+tests/test_properties.py compares random scenarios run with the rule on and off (``due_now``
+always true: every such link queued as its event would have been).
 
 They use SimPy 4's scheduling internals (``Environment._queue`` entries
 ``(time, priority, id, event)``, the ``_eid`` counter, ``Event._ok/_value/callbacks``);
@@ -185,9 +186,10 @@ class Environment(simpy.Environment):
                                f"triggered: {until}") from None
 
     def due_now(self) -> bool:
-        """Whether either heap holds an entry for this instant. When not, a zero-delay link
-        that is the last act of the step making it would be processed next, with nothing in
-        between, so its work may run at once (the run-now rule, module docstring)."""
+        """Whether either heap, or the FIFO of links, holds an entry for this instant. When
+        not, a zero-delay link that is the last act of the step making it would be processed
+        next, with nothing in between, so its work may run at once (the run-now rule, module
+        docstring)."""
         now = self._now
         if self._queue_at == now or self._links:
             return True
@@ -258,8 +260,9 @@ def later(env: simpy.Environment, callback: Callable[[], None], steps: int) -> N
 def soon(env: simpy.Environment, callback: Callable[[], None], steps: int = 1) -> None:
     """Run ``callback`` ``steps`` zero-delay steps from now: where a chain of that many
     triggered events would have run it, behind everything already scheduled for this instant.
-    ``steps`` 0 runs it now. On :class:`Environment` each link is a plain heap entry under the
-    id its event would have drawn, so the order is SimPy's, at a fraction of the cost."""
+    ``steps`` 0 runs it now. On :class:`Environment` each link is an entry of this instant's
+    FIFO under the id its event would have drawn, so the order is SimPy's, at a fraction of
+    the cost."""
     if steps <= 0:
         callback()
         return
@@ -447,7 +450,7 @@ class KeptDeadlines:
     def _arm(self, item: object, at: float, eid: int) -> None:
         """The timer is an event in SimPy's queue (``call_at``), not an entry of the step
         heap: it is due a timeout (minutes) ahead, and an entry that far ahead would sit in
-        the heap that every batch step, link and timer of the run goes through, making each
+        the heap that every batch step and timer of the run goes through, making each
         push and pop compare more (the same key in either heap, so the same order)."""
         self.armed = True
         self._front = item

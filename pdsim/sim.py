@@ -184,7 +184,8 @@ def _nothing_scheduled(env: simpy.Environment, horizon: simpy.Event) -> bool:
     pending past it (a busy run whose next step ends just after the horizon, or whose next
     arrival comes after it, stops at the horizon, not as stalled; a deadline pending past it
     is no motion: a stuck request keeps one)."""
-    if isinstance(env, clock.Environment):  # batch steps, hops and writes: the step heap
+    if isinstance(env, clock.Environment):  # batch steps, hops, writes: the step heap and
+        # this instant's links
         return env.next_is(horizon) and not env._steps and not env._links
     queue = getattr(env, "_queue", None)  # SimPy's event heap: (time, priority, id, event)
     return bool(queue) and queue[0][3] is horizon

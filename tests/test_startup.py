@@ -37,9 +37,14 @@ print("heavy:", [m for m in {HEAVY!r} if m in sys.modules])
 """
 
 NAMES = """
-import types
+import sys, types
 import pdsim
-assert "pandas" not in __import__("sys").modules
+assert "pandas" not in sys.modules
+# submodules are attributes after a bare `import pdsim`, as when the package imported them all
+# (asked before anything else imports them, which would set the attributes itself)
+assert "pdsim.profiles" not in sys.modules and "pdsim.perfetto" not in sys.modules
+assert pdsim.profiles.gpu("H20").name == "H20"
+assert pdsim.perfetto is sys.modules["pdsim.perfetto"]
 import pdsim.sweep  # the submodule first: the package attribute must stay the function
 from pdsim.whatif import WhatIf
 for name in ("sweep", "whatif", "explore"):
@@ -48,11 +53,8 @@ ns = {}
 exec("from pdsim import *", ns)
 assert set(pdsim.__all__) <= set(ns) and ns["WhatIf"] is WhatIf and ns["run"] is pdsim.run
 assert set(pdsim.__all__) <= set(dir(pdsim))
-# submodules are attributes after a bare `import pdsim`, as when the package imported them all
 assert {"profiles", "scenario", "clock", "decode", "cli"} <= set(dir(pdsim))
 assert not {"TYPE_CHECKING", "importlib", "sys", "types"} & set(dir(pdsim))  # no helpers
-assert pdsim.profiles.gpu("H20").name == "H20"
-assert pdsim.clock is __import__("sys").modules["pdsim.clock"]
 try:
     pdsim.no_such_name
 except AttributeError:
