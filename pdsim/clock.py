@@ -7,9 +7,10 @@ they cause, level after level (first in, first out). pdsim keeps the outputs of 
 event-per-everything model byte-identical while scheduling far fewer events, with these
 pieces:
 
-- :class:`Environment` keeps batch-step ends (``pdsim.lockstep.Stepper``) and timers as plain
-  heap entries, and the links of zero-delay chains in a FIFO of this instant's links, sorted
-  among events under the ids their timeouts or triggered events would have drawn.
+- :class:`Environment` keeps batch-step ends (``pdsim.lockstep.Stepper``), timers and urgent
+  links as plain heap entries, and the other links of zero-delay chains in a FIFO of this
+  instant's links, sorted among events under the ids their timeouts or triggered events would
+  have drawn.
 - :func:`reserve` / :func:`call_at`: an id taken now (where a timeout made now would sort)
   and a callback scheduled later under it.
 - :func:`later` / :func:`soon` / :func:`urgent`: a callback one or more zero-delay steps later
