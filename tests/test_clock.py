@@ -276,8 +276,9 @@ def test_a_chain_runs_at_once_only_when_nothing_else_is_due():
     ran = []
     clock.soon(env, lambda: ran.append(env.now), 3)
     env.step()  # the first link: nothing else is due, so the rest runs now
-    assert ran == [0] and env.peek() == float("inf") and clock.counts(env)[1] == 1  # (no
-    env.timer(0, _Tick(lambda: ran.append("timer")))  # further link)
+    # (no further link)
+    assert ran == [0] and env.peek() == float("inf") and clock.counts(env)[1] == 1
+    env.timer(0, _Tick(lambda: ran.append("timer")))
     clock.soon(env, lambda: ran.append("chain"), 2)
     while env.peek() < float("inf"):
         env.step()
