@@ -14,7 +14,9 @@ Workloads are those of ``speed.py``: ``healthy``, ``drop_timeout``, ``trace_repl
 ``stream:N``. ``--tree DIR`` measures the pdsim of another checkout (a worktree of an older
 commit, say) on the same workloads: its package and scenarios, this harness. One unmeasured
 run comes first (as the median of warm runs would see); only the second ``pdsim.run`` is
-counted (callgrind's instrumentation is switched on around it). Needs valgrind (``apt install
+counted (callgrind's instrumentation is switched on around it), with the reading of its four
+tables (``Result`` builds its DataFrames when first read), so that trees from before and after
+that change count the same work. Needs valgrind (``apt install
 valgrind``); about 40 s per workload of 1-2k requests, ~50x its normal time in general.
 """
 
@@ -42,10 +44,13 @@ if w.startswith("stream:"):
     src = speed.stream_scenario(int(w.split(":")[1]), Path(tempfile.mkdtemp()))
 else:
     src = Path({root!r}) / "scenarios" / f"{{w}}.yaml"
-pdsim.run(src, allow_outside_paths=True)  # warm-up, not counted
+def run():  # a run and every table it makes (built when first read since 2026-11-30)
+    res = pdsim.run(src, allow_outside_paths=True)
+    return res.requests, res.events, res.timeseries, res.answers
+run()  # warm-up, not counted
 ctl = ["callgrind_control", "-i"]
 subprocess.run(ctl + ["on", str(os.getpid())], check=True, stdout=subprocess.DEVNULL)
-pdsim.run(src, allow_outside_paths=True)
+run()
 subprocess.run(ctl + ["off", str(os.getpid())], check=True, stdout=subprocess.DEVNULL)
 """
 

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import math
 import textwrap
-
-import pandas as pd
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from pdsim.scenario import BenchClientConfig, EvalClientConfig, ReferenceFigure
 from pdsim.sim import Result
 from pdsim.transfer import DEAD_MSG
 from pdsim.unknowns import block as unknowns_lines
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 W = 60
 LABEL = 50
@@ -160,14 +163,16 @@ def _ret_line(group: list, pairs: int, pairs_total: int) -> str:
             f"(--verbose: each pair)")
 
 
-def timeline(ev: pd.DataFrame, pairs_total: int, limit: int | None = 40,
+def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 40,
              verbose: bool = False) -> list[str]:
     """The story a postmortem reader needs, in order and concise.
 
-    A burst of ``ret != 0`` failures (and the blacklist growth it causes) is one line; with
+    ``ev``: events as ``Result.events`` has them, or its rows (``Result.event_rows``). A burst
+    of ``ret != 0`` failures (and the blacklist growth it causes) is one line; with
     ``verbose`` every failure and pair gets its own line and nothing is cut.
     """
-    if ev.empty:
+    ev = list(ev.itertuples(index=False) if hasattr(ev, "itertuples") else ev)
+    if not ev:
         return []
     out = [_head("Incident timeline", "=")]
     rows: list[str] = []
@@ -193,7 +198,7 @@ def timeline(ev: pd.DataFrame, pairs_total: int, limit: int | None = 40,
     def emit(row: str) -> None:
         (held if ret_group else rows).append(row)
 
-    for e in ev.itertuples(index=False):
+    for e in ev:
         t = f"t={e.time:9.3f}s "
         if e.event == "flush_executed":
             if flush_group and (flush_group[0].component != e.component
@@ -308,7 +313,7 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
 def horizon_warning(res: Result) -> list[str]:
     """A run that hit ``horizon_s`` before its clients finished says so, with counts."""
     s = res.summary
-    running = int((res.requests.status == "unfinished").sum())
+    running = sum(s == "unfinished" for s in res.request_values("status"))
     if s.get("stalled_at_s") is not None:  # (robust) the run ended early: nothing could happen
         return [f"WARNING: the run stopped at {s['stalled_at_s']:g} s, before its horizon "
                 f"(horizon_s={res.scenario.horizon_s:g}): nothing was left to simulate and "
@@ -344,10 +349,9 @@ def render(res: Result, verbose: bool = False) -> str:
     pairs = (sc.fleet.prefill.servers * sc.fleet.prefill.dp
              * sc.fleet.decode.servers * sc.fleet.decode.dp)
     lines += fleet_block(s, pairs)
-    ev = res.events
-    interesting = ev[~ev.event.isin(["retract", "flush_doomed", "probe", "flush_received",
-                                     "flush_answer"])
-                     | ((ev.event == "probe") & (ev.detail != "ok"))]
+    routine = {"retract", "flush_doomed", "probe", "flush_received", "flush_answer"}
+    interesting = [e for e in res.event_rows()
+                   if e.event not in routine or (e.event == "probe" and e.detail != "ok")]
     lines += timeline(interesting, pairs, verbose=verbose)
     lines += unknowns_block(res)
     lines += reference_block(s, sc.reference, res.what_if, sc.name)

@@ -4,22 +4,30 @@ from __future__ import annotations
 
 import gc
 import time
+from collections import namedtuple
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 import simpy
 
 from pdsim import clock
 from pdsim import scenario as scenario_mod
 from pdsim import summary as summary_mod
 from pdsim.fleet import GAUGES, Fleet
-from pdsim.log import records_columns, records_table
+from pdsim.log import COLUMNS as EVENT_COLUMNS
+from pdsim.log import frame_of, plain_columns, plain_rows, records_columns, records_frame
 from pdsim.recorder import Recorder
 from pdsim.summary import FLUSH_REASONS, clean
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+_EventRow = namedtuple("Event", EVENT_COLUMNS)  # (what events.itertuples gives, by name)
 
 REQUEST_COLUMNS = [
     "rid", "client", "kind", "question", "attempt", "input_len", "output_len", "stream",
@@ -33,16 +41,34 @@ REQUEST_COLUMNS = [
 SAMPLE_COLUMNS = ("time", "tokens_out", "failed", "transfer_failures", *GAUGES)
 
 
+class _Table:
+    """A DataFrame of a :class:`Result`, built from the run's records when first read, then
+    kept (assigning one replaces it). A run's summary and ``pdsim run``'s report read the
+    records themselves, so a run whose tables nobody reads never imports pandas (~0.6 s of a
+    ~1.7 s ``pdsim run``) or builds a frame (a sweep's runs read only their summaries)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, res: Result | None, owner: type | None = None) -> Any:
+        if res is None:
+            return self
+        built = res._built
+        if self.name not in built:
+            built[self.name] = res._builders.pop(self.name)()
+        return built[self.name]
+
+    def __set__(self, res: Result, frame: pd.DataFrame) -> None:
+        res._builders.pop(self.name, None)
+        res._built[self.name] = frame
+
+
 @dataclass
 class Result:
-    """What a run produced: DataFrames for notebooks and tests, and the summary."""
+    """What a run produced: the summary, and DataFrames for notebooks and tests."""
 
     scenario: scenario_mod.Scenario
-    requests: pd.DataFrame
-    events: pd.DataFrame
-    timeseries: pd.DataFrame
     summary: dict
-    answers: pd.DataFrame = field(default_factory=pd.DataFrame)
     flush_calls: list = field(default_factory=list)
     sim_wall_s: float = 0.0
     kv_pools: dict = field(default_factory=dict)  # rank -> {capacity, peak, used} in pages
@@ -52,6 +78,19 @@ class Result:
     # batch-step ends, links of zero-delay callback chains, timers (pdsim.clock); a
     # performance figure like sim_wall_s
     sim_entries: int = 0
+    # (the tables' makers, each a partial of a module function over the run's records, so a
+    # Result pickles; and the tables made: see _Table)
+    _builders: dict = field(default_factory=dict, repr=False, compare=False)
+    _built: dict = field(default_factory=dict, repr=False, compare=False)
+    # (the request table's columns as the summary read them, pdsim.log.plain_columns; None:
+    # no requests) and the event log's records
+    _request_columns: dict | None = field(default=None, repr=False, compare=False)
+    _event_records: list = field(default_factory=list, repr=False, compare=False)
+
+    requests = _Table()  # one row per HTTP request (REQUEST_COLUMNS)
+    events = _Table()  # one row per logged event (pdsim.log.COLUMNS)
+    timeseries = _Table()  # the gauges every timeseries_interval_s (SAMPLE_COLUMNS, rates)
+    answers = _Table()  # one row per eval question answered (empty without an eval client)
 
     @property
     def scheduled(self) -> int:
@@ -67,6 +106,23 @@ class Result:
     def measured(self) -> pd.DataFrame:
         """Requests the clients measure (warmup excluded)."""
         return self.requests[self.requests.kind != "warmup"]
+
+    def request_values(self, name: str) -> object:
+        """One column of :attr:`requests` without building the frame: a numpy array, or the
+        tuple of a column of strings (a column pandas had to type itself: its array)."""
+        if "requests" in self._built or self._request_columns is None:
+            return self.requests[name].to_numpy()
+        return self._request_columns[name]
+
+    def event_rows(self) -> Iterator[tuple]:
+        """The rows of :attr:`events` in order, each as ``events.itertuples(index=False)``
+        gives it (fields named after the columns, values as Python objects), without building
+        the frame when the records allow it (``pdsim.log.plain_rows``)."""
+        if "events" not in self._built and self._event_records:
+            rows = plain_rows(plain_columns(self._event_records, EVENT_COLUMNS))
+            if rows is not None:
+                return map(_EventRow._make, rows)
+        return self.events.itertuples(index=False)
 
     def write(self, out: str | Path, fmt: str = "csv") -> list[Path]:
         """Write a self-describing run directory: records, events, time series,
@@ -140,9 +196,9 @@ class Result:
                 "report.txt": report.render(self) + "\n"}
 
 
-def _records(fleet: Fleet) -> tuple[pd.DataFrame, dict | None]:
-    """The request table, and the arrays it was built from (None for no requests: the
-    summary reads those rather than the frame's columns)."""
+def _records(fleet: Fleet) -> dict | None:
+    """The request table's columns (``pdsim.log.plain_columns``; None for no requests), which
+    the summary reads and the table is made of when asked for."""
     for d in fleet.decode_ranks:  # tokens of requests still running at the horizon
         d.sync_running()
     rows = []
@@ -155,7 +211,7 @@ def _records(fleet: Fleet) -> tuple[pd.DataFrame, dict | None]:
                      room.id if room else -1, r.p_server, r.p_rank, r.d_server, r.d_rank,
                      room.session if room else "", r.prefill_tokens, r.cached_tokens,
                      bool(room and room.doomed), r.stale_pages))
-    return records_table(rows, REQUEST_COLUMNS)
+    return plain_columns(rows, REQUEST_COLUMNS) if rows else None
 
 
 def _sampler(fleet: Fleet, interval: float, rows: list, horizon: simpy.Event,
@@ -197,6 +253,8 @@ def _timeseries(rows: list) -> pd.DataFrame:
     inserting columns into a built frame costs more than building it). A column's dtype is
     what pandas infers from its values (``records_columns``: ints int64, floats or ints and
     floats float64), as a frame of the samples' lists would have it."""
+    import pandas as pd
+
     if not rows:
         return pd.DataFrame(rows)
     cols = records_columns(rows, SAMPLE_COLUMNS)
@@ -233,13 +291,16 @@ def _sim_events(env: simpy.Environment) -> tuple[int, int]:
     return clock.counts(env)
 
 
-def _summary(fleet: Fleet, req: pd.DataFrame, arrays: dict | None, events: pd.DataFrame,
-             sim_events: int, stopped: bool) -> dict:
+def _summary(fleet: Fleet, plain: dict | None, n_events: int, sim_events: int,
+             stopped: bool) -> dict:
     stats = fleet.stats
-    col = summary_mod.columns(req, arrays)
+    # the request columns as the records give them (pdsim.log.plain_columns); no requests:
+    # the empty table's columns
+    req = frame_of(None, REQUEST_COLUMNS) if plain is None else None
+    col = summary_mod.columns(req, plain)
 
     def values(name: str) -> object:
-        return summary_mod.column(req, name, arrays)
+        return summary_mod.column(req, name, plain)
 
     keep = summary_mod.codes(values("kind"), ("warmup",)) != 0
     names = list(dict.fromkeys(c.name for c in fleet.clients))
@@ -291,7 +352,7 @@ def _summary(fleet: Fleet, req: pd.DataFrame, arrays: dict | None, events: pd.Da
         "chunked_prefill_size_per_rank": fleet.chunked_prefill_per_rank,
         "tokens_generated_fleet": stats.tokens_out,
         "events": sim_events,
-        "logged_events": int(len(events)),
+        "logged_events": n_events,
         "decode_steps": stats.decode_steps,
         "prefill_steps": stats.prefill_steps,
         "simulated_s": round(float(fleet.env.now), 3),
@@ -333,24 +394,33 @@ def _simulate(sc: scenario_mod.Scenario, recorder: Recorder | None, progress: bo
         env.run(until=stop)
     for stepper in fleet.steppers:
         stepper.close()
-    req, arrays = _records(fleet)
-    events = fleet.log.frame()
+    plain = _records(fleet)
+    log_rows = fleet.log.rows
     wall = time.perf_counter() - wall0
     sim_events, sim_entries = _sim_events(env)
-    summary = _summary(fleet, req, arrays, events, sim_events,
+    summary = _summary(fleet, plain, len(log_rows), sim_events,
                        not all_done.triggered and not stalled.triggered)
     if stalled.triggered and not all_done.triggered:
         summary["stalled_at_s"] = round(float(env.now), 3)
     if sc.unknowns:
         summary["unknowns_at_nominal"] = [u.as_dict() for u in sc.unknowns]
-    answers = pd.DataFrame([dict(a, client=c.name) for c in fleet.clients
-                            for a in getattr(c, "answers", [])])
+    answers = [dict(a, client=c.name) for c in fleet.clients for a in getattr(c, "answers", [])]
     pools = {f"{r.name}.r{r.index}": {"capacity": r.alloc.capacity, "peak": r.alloc.peak,
                                       "used": r.alloc.used} for r in fleet.ranks}
     fleet.release()
-    return Result(sc, req, events, _timeseries(rows), summary, answers,
-                  fleet.router.flush_calls, wall, pools, what_if(sc), recorder,
-                  sim_entries)
+    builders = {"requests": partial(frame_of, plain, REQUEST_COLUMNS),
+                "events": partial(records_frame, log_rows, EVENT_COLUMNS),
+                "timeseries": partial(_timeseries, rows),
+                "answers": partial(_answers, answers)}
+    return Result(sc, summary, fleet.router.flush_calls, wall, pools, what_if(sc), recorder,
+                  sim_entries, builders, _request_columns=plain, _event_records=log_rows)
+
+
+def _answers(answers: list[dict]) -> pd.DataFrame:
+    """The eval clients' answers, one row each (an empty frame without an eval client)."""
+    import pandas as pd
+
+    return pd.DataFrame(answers)
 
 
 @contextmanager

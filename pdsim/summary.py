@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from itertools import compress
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 FLUSH_REASONS = ("flush_freed_pages", "blacklisted_session")
 # a request's status, as the metrics read it: its index in STATUSES (-1: none of them)
@@ -65,16 +67,26 @@ def nanmax(a: np.ndarray) -> float:
     return a[~nan].max() if not nan.all() else float("nan")
 
 
-def codes(values: pd.Series, names: Sequence[str]) -> np.ndarray:
+def codes(values: pd.Series | tuple, names: Sequence[str]) -> np.ndarray:
     """For each value of a column, the index of the one of ``names`` (distinct) it equals,
     else -1: what comparing the column with each name says, as one array of small ints.
 
-    A column of pandas' pyarrow-backed strings is looked up by pyarrow in one pass (a missing
-    value equals no name), instead of each value becoming a Python object to compare with each
-    name (~450 instructions a value for the object, ~135 a comparison); any other column is
-    compared with each name. ``values``: a Series or its array (:func:`column`)."""
+    A column of strings as the run's records hold it (a tuple of ``str``,
+    ``pdsim.log.plain_columns``) is looked up in a dict, value by value. A column of pandas'
+    pyarrow-backed strings is looked up by pyarrow in one pass (a missing value equals no
+    name), instead of each value becoming a Python object to compare with each name (~450
+    instructions a value for the object, ~135 a comparison); any other column is compared
+    with each name. ``values``: a tuple of strings, a Series or its array (:func:`column`)."""
+    if isinstance(values, tuple):
+        index = {name: i for i, name in enumerate(names)}
+        return np.fromiter(map(index.get, values, (-1,) * len(values)), np.int32, len(values))
+    import pandas as pd
+
     arr = values.array if isinstance(values, pd.Series) else values
     if isinstance(arr, pd.arrays.ArrowStringArray):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         chunks = arr.__arrow_array__()
         found = pc.index_in(chunks, value_set=pa.array(names, type=chunks.type))
         return pc.fill_null(found, -1).to_numpy()
@@ -85,13 +97,21 @@ def codes(values: pd.Series, names: Sequence[str]) -> np.ndarray:
     return out
 
 
-def counts(values: pd.Series, mask: np.ndarray) -> dict[str, int]:
+def counts(values: pd.Series | tuple, mask: np.ndarray) -> dict[str, int]:
     """How many times each string occurs among ``values[mask]`` (missing values left out, as
-    ``value_counts()`` leaves them), in no particular order; pyarrow-backed strings are
-    counted by pyarrow, other columns by a Counter of their string objects. ``values``: a
-    Series or its array (:func:`column`)."""
+    ``value_counts()`` leaves them), in no particular order; a tuple of strings (the run's
+    records, :func:`codes`) by a Counter, pyarrow-backed strings by pyarrow, other columns by
+    a Counter of their string objects. ``values``: a tuple of strings, a Series or its array
+    (:func:`column`)."""
+    if isinstance(values, tuple):
+        return dict(Counter(compress(values, mask.tolist())))
+    import pandas as pd
+
     arr = values.array if isinstance(values, pd.Series) else values
     if isinstance(arr, pd.arrays.ArrowStringArray):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         found = pc.value_counts(pc.filter(arr.__arrow_array__(), pa.array(mask)))
         return {v: n for v, n in zip(found.field(0).to_pylist(), found.field(1).to_pylist(),
                                      strict=True) if v is not None}

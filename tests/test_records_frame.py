@@ -54,30 +54,74 @@ def test_records_frame_matches_from_records_on_any_rows(rows):
 
 def test_a_run_s_tables_are_built_column_wise_as_from_records_would(monkeypatch):
     """The request and event tables of drop_timeout (NaN times, failed rooms, empty reasons,
-    int and float log values in one column) are what from_records makes of the same rows."""
+    int and float log values in one column) are what from_records makes of the same rows, and
+    the columns the summary reads without pandas (pdsim.log.plain_columns: strings as tuples)
+    are the frame's."""
     from pdsim import log, sim
 
     captured = {}
 
     def capture(rows, columns):
         captured[tuple(columns)] = rows
-        return records_frame(rows, columns)
+        return log.plain_columns(rows, columns)
 
-    def capture_table(rows, columns):
-        table, arrays = log.records_table(rows, columns)
-        assert list(arrays) == list(columns)
-        for name in columns:  # the arrays the summary reads are the frame's columns
-            assert table[name].equals(pd.Series(arrays[name], name=name))
-        return capture(rows, columns), arrays
-
-    monkeypatch.setattr(sim, "records_table", capture_table)
-    monkeypatch.setattr(log, "records_frame", capture)
+    monkeypatch.setattr(sim, "plain_columns", capture)
     res = pdsim.run("scenarios/drop_timeout.yaml")
-    assert set(captured) == {tuple(sim.REQUEST_COLUMNS), log.COLUMNS}
+    assert set(captured) == {tuple(sim.REQUEST_COLUMNS)}
+    captured[log.COLUMNS] = res._event_records
     assert (res.requests.status == "failed").any() and res.requests.t_first_token.isna().any()
     for columns, rows in captured.items():
         assert rows
         _same_as_from_records(rows, list(columns))
+    frame = pd.DataFrame.from_records(captured[tuple(sim.REQUEST_COLUMNS)],
+                                      columns=sim.REQUEST_COLUMNS)
+    pd.testing.assert_frame_equal(res.requests, frame, check_exact=True)
+    pd.testing.assert_frame_equal(res.events, pd.DataFrame.from_records(
+        res._event_records, columns=log.COLUMNS), check_exact=True)
+    for name in sim.REQUEST_COLUMNS:
+        plain = res._request_columns[name]
+        if frame[name].dtype == "str":
+            assert isinstance(plain, tuple) and list(plain) == frame[name].tolist(), name
+        else:
+            assert plain.dtype == frame[name].dtype, name
+            assert np.array_equal(plain, frame[name].to_numpy(), equal_nan=True), name
+
+
+def test_event_rows_are_the_event_frame_s_rows_value_for_value_and_type_for_type():
+    """The report reads the events as Result.event_rows gives them (no frame built): each row
+    is what events.itertuples gives, with the same Python types (a log value that is an int
+    among floats is a float there too), also after the frame was built, and for rows that
+    only pandas can type (None in a column: the frame's own rows)."""
+    from pdsim import log
+
+    res = pdsim.run("scenarios/drop_timeout.yaml")
+    assert "events" not in res._built
+    plain = list(res.event_rows())
+    assert "events" not in res._built  # (reading the rows built no frame)
+    framed = list(res.events.itertuples(index=False))
+    assert plain == framed and [e._fields for e in plain[:1]] == [framed[0]._fields]
+    assert [tuple(map(type, e)) for e in plain] == [tuple(map(type, e)) for e in framed]
+    assert {type(e.value) for e in plain} == {float}  # (the log mixes ints and floats)
+    assert list(res.event_rows()) == framed  # now from the frame
+    rows = [(0, "x", None), (1.5, "y", 2)]
+    assert log.plain_rows(log.plain_columns(rows, ("time", "event", "v"))) is None
+    res2 = pdsim.run("scenarios/healthy.yaml")
+    res2._event_records.append((1.0, "probe", "", -1, -1, -1, None, 0.0, "ok"))
+    assert list(res2.event_rows())[-1].peer is None  # (went through pandas: from the frame)
+
+
+def test_a_result_s_tables_are_built_when_first_read_and_then_kept():
+    """A run builds no DataFrame until one is read (a sweep reads only summaries); each is
+    built once, and assigning one replaces it."""
+    res = pdsim.run("scenarios/healthy.yaml")
+    assert res._built == {} and set(res._builders) == {"requests", "events", "timeseries",
+                                                      "answers"}
+    first = res.requests
+    assert res.requests is first and "requests" in res._built and len(first) == 1001
+    assert len(res.events) == res.summary["logged_events"]
+    assert res.answers.empty and len(res.timeseries) > 10
+    res.requests = first.head(3)
+    assert len(res.requests) == 3 and len(res.measured) <= 3
 
 
 def test_the_time_series_has_the_dtypes_of_a_frame_of_its_samples():
@@ -104,3 +148,35 @@ def test_the_time_series_has_the_dtypes_of_a_frame_of_its_samples():
     assert list(got.columns) == list(want.columns)
     assert list(got.dtypes) == list(want.dtypes)
     pd.testing.assert_frame_equal(got, want, check_exact=True)
+
+
+@pytest.mark.parametrize("case", ["drop_timeout", "small_faults", "small_library",
+                                  "small_gateway"])
+def test_the_report_read_from_the_records_is_the_report_read_from_the_frames(case):
+    """``pdsim run``'s report reads the events as rows of the records (no pandas): it is the
+    report of the same run read from the events frame, selected as the frame was
+    (``isin``/``&`` on its columns), plain and --verbose; and its horizon warning counts the
+    unfinished requests as the request frame does."""
+    import golden
+
+    from pdsim import report
+
+    source, sets = {k.split("@")[0]: v for k, v in golden.cases(full=False).items()}[case]
+    res = pdsim.run(source, sets)
+    lines = {v: report.render(res, verbose=v) for v in (False, True)}
+    assert res._built == {}  # (the report built no frame)
+    ev = res.events
+    chosen = ev[~ev.event.isin(["retract", "flush_doomed", "probe", "flush_received",
+                                "flush_answer"]) | ((ev.event == "probe") & (ev.detail != "ok"))]
+    sc = res.scenario
+    pairs = (sc.fleet.prefill.servers * sc.fleet.prefill.dp
+             * sc.fleet.decode.servers * sc.fleet.decode.dp)
+    for verbose, text in lines.items():
+        assert "\n".join(report.timeline(chosen, pairs, verbose=verbose)) in text
+        assert report.render(res, verbose=verbose) == text  # (now from the frame)
+    assert len(report.timeline(chosen, pairs)) > 2
+    running = int((res.requests.status == "unfinished").sum())
+    res2 = pdsim.run(source, sets + ["horizon_s=4"])
+    want = int((res2.requests.status == "unfinished").sum())
+    assert want > 0 and f"{want} requests still in flight" in report.horizon_warning(res2)[0]
+    assert running == 0 or report.horizon_warning(res)
