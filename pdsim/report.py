@@ -163,6 +163,16 @@ def _ret_line(group: list, pairs: int, pairs_total: int) -> str:
             f"(--verbose: each pair)")
 
 
+ROUTINE = ("retract", "flush_doomed", "probe", "flush_received", "flush_answer")
+
+
+def told(rows: Iterable) -> list:
+    """The events the timeline tells (``Result.event_rows``): all but the routine ones, and
+    the probes whose detail is not "ok"."""
+    return [e for e in rows
+            if e.event not in ROUTINE or (e.event == "probe" and e.detail != "ok")]
+
+
 def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 40,
              verbose: bool = False) -> list[str]:
     """The story a postmortem reader needs, in order and concise.
@@ -349,10 +359,7 @@ def render(res: Result, verbose: bool = False) -> str:
     pairs = (sc.fleet.prefill.servers * sc.fleet.prefill.dp
              * sc.fleet.decode.servers * sc.fleet.decode.dp)
     lines += fleet_block(s, pairs)
-    routine = {"retract", "flush_doomed", "probe", "flush_received", "flush_answer"}
-    interesting = [e for e in res.event_rows()
-                   if e.event not in routine or (e.event == "probe" and e.detail != "ok")]
-    lines += timeline(interesting, pairs, verbose=verbose)
+    lines += timeline(told(res.event_rows()), pairs, verbose=verbose)
     lines += unknowns_block(res)
     lines += reference_block(s, sc.reference, res.what_if, sc.name)
     lines.append("=" * W)

@@ -43,9 +43,12 @@ SAMPLE_COLUMNS = ("time", "tokens_out", "failed", "transfer_failures", *GAUGES)
 
 class _Table:
     """A DataFrame of a :class:`Result`, built from the run's records when first read, then
-    kept (assigning one replaces it). A run's summary and ``pdsim run``'s report read the
-    records themselves, so a run whose tables nobody reads never imports pandas (~0.6 s of a
-    ~1.7 s ``pdsim run``) or builds a frame (a sweep's runs read only their summaries)."""
+    kept. A run's summary and ``pdsim run``'s report read the records themselves, so a run
+    whose tables nobody reads never imports pandas (~0.6 s of a ~1.7 s ``pdsim run``) or
+    builds a frame (a sweep's runs read only their summaries). Assigning a table replaces it
+    and deleting one brings back the run's own; either makes new dicts rather than change the
+    shared ones, so a copy of a Result (``copy.copy``, ``dataclasses.replace``) keeps its
+    tables as a copy of the dataclass with frames in its fields did."""
 
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
@@ -54,13 +57,15 @@ class _Table:
         if res is None:
             return self
         built = res._built
-        if self.name not in built:
-            built[self.name] = res._builders.pop(self.name)()
+        if self.name not in built:  # (a copy may share the dict: it shares the frame, as
+            built[self.name] = res._builders[self.name]()  # a shallow copy shares a field)
         return built[self.name]
 
     def __set__(self, res: Result, frame: pd.DataFrame) -> None:
-        res._builders.pop(self.name, None)
-        res._built[self.name] = frame
+        res._built = {**res._built, self.name: frame}
+
+    def __delete__(self, res: Result) -> None:
+        res._built = {k: v for k, v in res._built.items() if k != self.name}
 
 
 @dataclass
@@ -82,9 +87,9 @@ class Result:
     # Result pickles; and the tables made: see _Table)
     _builders: dict = field(default_factory=dict, repr=False, compare=False)
     _built: dict = field(default_factory=dict, repr=False, compare=False)
-    # (the request table's columns as the summary read them, pdsim.log.plain_columns; None:
-    # no requests) and the event log's records
-    _request_columns: dict | None = field(default=None, repr=False, compare=False)
+    # (the request table's columns as the summary read them, pdsim.log.plain_columns) and the
+    # event log's records
+    _request_columns: dict = field(default_factory=dict, repr=False, compare=False)
     _event_records: list = field(default_factory=list, repr=False, compare=False)
 
     requests = _Table()  # one row per HTTP request (REQUEST_COLUMNS)
@@ -109,16 +114,20 @@ class Result:
 
     def request_values(self, name: str) -> object:
         """One column of :attr:`requests` without building the frame: a numpy array, or the
-        tuple of a column of strings (a column pandas had to type itself: its array)."""
-        if "requests" in self._built or self._request_columns is None:
+        tuple of a column of strings (a column pandas had to type itself: its array); the
+        frame's own when one was read or assigned."""
+        if "requests" in self._built:
             return self.requests[name].to_numpy()
         return self._request_columns[name]
 
     def event_rows(self) -> Iterator[tuple]:
         """The rows of :attr:`events` in order, each as ``events.itertuples(index=False)``
         gives it (fields named after the columns, values as Python objects), without building
-        the frame when the records allow it (``pdsim.log.plain_rows``)."""
-        if "events" not in self._built and self._event_records:
+        the frame when the records allow it (``pdsim.log.plain_rows``); the frame's own when
+        one was read or assigned."""
+        if "events" not in self._built:
+            if not self._event_records:
+                return iter(())
             rows = plain_rows(plain_columns(self._event_records, EVENT_COLUMNS))
             if rows is not None:
                 return map(_EventRow._make, rows)
@@ -214,6 +223,12 @@ def _records(fleet: Fleet) -> dict | None:
     return plain_columns(rows, REQUEST_COLUMNS) if rows else None
 
 
+def _no_requests() -> dict:
+    """The request columns of a run without requests, as the summary reads them: those of the
+    empty table (``frame_of(None, ...)``: empty object columns), without pandas."""
+    return {name: np.empty(0, object) for name in REQUEST_COLUMNS}
+
+
 def _sampler(fleet: Fleet, interval: float, rows: list, horizon: simpy.Event,
              stalled: simpy.Event) -> Generator:
     """Sample the gauges every ``interval`` until the run ends, or until nothing can happen
@@ -291,16 +306,12 @@ def _sim_events(env: simpy.Environment) -> tuple[int, int]:
     return clock.counts(env)
 
 
-def _summary(fleet: Fleet, plain: dict | None, n_events: int, sim_events: int,
-             stopped: bool) -> dict:
+def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: bool) -> dict:
     stats = fleet.stats
-    # the request columns as the records give them (pdsim.log.plain_columns); no requests:
-    # the empty table's columns
-    req = frame_of(None, REQUEST_COLUMNS) if plain is None else None
-    col = summary_mod.columns(req, plain)
+    col = summary_mod.columns(None, cols)  # (the request columns, pdsim.log.plain_columns)
 
     def values(name: str) -> object:
-        return summary_mod.column(req, name, plain)
+        return summary_mod.column(None, name, cols)
 
     keep = summary_mod.codes(values("kind"), ("warmup",)) != 0
     names = list(dict.fromkeys(c.name for c in fleet.clients))
@@ -395,10 +406,11 @@ def _simulate(sc: scenario_mod.Scenario, recorder: Recorder | None, progress: bo
     for stepper in fleet.steppers:
         stepper.close()
     plain = _records(fleet)
+    cols = plain if plain is not None else _no_requests()
     log_rows = fleet.log.rows
     wall = time.perf_counter() - wall0
     sim_events, sim_entries = _sim_events(env)
-    summary = _summary(fleet, plain, len(log_rows), sim_events,
+    summary = _summary(fleet, cols, len(log_rows), sim_events,
                        not all_done.triggered and not stalled.triggered)
     if stalled.triggered and not all_done.triggered:
         summary["stalled_at_s"] = round(float(env.now), 3)
@@ -413,7 +425,7 @@ def _simulate(sc: scenario_mod.Scenario, recorder: Recorder | None, progress: bo
                 "timeseries": partial(_timeseries, rows),
                 "answers": partial(_answers, answers)}
     return Result(sc, summary, fleet.router.flush_calls, wall, pools, what_if(sc), recorder,
-                  sim_entries, builders, _request_columns=plain, _event_records=log_rows)
+                  sim_entries, builders, _request_columns=cols, _event_records=log_rows)
 
 
 def _answers(answers: list[dict]) -> pd.DataFrame:

@@ -80,10 +80,8 @@ def codes(values: pd.Series | tuple, names: Sequence[str]) -> np.ndarray:
     if isinstance(values, tuple):
         index = {name: i for i, name in enumerate(names)}
         return np.fromiter(map(index.get, values, (-1,) * len(values)), np.int32, len(values))
-    import pandas as pd
-
-    arr = values.array if isinstance(values, pd.Series) else values
-    if isinstance(arr, pd.arrays.ArrowStringArray):
+    arr = _pandas_array(values)
+    if _arrow_strings(arr):
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -105,10 +103,8 @@ def counts(values: pd.Series | tuple, mask: np.ndarray) -> dict[str, int]:
     (:func:`column`)."""
     if isinstance(values, tuple):
         return dict(Counter(compress(values, mask.tolist())))
-    import pandas as pd
-
-    arr = values.array if isinstance(values, pd.Series) else values
-    if isinstance(arr, pd.arrays.ArrowStringArray):
+    arr = _pandas_array(values)
+    if _arrow_strings(arr):
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -116,6 +112,24 @@ def counts(values: pd.Series | tuple, mask: np.ndarray) -> dict[str, int]:
         return {v: n for v, n in zip(found.field(0).to_pylist(), found.field(1).to_pylist(),
                                      strict=True) if v is not None}
     return dict(Counter(r for r in np.asarray(arr)[mask] if isinstance(r, str)))
+
+
+def _pandas_array(values: object) -> object:
+    """A Series' array, or ``values`` (a numpy array needs no pandas: none is imported)."""
+    if isinstance(values, np.ndarray):
+        return values
+    import pandas as pd
+
+    return values.array if isinstance(values, pd.Series) else values
+
+
+def _arrow_strings(arr: object) -> bool:
+    """``arr`` is pandas' pyarrow-backed string array."""
+    if isinstance(arr, np.ndarray):
+        return False
+    import pandas as pd
+
+    return isinstance(arr, pd.arrays.ArrowStringArray)
 
 
 # the request-table columns the metrics read, and the dtypes they have there (status: codes)

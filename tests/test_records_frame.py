@@ -151,32 +151,65 @@ def test_the_time_series_has_the_dtypes_of_a_frame_of_its_samples():
 
 
 @pytest.mark.parametrize("case", ["drop_timeout", "small_faults", "small_library",
-                                  "small_gateway"])
+                                  "small_gateway", "small_pressure"])
 def test_the_report_read_from_the_records_is_the_report_read_from_the_frames(case):
-    """``pdsim run``'s report reads the events as rows of the records (no pandas): it is the
-    report of the same run read from the events frame, selected as the frame was
-    (``isin``/``&`` on its columns), plain and --verbose; and its horizon warning counts the
-    unfinished requests as the request frame does."""
+    """``pdsim run``'s report reads the events as rows of the records (no pandas): the events
+    it tells are those the frame's selection picks (``isin``/``&`` on its columns), and its
+    text is the report of the same run read from the frames, plain and --verbose; its horizon
+    warning counts the unfinished requests as the request frame does."""
     import golden
 
     from pdsim import report
 
     source, sets = {k.split("@")[0]: v for k, v in golden.cases(full=False).items()}[case]
     res = pdsim.run(source, sets)
+    told = report.told(res.event_rows())
     lines = {v: report.render(res, verbose=v) for v in (False, True)}
     assert res._built == {}  # (the report built no frame)
     ev = res.events
     chosen = ev[~ev.event.isin(["retract", "flush_doomed", "probe", "flush_received",
                                 "flush_answer"]) | ((ev.event == "probe") & (ev.detail != "ok"))]
+    assert told == list(chosen.itertuples(index=False))
     sc = res.scenario
     pairs = (sc.fleet.prefill.servers * sc.fleet.prefill.dp
              * sc.fleet.decode.servers * sc.fleet.decode.dp)
     for verbose, text in lines.items():
         assert "\n".join(report.timeline(chosen, pairs, verbose=verbose)) in text
         assert report.render(res, verbose=verbose) == text  # (now from the frame)
-    assert len(report.timeline(chosen, pairs)) > 2
-    running = int((res.requests.status == "unfinished").sum())
     res2 = pdsim.run(source, sets + ["horizon_s=4"])
     want = int((res2.requests.status == "unfinished").sum())
     assert want > 0 and f"{want} requests still in flight" in report.horizon_warning(res2)[0]
-    assert running == 0 or report.horizon_warning(res)
+
+
+def test_the_report_reads_a_table_the_user_assigned():
+    """A table assigned to a Result is what its report reads (not the run's records)."""
+    from pdsim import report
+
+    res = pdsim.run("scenarios/drop_timeout.yaml", ["horizon_s=20"])
+    assert "Incident timeline" in report.render(res)
+    assert report.horizon_warning(res)
+    res.events = res.events.head(0)
+    requests = res.requests.copy()
+    requests["status"] = "completed"
+    res.requests = requests
+    assert "Incident timeline" not in report.render(res)
+    assert "0 requests still in flight" in report.horizon_warning(res)[0]
+
+
+def test_a_copy_of_a_result_keeps_its_own_tables():
+    """``copy.copy`` and ``dataclasses.replace`` of a Result: assigning or deleting a table of
+    one leaves the other's as it was (as with the frames in dataclass fields); a deleted
+    table is the run's own again when next read."""
+    import copy
+    import dataclasses
+
+    res = pdsim.run("scenarios/healthy.yaml", ["clients.0.num_prompts=20"])
+    n = len(res.requests)  # (20 and the warmup request)
+    for other in (copy.copy(res), dataclasses.replace(res, what_if="x")):
+        other.requests = other.requests.head(1)
+        assert len(other.requests) == 1 and len(res.requests) == n
+        del other.requests
+        assert len(other.requests) == n
+    first = res.timeseries
+    del res.timeseries
+    assert res.timeseries is not first and res.timeseries.equals(first)

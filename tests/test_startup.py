@@ -45,6 +45,10 @@ out = io.StringIO()
 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
     for extra in ([], ["--verbose"], ["--json"]):
         assert main(["run", "scenarios/drop_timeout.yaml", *extra]) == 0, extra
+    # no event logged; no request at all (a client that starts after the horizon)
+    for argv in (["scenarios/healthy.yaml"], ["scenarios/healthy.yaml", "--json", "--set",
+                 "clients.0.start_s=100", "--set", "horizon_s=50"]):
+        assert main(["run", *argv]) == 0, argv
 assert "Incident timeline" in out.getvalue() and "blacklisted pairs" in out.getvalue()
 heavy = [m for m in {HEAVY!r} if m in sys.modules]
 import pdsim
