@@ -168,9 +168,10 @@ ROUTINE = ("retract", "flush_doomed", "probe", "flush_received", "flush_answer")
 
 def told(rows: Iterable) -> list:
     """The events the timeline tells (``Result.event_rows``): all but the routine ones, and
-    the probes whose detail is not "ok"."""
+    the probes that failed (a probe logs ``value`` 1.0 when its peer answered, and a detail
+    "ok after ... s" or "failed after ... s", pdsim.blacklist)."""
     return [e for e in rows
-            if e.event not in ROUTINE or (e.event == "probe" and e.detail != "ok")]
+            if e.event not in ROUTINE or (e.event == "probe" and not e.value)]
 
 
 def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 40,

@@ -168,7 +168,7 @@ def test_the_report_read_from_the_records_is_the_report_read_from_the_frames(cas
     assert res._built == {}  # (the report built no frame)
     ev = res.events
     chosen = ev[~ev.event.isin(["retract", "flush_doomed", "probe", "flush_received",
-                                "flush_answer"]) | ((ev.event == "probe") & (ev.detail != "ok"))]
+                                "flush_answer"]) | ((ev.event == "probe") & (ev.value == 0))]
     assert told == list(chosen.itertuples(index=False))
     sc = res.scenario
     pairs = (sc.fleet.prefill.servers * sc.fleet.prefill.dp
@@ -179,6 +179,26 @@ def test_the_report_read_from_the_records_is_the_report_read_from_the_frames(cas
     res2 = pdsim.run(source, sets + ["horizon_s=4"])
     want = int((res2.requests.status == "unfinished").sum())
     assert want > 0 and f"{want} requests still in flight" in report.horizon_warning(res2)[0]
+
+
+def test_the_timeline_tells_the_probes_that_failed_and_only_those():
+    """A probe that reached its peer takes the pair off the blacklist and is not news; one
+    that failed is a line (until 2026-11-30 every probe was printed as failed: the filter
+    compared the detail with "ok", which is "ok after 0.0016 s")."""
+    import golden
+
+    from pdsim import report
+
+    source, sets = {k.split("@")[0]: v for k, v in golden.cases(full=False).items()}["small_faults"]
+    res = pdsim.run(source, sets)
+    probes = res.events[res.events.event == "probe"]
+    ok, failed = probes[probes.value == 1.0], probes[probes.value == 0.0]
+    assert len(ok) and len(failed) and len(ok) + len(failed) == len(probes)
+    assert ok.detail.str.startswith("ok after ").all()
+    text = report.render(res, verbose=True)
+    assert text.count(": probe of ") == len(failed)
+    for e in failed.itertuples():
+        assert f"t={e.time:9.3f}s {e.component}: probe of {e.peer} failed" in text
 
 
 def test_the_report_reads_a_table_the_user_assigned():
