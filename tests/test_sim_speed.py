@@ -356,3 +356,29 @@ def test_ranks_and_steppers_keep_their_attributes_inline(monkeypatch):
     predictors = [r.predictor for s in seen for r in s.ranks]
     assert {type(p) for p in predictors} == {OperatorPredictor}
     assert not any(hasattr(p, "__dict__") for p in predictors)
+
+
+def test_a_trace_is_parsed_with_the_cyclic_gc_paused(monkeypatch, tmp_path):
+    """trace._parse: a big trace's rows set off no collection while they are parsed, and the
+    collector's state is restored afterwards (also when the trace is bad)."""
+    from pdsim import trace
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 300, "output_length": 400}\n' * 3000)
+    collections = []
+
+    def count(phase, _info):
+        if phase == "start":
+            collections.append(1)
+
+    gc.callbacks.append(count)
+    try:
+        assert trace.check_trace(path, None) == 3000
+    finally:
+        gc.callbacks.remove(count)
+    assert collections == [] and gc.isenabled()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{}\n")
+    with pytest.raises(trace.TraceError):
+        trace.check_trace(bad, None)
+    assert gc.isenabled()
