@@ -16,8 +16,8 @@ commit, say) on the same workloads: its package and scenarios, this harness. One
 run comes first (as the median of warm runs would see); only the second ``pdsim.run`` is
 counted (callgrind's instrumentation is switched on around it), with the reading of its four
 tables (``Result`` builds its DataFrames when first read), so that trees from before and after
-that change count the same work. Needs valgrind (``apt install
-valgrind``); about 40 s per workload of 1-2k requests, ~50x its normal time in general.
+that change count the same work. Needs valgrind (``apt install valgrind``); about 40 s per
+workload of 1-2k requests, ~50x its normal time in general.
 """
 
 from __future__ import annotations

@@ -39,19 +39,8 @@ _INT_FLOAT = {int, float}  # a column of both: float64
 
 def records_frame(rows: list[tuple], columns: tuple[str, ...] | list[str]) -> pd.DataFrame:
     """``pd.DataFrame.from_records(rows, columns=columns)`` (rows as long as ``columns``): the
-    same dtypes and values, built a column at a time (:func:`records_columns`)."""
-    return records_table(rows, columns)[0]
-
-
-def records_table(rows: list[tuple], columns: tuple[str, ...] | list[str]
-                  ) -> tuple[pd.DataFrame, dict | None]:
-    """:func:`records_frame`, and the arrays it was built from (:func:`records_columns`; None
-    for no rows): a reader of many columns reads those rather than look each up in the frame.
-    """
-    if not rows:
-        return frame_of(None, columns), None
-    arrays = records_columns(rows, columns)
-    return frame_of(arrays, columns), arrays
+    same dtypes and values, built a column at a time (:func:`plain_columns`)."""
+    return frame_of(plain_columns(rows, columns) if rows else None, columns)
 
 
 def frame_of(plain: dict | None, columns: tuple[str, ...] | list[str]) -> pd.DataFrame:

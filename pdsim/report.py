@@ -324,7 +324,7 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
 def horizon_warning(res: Result) -> list[str]:
     """A run that hit ``horizon_s`` before its clients finished says so, with counts."""
     s = res.summary
-    running = sum(s == "unfinished" for s in res.request_values("status"))
+    running = int(sum(v == "unfinished" for v in res.request_values("status")))
     if s.get("stalled_at_s") is not None:  # (robust) the run ended early: nothing could happen
         return [f"WARNING: the run stopped at {s['stalled_at_s']:g} s, before its horizon "
                 f"(horizon_s={res.scenario.horizon_s:g}): nothing was left to simulate and "

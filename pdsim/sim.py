@@ -83,8 +83,8 @@ class Result:
     # batch-step ends, links of zero-delay callback chains, timers (pdsim.clock); a
     # performance figure like sim_wall_s
     sim_entries: int = 0
-    # (the tables' makers, each a partial of a module function over the run's records, so a
-    # Result pickles; and the tables made: see _Table)
+    # (the tables' makers, each a partial of a module function over the run's records, and
+    # the tables made: see _Table)
     _builders: dict = field(default_factory=dict, repr=False, compare=False)
     _built: dict = field(default_factory=dict, repr=False, compare=False)
     # (the request table's columns as the summary read them, pdsim.log.plain_columns) and the

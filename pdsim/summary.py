@@ -139,9 +139,9 @@ COLUMNS = {"http_status": None, "stream": bool, "t_done": None, "t_arrival": Non
 
 
 def column(df: pd.DataFrame, name: str, arrays: dict | None = None) -> object:
-    """The values of ``df[name]``, as an array: ``arrays[name]`` when the frame's arrays are
-    given (the ones it was built from: pdsim.log.records_columns), which saves looking the
-    column up in the frame (~0.1M instructions a column, as a Series), else the frame's."""
+    """The values of ``df[name]``, as an array: ``arrays[name]`` when the table's columns are
+    given (a run's records as pdsim.log.plain_columns types them, which needs no frame and no
+    pandas), else the frame's."""
     return arrays[name] if arrays is not None else df[name].array
 
 
