@@ -150,6 +150,15 @@ def test_the_time_series_has_the_dtypes_of_a_frame_of_its_samples():
     pd.testing.assert_frame_equal(got, want, check_exact=True)
 
 
+def _golden_run(case: str, extra: tuple = ()) -> pdsim.Result:
+    """A run of golden case ``case`` (tests/golden.py; a shipped scenario at the last of its
+    recorded seeds), with ``extra`` overrides."""
+    import golden
+
+    source, sets = {k.split("@")[0]: v for k, v in golden.cases(full=False).items()}[case]
+    return pdsim.run(source, [*sets, *extra])
+
+
 @pytest.mark.parametrize("case", ["drop_timeout", "small_faults", "small_library",
                                   "small_gateway", "small_pressure"])
 def test_the_report_read_from_the_records_is_the_report_read_from_the_frames(case):
@@ -157,12 +166,9 @@ def test_the_report_read_from_the_records_is_the_report_read_from_the_frames(cas
     it tells are those the frame's selection picks (``isin``/``&`` on its columns), and its
     text is the report of the same run read from the frames, plain and --verbose; its horizon
     warning counts the unfinished requests as the request frame does."""
-    import golden
-
     from pdsim import report
 
-    source, sets = {k.split("@")[0]: v for k, v in golden.cases(full=False).items()}[case]
-    res = pdsim.run(source, sets)
+    res = _golden_run(case)
     told = report.told(res.event_rows())
     lines = {v: report.render(res, verbose=v) for v in (False, True)}
     assert res._built == {}  # (the report built no frame)
@@ -176,7 +182,7 @@ def test_the_report_read_from_the_records_is_the_report_read_from_the_frames(cas
     for verbose, text in lines.items():
         assert "\n".join(report.timeline(chosen, pairs, verbose=verbose)) in text
         assert report.render(res, verbose=verbose) == text  # (now from the frame)
-    res2 = pdsim.run(source, sets + ["horizon_s=4"])
+    res2 = _golden_run(case, ("horizon_s=4",))
     want = int((res2.requests.status == "unfinished").sum())
     assert want > 0 and f"{want} requests still in flight" in report.horizon_warning(res2)[0]
 
@@ -185,12 +191,9 @@ def test_the_timeline_tells_the_probes_that_failed_and_only_those():
     """A probe that reached its peer takes the pair off the blacklist and is not news; one
     that failed is a line (until 2026-11-30 every probe was printed as failed: the filter
     compared the detail with "ok", which is "ok after 0.0016 s")."""
-    import golden
-
     from pdsim import report
 
-    source, sets = {k.split("@")[0]: v for k, v in golden.cases(full=False).items()}["small_faults"]
-    res = pdsim.run(source, sets)
+    res = _golden_run("small_faults")
     probes = res.events[res.events.event == "probe"]
     ok, failed = probes[probes.value == 1.0], probes[probes.value == 0.0]
     assert len(ok) and len(failed) and len(ok) + len(failed) == len(probes)
