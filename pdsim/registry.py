@@ -54,6 +54,22 @@ def _error(loc: tuple, kind: str, msg: str, value: Any) -> ValidationError:
         type=PydanticCustomError(kind, msg), loc=loc, input=value)])
 
 
+_REGISTRIES: dict[str, Registry] = {}  # kind -> its registry, for unpickling (_registered)
+
+
+def _registered(kind: str, name: str) -> Params:
+    """A bare instance of entry ``name``'s parameter model, filled in by pickle from the state
+    it saved. The models are made at registration, so pickle cannot find them by module
+    attribute: it finds them through their registry (a user's entry needs its plugin loaded)."""
+    model = _REGISTRIES[kind].get(name).model
+    return model.__new__(model)
+
+
+def _reduce(self: Params) -> tuple:
+    model = type(self)
+    return _registered, (model._pdsim_kind, model._pdsim_name), self.__getstate__()
+
+
 class Registry:
     """Named entries of one kind; ``key`` is the field naming the entry (``policy``, ``kind``)."""
 
@@ -66,6 +82,7 @@ class Registry:
         self._entries: dict[str, Entry] = {}
         self._presets: dict[str, tuple[dict[str, Any], str]] = {}
         self.renamed: dict[str, str] = {}  # old key -> what to write instead
+        _REGISTRIES[kind] = self
 
     def _ensure(self) -> None:
         if self.builtins is not None:
@@ -95,6 +112,8 @@ class Registry:
                 f"{base.__name__}_{name}", __base__=base, __doc__=doc or None,
                 __module__=base.__module__,
                 **{self.key: (Literal[name], Field(name, description=f"{self.kind}: {name}"))})
+            model._pdsim_kind, model._pdsim_name = self.kind, name
+            model.__reduce__ = _reduce  # (pickle by registry, not module attribute)
             self._entries[name] = Entry(name, impl, model, doc)
             return impl
 
