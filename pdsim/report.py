@@ -260,6 +260,8 @@ def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 
             emit(f"{t}{e.component}: {e.detail}")
     close_flush()
     close_ret()
+    if not rows and not fast:  # nothing it tells (paths, breaker states, a stall): no heading
+        return []
     if limit is not None and not verbose and len(rows) > limit:
         rows = rows[: limit - 1] + [f"... {len(rows) - limit + 1} more lines (--verbose shows "
                                     f"them; Result.events has every event)"]

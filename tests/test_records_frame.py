@@ -236,3 +236,17 @@ def test_a_copy_of_a_result_keeps_its_own_tables():
     first = res.timeseries
     del res.timeseries
     assert res.timeseries is not first and res.timeseries.equals(first)
+
+
+def test_the_timeline_has_no_heading_when_nothing_it_keeps_makes_a_line():
+    """Path changes, breaker states and a stall are kept events the timeline does not tell;
+    on their own they print nothing, not an empty "Incident timeline" block."""
+    from pdsim import report
+
+    res = _golden_run("small_library")
+    quiet = res.events[res.events.event.isin(["path", "breaker", "breaker_trial",
+                                              "decode_crash", "decode_restart"])]
+    assert len(quiet) and len(report.told(quiet.itertuples(index=False))) == len(quiet)
+    assert report.timeline(quiet, 8) == []
+    loud = res.events[res.events.event.isin(["path", "fault_start"])]
+    assert report.timeline(loud, 8)[0].strip("= ") == "Incident timeline"
