@@ -190,9 +190,17 @@ def _parse_rows(key: tuple, limit: int) -> tuple:
                 text = row = None  # (one decoded copy of a long line at a time: _row decodes)
                 if line.strip():
                     append(_row(line))
+            else:  # read to its end: its non-blank lines are its rows (count_rows)
+                _WHOLE[key] = len(rows)
+                if len(_WHOLE) > 8:
+                    del _WHOLE[next(iter(_WHOLE))]
         except _Bad as err:
             raise TraceError(f"trace file {show_path(key[0])}, line {n}: {err}") from None
     return tuple(rows)
+
+
+# files parsed to their end (key -> rows): count_rows need not read them again
+_WHOLE: dict[tuple, int] = {}
 
 
 @lru_cache(maxsize=4)
@@ -203,7 +211,9 @@ def _count_rows(key: tuple) -> int:
 
 def count_rows(path: str | Path) -> int:
     """Non-blank lines of a trace (its requests), to say how much of it a run replayed."""
-    return _count_rows(_key(path))
+    key = _key(path)
+    whole = _WHOLE.get(key)
+    return whole if whole is not None else _count_rows(key)
 
 
 def _rows(path: str | Path, limit: int | None) -> tuple:

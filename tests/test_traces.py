@@ -10,6 +10,7 @@ import pytest
 from conftest import SCENARIOS, TRACES, small_fleet
 
 import pdsim
+from pdsim import trace
 from pdsim.client import count_rows, read_trace
 from pdsim.report import render
 
@@ -38,7 +39,7 @@ def _trace_fleet(path, **client):
     return d
 
 
-def test_a_trace_replays_every_row_unless_cut_and_says_when_cut(tmp_path):
+def test_a_trace_replays_every_row_unless_cut_and_says_when_cut(tmp_path, monkeypatch):
     path = _tiny_trace(tmp_path / "t.jsonl")
     whole = pdsim.run(_trace_fleet(path), allow_outside_paths=True)  # a tmp_path trace
     m = whole.summary["clients"]["bench"]
@@ -48,6 +49,19 @@ def test_a_trace_replays_every_row_unless_cut_and_says_when_cut(tmp_path):
     m = cut.summary["clients"]["bench"]
     assert m["requests"] == 10 and (m["trace_rows_replayed"], m["trace_rows"]) == (10, 25)
     assert "10 of 25 (cut by num_prompts=10)" in render(cut)
+    # a cut at one row fewer than the file's, and at exactly its rows (blank lines among them)
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:10]) + "\n  \n" + "".join(lines[10:]))
+    real = trace._count_rows
+    for n, counted in ((24, True), (25, False)):
+        calls = []
+        monkeypatch.setattr(trace, "_count_rows",
+                            lambda key, calls=calls: calls.append(key) or real(key))
+        res = pdsim.run(_trace_fleet(path, num_prompts=n), allow_outside_paths=True)
+        m = res.summary["clients"]["bench"]
+        assert (m["trace_rows_replayed"], m["trace_rows"]) == (n, 25)
+        # a parse cut short has the file counted; one that reached its end counted its rows
+        assert bool(calls) is counted
     # a random dataset keeps bench_serving's default of 1000 prompts
     assert pdsim.load(small_fleet(clients=[{"kind": "bench"}])).clients[0].num_prompts == 1000
 
