@@ -49,7 +49,11 @@ read: scenario loading, fleet building, the simulation and the DataFrames, all a
 One untimed run comes first, then the median of ``--repeat`` runs is reported (``--json`` also
 gives their minimum, ``cpu_min_s``); streams of 32k requests and more run once, after a
 warm-up run of a 1k stream in the same process (so the first run's one-off costs, ~0.3 s, are
-not counted; their own trace is read in the run).
+not counted). Every workload's scenario is then loaded once from cold, its YAML and trace files
+parsed again (``load s``, timed apart); the timed runs reuse that parse, as a notebook's or a
+sweep's next run does, so the cost per request is the simulation's at every stream size (until
+2026-11-30 the 32k+ streams parsed their trace inside the timed run, ~3-5 us a request, and
+the 8k stream did not).
 On a shared host the same run's time moves by tens of per cent from one minute to the next:
 compare commits by alternating runs (``compare.py``) and by instruction counts
 (``instructions.py``). Peak RSS is the process's maximum resident set (Python, numpy, pandas
@@ -131,11 +135,15 @@ def measure(workload: str, repeat: int, profile: bool = False) -> dict:
         walls, cpus, res = [], [], None
         # warm: the first run in a process parses and memoises what later runs reuse (~0.3 s
         # of first-run costs); a stream of 32k+ runs once, after a 1k stream's warm-up run
-        # (its own trace file is still read and parsed in the timed run)
         big = workload.startswith("stream:") and n >= 32000
         warm = pdsim.run(stream_scenario(1000, Path(tmp)) if big else source,
                          allow_outside_paths=True)
         _ = warm.requests, warm.events, warm.timeseries, warm.answers
+        # then the scenario's load from cold, its YAML and trace parsed again: timed apart
+        # (``load_s``), and its parse is the one every timed run reuses, as a notebook's or a
+        # sweep's next run does (so every size times the same thing: until 2026-11-30 the
+        # 8k stream reused its warm-up's parse and the 32k+ streams parsed inside the run)
+        load_s = _cold_load(pdsim, source)
         for _ in range(repeat):
             res = None
             t0, c0 = time.perf_counter(), time.process_time()
@@ -153,7 +161,21 @@ def measure(workload: str, repeat: int, profile: bool = False) -> dict:
             "cpu_s": statistics.median(cpus), "cpu_min_s": min(cpus),
             "events_per_req": s["events"] / n_req, "us_per_req": 1e6 * wall / n_req,
             "sim_s_per_wall_s": s["simulated_s"] / wall, "events_per_s": s["events"] / wall,
-            "peak_rss_mb": peak, "rss_growth_mb": peak - base, "runs": len(walls)}
+            "peak_rss_mb": peak, "rss_growth_mb": peak - base, "runs": len(walls),
+            "load_s": load_s}
+
+
+def _cold_load(pdsim, source) -> float:
+    """Seconds of ``pdsim.load`` with the YAML and trace caches emptied first (what a
+    ``pdsim run`` in a fresh process parses: its scenario and trace files, then checks)."""
+    from pdsim import scenario, trace
+
+    scenario._PARSED.clear()
+    trace._parse.cache_clear()
+    trace._count_rows.cache_clear()
+    t0 = time.perf_counter()
+    pdsim.load(source, allow_outside_paths=True)
+    return time.perf_counter() - t0
 
 
 def _profile(pdsim, source) -> dict:
@@ -246,6 +268,7 @@ COLUMNS = (  # (header, width, format of the row's value)
     ("wall s", 9, lambda m: f"{m['wall_s']:>9.3f}"),
     ("cpu s", 8, lambda m: f"{m['cpu_s']:>8.3f}"),
     ("us/req", 8, lambda m: f"{m['us_per_req']:>8.0f}"),
+    ("load s", 8, lambda m: f"{m['load_s']:>8.3f}" if "load_s" in m else f"{'-':>8}"),
     ("sim s/wall s", 13, lambda m: f"{m['sim_s_per_wall_s']:>13.0f}"),
     ("events/s", 10, lambda m: f"{m['events_per_s'] / 1e3:>9.0f}k"),
     ("peak RSS MB", 12, lambda m: f"{m['peak_rss_mb']:>12.0f}"),
@@ -284,7 +307,8 @@ def main() -> None:
     if not args.json and workloads:
         print(f"python {platform.python_version()} on {platform.machine()}, one core; "
               f"median of {args.repeat} warm runs (streams of 32k+: 1 run after a "
-              f"1k stream's warm-up)")
+              f"1k stream's warm-up); load s: the scenario and trace parsed from cold, "
+              f"apart")
         print(HEADER)
     for w in workloads:
         m = _in_child(w, args.repeat, False)
