@@ -901,14 +901,48 @@ def read_yaml(path: str | Path, _seen: tuple = (), *, allow_outside_paths: bool 
     return _with_context(data, _ctx)
 
 
-def _merge(base: dict, over: dict) -> dict:
-    """Deep-merge ``over`` into ``base``: mappings merge, everything else (lists too) replaces."""
+def _merge(base: dict, over: dict, top: bool = True) -> dict:
+    """Deep-merge ``over`` into ``base``: mappings merge, everything else (lists too) replaces.
+    A ``blacklist`` that names another policy keeps only the base's keys that policy has
+    (:func:`switch_entry`)."""
     out = dict(base)
     for k, v in over.items():
         leaf = unknowns.is_declaration(v) or unknowns.is_declaration(out.get(k))
-        out[k] = (_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict)
-                  and not leaf else v)
+        if isinstance(v, dict) and isinstance(out.get(k), dict) and not leaf:
+            old = out[k]
+            if top and k in _SWITCHED:
+                reg = _SWITCHED[k]
+                old = switch_entry(old, reg, v.get(reg.key, _entry_name(old, reg)))
+            out[k] = _merge(old, v, False)
+        else:
+            out[k] = v
     return out
+
+
+# Sections that name a registered entry (``blacklist: {policy: ...}``), by their top-level key;
+# the items of ``faults:`` are one too, when a --set names another kind (``faults.0.kind=...``)
+_SWITCHED = {"blacklist": BLACKLIST_POLICIES}
+
+
+def _entry_name(section: dict, reg: registry.Registry) -> Any:
+    """The entry a section names: its key, else its preset's, else the registry's default."""
+    if reg.key in section:
+        return section[reg.key]
+    preset = section.get("preset")
+    if isinstance(preset, str) and preset in reg.presets:
+        return reg.presets[preset][0].get(reg.key)
+    return reg.default
+
+
+def switch_entry(section: dict, reg: registry.Registry, name: Any) -> dict:
+    """``section`` (of entry ``_entry_name(section)``) made over to entry ``name``: when that is
+    another entry, the keys it has no parameter for are dropped (they were the old entry's:
+    ``strikes`` of a strikes policy under ``--set blacklist.policy=never``); the keys it shares
+    are kept. An unknown name is left for validation to report."""
+    if not isinstance(name, str) or name == _entry_name(section, reg) or name not in reg:
+        return section
+    keep = reg.get(name).model.model_fields
+    return {k: v for k, v in section.items() if k in keep}
 
 
 def apply_overrides(data: dict, sets: list[str]) -> dict:
@@ -954,11 +988,27 @@ def apply_overrides(data: dict, sets: list[str]) -> dict:
             else:
                 cur[int(last)] = value
         elif isinstance(cur, dict):
+            reg = _switched_at(parts)
+            if reg is not None and last == reg.key:  # another policy or fault kind: its keys
+                kept = switch_entry(cur, reg, value)
+                if kept is not cur:
+                    cur.clear()
+                    cur.update(kept)
             cur[last] = value
         else:
             raise ScenarioError(f"--set {shown}: '{clip('.'.join(parts[:-1]), 80)}' is a "
                                 f"{type(cur).__name__} ({echo(cur)}), not a mapping or list")
     return _with_context(data, ctx)
+
+
+def _switched_at(parts: list[str]) -> registry.Registry | None:
+    """The registry whose entry the dotted key ``parts`` lies in (``blacklist.x``,
+    ``faults.N.x``), if any."""
+    if len(parts) == 2 and parts[0] in _SWITCHED:
+        return _SWITCHED[parts[0]]
+    if len(parts) == 3 and parts[0] == "faults" and parts[1].isdigit():
+        return FAULTS
+    return None
 
 
 # --- validation and errors --------------------------------------------------------------------

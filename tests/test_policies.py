@@ -360,3 +360,51 @@ def test_readme_recipe_for_a_new_policy_works_as_written(tmp_path):
             [5.0] * len(adds)
     finally:
         BLACKLIST_POLICIES.unregister("quarantine")
+
+
+def test_switching_the_policy_keeps_the_keys_it_has_and_drops_the_old_one_s(tmp_path):
+    """``--set blacklist.policy=X`` on a scenario whose blacklist (inherited through
+    ``extends:``) has ``strikes: 1``: a policy without strikes runs (the key was the old
+    policy's), one with strikes keeps the scenario's 1 (strikes_window's own default is 3),
+    and a key written beside the switch is still checked."""
+    from conftest import SCENARIOS
+
+    base = SCENARIOS / "drop_timeout.yaml"
+    assert pdsim.load(base).blacklist.strikes == 1
+    never = pdsim.load(base, ["blacklist.policy=never"]).blacklist
+    assert never.policy == "never" and not hasattr(never, "strikes")
+    breaker = pdsim.load(base, ["blacklist.policy=circuit_breaker", "blacklist.failures=2"])
+    assert breaker.blacklist.failures == 2
+    assert pdsim.load(base, ["blacklist.policy=strikes_window"]).blacklist.strikes == 1
+    with pytest.raises(ScenarioError, match="blacklist.strikes"):  # the user's own key
+        pdsim.load(base, ["blacklist.policy=never", "blacklist.strikes=2"])
+    # a file that extends another and names another policy: the same rule
+    child = tmp_path / "child.yaml"
+    child.write_text(f"extends: {base.name}\nblacklist: {{policy: never}}\n")
+    for f in SCENARIOS.glob("*.yaml"):  # (drop_timeout's own extends chain)
+        (tmp_path / f.name).write_text(f.read_text())
+    assert pdsim.load(child).blacklist.policy == "never"
+    child.write_text(f"extends: {base.name}\nblacklist: {{policy: never, strikes: 2}}\n")
+    with pytest.raises(ScenarioError, match="blacklist.strikes"):
+        pdsim.load(child)
+    # a fault item switched to another kind by --set: the old kind's keys go
+    d = small_fleet(faults=[{"kind": "transfer_errors", "probability": 0.2, "from_s": 2,
+                             "to_s": 3}])
+    f = pdsim.load(d, ["faults.0.kind=decode_hang", "faults.0.at_s=2",
+                       "faults.0.duration_s=1"]).faults[0]
+    assert f.kind == "decode_hang" and not hasattr(f, "probability")
+
+
+def test_never_blacklisting_removes_the_incident_s_fast_fails():
+    """The what-if the switch above lets a user ask of the incident: with no blacklist, the
+    flush's failed transfers blacklist no pair, so no later request fails fast."""
+    from conftest import SCENARIOS
+
+    sets = ["clients.0.num_prompts=400", "clients.1.num_prompts=200"]
+    base = pdsim.run(SCENARIOS / "drop_timeout.yaml", sets)
+    never = pdsim.run(SCENARIOS / "drop_timeout.yaml", [*sets, "blacklist.policy=never"])
+    fast = "blacklisted_session"
+    assert (base.events.detail == fast).sum() > 0 and base.summary["blacklisted_pairs_max"] > 0
+    assert (never.events.detail == fast).sum() == 0
+    assert never.summary["blacklisted_pairs_max"] == 0
+    assert never.summary["failed"] < base.summary["failed"]
