@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -193,6 +194,12 @@ def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 
     flush_group: list = []
     ret_group: list = []
     held: list[str] = []  # rows that happened during a ret != 0 burst, shown after its line
+    group_pairs = 0  # pairs blacklisted as of the burst's last failure
+    # a failure that blacklists its pair logs the add first, then the failure (same instant);
+    # an add no failure line tells (a write failed on a room already resolved) gets its own
+    told_adds = Counter((e.time, f"{e.component}.r{e.rank}", e.peer) for e in ev
+                        if e.event == "transfer_failed" and e.value
+                        and e.detail != "blacklisted_session")
 
     def close_flush() -> None:
         if flush_group:
@@ -201,7 +208,7 @@ def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 
 
     def close_ret() -> None:
         if ret_group:
-            rows.append(_ret_line(ret_group, pairs, pairs_total))
+            rows.append(_ret_line(ret_group, group_pairs, pairs_total))
             ret_group.clear()
         rows.extend(held)
         held.clear()
@@ -234,6 +241,14 @@ def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 
             emit(f"{t}{e.component}.r{e.rank}: flush timed out waiting for idle ({e.detail})")
         elif e.event == "blacklist_add":
             pairs += 1
+            key = (e.time, e.component, e.peer)
+            if told_adds[key]:
+                told_adds[key] -= 1
+            else:
+                why = f" ({e.detail})" if e.detail else ""
+                emit(f"{t}{e.component}: {e.peer} blacklisted{why} by a failed write on a "
+                     f"room already resolved (no request failed with it); {pairs}/{pairs_total} "
+                     f"pairs now")
         elif is_ret:
             if verbose:
                 grew = f" -> pair blacklisted ({pairs}/{pairs_total})" if e.value else ""
@@ -241,6 +256,7 @@ def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 
                             f"room {e.room}{grew}")
             else:
                 ret_group.append(e)
+                group_pairs = pairs
         elif e.event == "transfer_failed":
             fast += 1
             if first_fast is None:

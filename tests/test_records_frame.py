@@ -250,3 +250,36 @@ def test_the_timeline_has_no_heading_when_nothing_it_keeps_makes_a_line():
     assert report.timeline(quiet, 8) == []
     loud = res.events[res.events.event.isin(["path", "fault_start"])]
     assert report.timeline(loud, 8)[0].strip("= ") == "Incident timeline"
+
+
+def test_the_timeline_tells_every_pair_blacklisted_and_counts_a_burst_at_its_end():
+    """A write that fails on a room already resolved (the decode gave the transfer up in a
+    partition) blacklists its pair with no transfer failure logged: the timeline gives it a
+    line of its own. A burst's line counts the pairs blacklisted as of its last failure, not
+    those of a failure logged later (an add is logged just before its failure)."""
+    from pdsim import report
+
+    part = pdsim.run("scenarios/whatif_base.yaml", ["faults=[{preset: partition}]"])
+    ev = part.events
+    adds = ev[ev.event == "blacklist_add"]
+    assert len(adds) and not (ev.event == "transfer_failed").any()  # adds with no failure
+    text = report.render(part)
+    lines = [x for x in text.splitlines() if "blacklisted by a failed write on a room" in x]
+    assert len(lines) == len(adds)
+    for n, (line, e) in enumerate(zip(lines, adds.itertuples(), strict=True), 1):
+        assert line.startswith(f"t={e.time:9.3f}s {e.component}: {e.peer} blacklisted")
+        assert line.endswith(f"{n}/64 pairs now")
+
+    res = pdsim.run("scenarios/whatif_base.yaml", ["faults=[{preset: nic_degraded}]"])
+    verbose = report.timeline(res.events, 64, verbose=True)
+    short = report.timeline(res.events, 64)
+    bursts = [x for x in short if " failed with ret != 0 " in x]
+    assert len(bursts) >= 2
+    for line in bursts:  # its count is the verbose count at its last failure
+        last = line.split("..")[1].split("s ")[0] if ".." in line else line[2:11].strip()
+        at_last = [x for x in verbose if x.startswith(f"t={float(last):9.3f}s")
+                   and "pair blacklisted (" in x][-1]
+        now = line.split(" now ")[0].rsplit(", ", 1)[1]
+        assert at_last.endswith(f"({now})"), (line, at_last)
+    # no pair goes on the blacklist untold
+    assert not [x for x in short if "by a failed write on a room" in x]
