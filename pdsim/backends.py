@@ -16,6 +16,7 @@ one machine.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
@@ -27,17 +28,38 @@ def run_all(fn: Callable[[Any], Any], tasks: Sequence, workers: int | None = Non
             progress: bool = False, backend: str = "process", address: str | None = None) -> list:
     """``fn`` over every task on a backend (default: a process per core, at most one per
     task), with a progress bar on stderr; results in task order."""
+    workers = workers or min(len(tasks), os.cpu_count() or 1)
+    bar = progress_bar(len(tasks), enabled=progress)
+    out: list = [None] * len(tasks)
+    try:
+        with get(backend, workers, address) as be:
+            for i, result in be.imap(fn, tasks):
+                out[i] = result
+                bar.update()
+    finally:
+        bar.close()
+    return out
+
+
+def progress_bar(total: int, initial: int = 0, enabled: bool = True) -> Any:
+    """The runs bar of sweep, explore and whatif on stderr (unit "run", erased when done).
+
+    A terminal that reports no size (0x0: ``script`` run without a terminal, some container
+    and CI ttys) makes tqdm read -1 rows and hide every bar, so such a terminal gets 80x24.
+    """
     from tqdm import tqdm
 
-    workers = workers or min(len(tasks), os.cpu_count() or 1)
-    bar = tqdm(total=len(tasks), unit="run", disable=not progress, leave=False)
-    out: list = [None] * len(tasks)
-    with get(backend, workers, address) as be:
-        for i, result in be.imap(fn, tasks):
-            out[i] = result
-            bar.update()
-    bar.close()
-    return out
+    size: dict = {}
+    if enabled:
+        try:
+            cols, rows = os.get_terminal_size(sys.stderr.fileno())
+        except (AttributeError, OSError, ValueError):  # not a terminal: tqdm's own defaults
+            pass
+        else:
+            if cols <= 0 or rows <= 0:
+                size = {"ncols": cols if cols > 0 else 80, "nrows": rows if rows > 0 else 24}
+    return tqdm(total=total, initial=initial, unit="run", disable=not enabled, leave=False,
+                file=sys.stderr, **size)
 
 
 class Backend(Protocol):

@@ -265,10 +265,7 @@ def explore(scenario: str | Path | dict, samples: int = 64, seeds: int | Iterabl
     total = samples * len(seed_list)
     rows: list = []
     if tasks:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, initial=total - len(tasks), unit="run", disable=not progress,
-                   leave=False, file=sys.stderr)
+        bar = backends.progress_bar(total, total - len(tasks), enabled=progress)
         try:
             with backends.get(backend, workers, address) as be:
                 for _i, row in be.imap(_run_one, tasks):

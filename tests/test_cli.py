@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
 
 from pdsim.cli import main
 
@@ -100,3 +106,42 @@ def test_timeline_tells_an_idle_flush_from_a_busy_one():
     dropped = render(run_cached("drop_timeout"))
     assert any("while busy" in line and "transfers on freed pages" in line
                for line in dropped.splitlines())
+
+
+def _stderr_on_a_sizeless_tty(args: list[str]) -> str:
+    """What `pdsim ARGS` draws on a pseudo-terminal that reports 0x0, as `script` makes one
+    without a terminal (tqdm reads -1 rows there and hid every bar)."""
+    pty = pytest.importorskip("pty")
+    import fcntl
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 0, 0, 0, 0))
+    env = {**os.environ, "PYTHONPATH": str(ROOT),
+           "TQDM_MININTERVAL": "0"}  # every finished run redraws: the last state is N/N
+    proc = subprocess.Popen([sys.executable, "-m", "pdsim.cli", *args], cwd=ROOT, env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    assert proc.wait(timeout=120) == 0
+    return b"".join(chunks).decode(errors="replace")
+
+
+@pytest.mark.parametrize("args", [
+    ["sweep", "scenarios/healthy.yaml", "--vary", "clients.0.num_prompts=20,30", "--seeds", "1"],
+    ["whatif", "scenarios/whatif_base.yaml", "--set", "clients.0.num_prompts=100",
+     "--faults", "decode_crash", "--policy", "never", "--seeds", "1"],
+], ids=["sweep", "whatif"])
+def test_sweep_and_whatif_draw_a_runs_bar_on_a_terminal_of_unknown_size(args):
+    drawn = _stderr_on_a_sizeless_tty([*args, "--workers", "1"])
+    assert "0/2 [" in drawn and "2/2 [" in drawn and "run/s]" in drawn, drawn
