@@ -183,8 +183,8 @@ def _parser() -> argparse.ArgumentParser:
                    "mini_lb_fixed or clients.0.num_prompts=200 (repeatable)")
     r.add_argument("--out", metavar="DIR", help="write a self-describing run directory (tables, "
                    "summary.json, report.txt, scenario.yaml, run.json) into DIR")
-    r.add_argument("--format", choices=["csv", "parquet"], default="csv",
-                   help="table format for --out (parquet needs pdsim[parquet])")
+    r.add_argument("--format", choices=["csv", "parquet"],
+                   help="table format for --out: csv (default) or parquet (needs pdsim[parquet])")
     r.add_argument("--json", action="store_true", help="print only the summary as JSON")
     r.add_argument("--verbose", "-v", action="store_true",
                    help="timeline in full: every ret != 0 failure and blacklisted pair")
@@ -882,6 +882,8 @@ def _main(argv: list[str] | None) -> int:
     if args.cmd == "validate-model":
         return _validate_model(args)
     try:
+        if args.cmd == "run" and args.format and not args.out:  # not silently ignored
+            raise UsageError("--format picks the table format of --out DIR; add --out")
         sc = _load(args)
         if args.cmd == "run" and args.out:
             _prepare_out_dir(args.out)
@@ -913,7 +915,7 @@ def _main(argv: list[str] | None) -> int:
         return _die(str(err))
     if args.out:
         try:
-            written = res.write(args.out, args.format)
+            written = res.write(args.out, args.format or "csv")
         except OSError as err:
             return _die(f"--out {show_path(args.out)}: cannot write "
                         f"({err.strerror or type(err).__name__})")

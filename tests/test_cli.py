@@ -145,3 +145,11 @@ def _stderr_on_a_sizeless_tty(args: list[str]) -> str:
 def test_sweep_and_whatif_draw_a_runs_bar_on_a_terminal_of_unknown_size(args):
     drawn = _stderr_on_a_sizeless_tty([*args, "--workers", "1"])
     assert "0/2 [" in drawn and "2/2 [" in drawn and "run/s]" in drawn, drawn
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_run_format_without_out_is_a_usage_error(fmt, capsys):
+    assert main(["run", "scenarios/healthy.yaml", "--format", fmt, *SMALL]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == ""  # refused before running, not run and the flag dropped
+    assert cap.err == "pdsim: error: --format picks the table format of --out DIR; add --out\n"
