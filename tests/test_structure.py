@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ast
+import hashlib
+import os
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 
 PKG = ROOT / "pdsim"
@@ -90,3 +93,20 @@ def test_ruff_is_clean():
     out = subprocess.run([sys.executable, "-m", "ruff", "check", "pdsim", "tests", "benchmarks",
                           "reports"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-1000:]
+
+
+def _reports_state() -> dict:
+    return {str(p.relative_to(ROOT)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes())
+                                       .hexdigest())
+            for p in sorted((ROOT / "reports").rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "reports").glob("*.py")))
+def test_every_report_script_answers_help_without_running(script):
+    before = _reports_state()
+    proc = subprocess.run([sys.executable, f"reports/{script}", "--help"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert "usage" in proc.stdout
+    assert _reports_state() == before  # nothing regenerated, no file touched
