@@ -228,7 +228,7 @@ def _parser() -> argparse.ArgumentParser:
         "compare each run with the scenario's reference figures and their bands. Runs are "
         "stored one by one under OUT/runs.parquet/; rerunning resumes.",
         epilog=EXPLORE_EPILOG, formatter_class=RAW)
-    ex.add_argument("scenario")
+    ex.add_argument("scenario", help="scenario YAML file declaring the unknowns to sample")
     ex.add_argument("--samples", type=int, default=64, help="design points (default 64)")
     ex.add_argument("--seeds", type=int, default=2, help="seeds 1..N per point (default 2)")
     ex.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",

@@ -78,6 +78,27 @@ def test_every_subcommand_has_a_description_and_examples(cmd, capsys):
     assert "``" not in out  # no raw reStructuredText
 
 
+def _subcommands() -> dict:
+    import argparse
+
+    from pdsim.cli import _parser
+
+    sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+@pytest.mark.parametrize("cmd", sorted(_subcommands()))
+def test_every_positional_argument_is_described_in_help(cmd, capsys):
+    parser = _subcommands()[cmd]
+    positionals = [a for a in parser._actions if not a.option_strings]
+    with pytest.raises(SystemExit):
+        main([cmd, "--help"])
+    out = " ".join(capsys.readouterr().out.split())  # help text wraps
+    for a in positionals:
+        assert a.help, f"pdsim {cmd}: positional {a.dest!r} has no help"
+        assert " ".join(a.help.split()) in out
+
+
 def test_sweep_help_and_output_explain_the_columns(capsys):
     with pytest.raises(SystemExit):
         main(["sweep", "--help"])
