@@ -10,8 +10,10 @@
 
 Every (policy, fault, seed) is a run of the base scenario with ``blacklist`` and ``faults``
 replaced; every seed also runs without faults (``healthy``), which goodput lost and recovery
-are measured against. A blacklist policy cannot change a fault-free run (nothing fails), so
-one healthy run per seed serves all policies.
+are measured against. A blacklist policy cannot change a fault-free run in which no transfer
+fails, so then one healthy run per seed serves all policies; when the base fails transfers
+without faults (its clients or operators flush KV under load: ``drop_timeout.yaml``), each
+policy gets healthy runs of its own (``healthy.policy``), and each is measured against its own.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ COLUMNS: dict[str, str] = {
     "seeds": "seeds run for this row",
     "goodput_tok_s": "output tokens/s of requests that completed (measured requests, from the "
                      "client's start to its last answer)",
-    "goodput_lost_pct": "goodput lost against the same seed without faults, in % of healthy",
+    "goodput_lost_pct": "goodput lost against the same seed without faults (and the same "
+                        "policy, when the base fails transfers without faults), in % of "
+                        "healthy",
     "failed": "requests that failed or timed out",
     "wasted_prefill_tokens": "prefill tokens computed for requests that then failed",
     "fast_fails": "requests the blacklist failed without a write ('Decode instance could be "
@@ -52,10 +56,14 @@ COLUMNS: dict[str, str] = {
                         "write an outage let through counts too); each holds a transfer "
                         "queue for the engine's failure time",
     "dead_peer_write_s": "transfer-queue seconds those writes held",
+    "ret_failures": "failed transfer writes the blacklist counted (ret != 0) and pairs it "
+                    "blacklisted (runs and healthy tables; any in a healthy run gives every "
+                    "policy healthy runs of its own)",
     "ttft_p99_s": "99th percentile of time to first token of the requests that completed, s "
                   "(what waiting on a dead peer costs the requests that still succeed)",
     "recover_s": "seconds from the fault's end until goodput (10 s windows) is back within "
-                 "10% of healthy; inf: not within the run; nan: the fault lasts the run",
+                 "10% of healthy; inf (printed: never): not within the run; nan (printed: "
+                 "n/a): the fault lasts the run",
     "max_healthy_blacklisted_s": "longest stretch a healthy (prefill rank, decode session) "
                                  "pair stayed blacklisted",
     "healthy_blacklisted_pair_s": "pair-seconds healthy pairs spent blacklisted, summed",
@@ -223,6 +231,9 @@ def measure(res: Any) -> dict:
     good = float(done.generated.sum())
     ttft = (done.t_first_token - done.t_arrival).to_numpy(float)
     longest, pair_s = blacklist_harm(res.events, t_end)
+    ev = res.events
+    counted = int(((ev.event == "transfer_failed") & (ev.detail != "blacklisted_session")).sum()
+                  + (ev.event == "blacklist_add").sum()) if len(ev) else 0
     by_reason = s.get("failed_by_reason", {})
     return {
         "goodput_tok_s": good / (last - first) if last > first else 0.0,
@@ -234,6 +245,7 @@ def measure(res: Any) -> dict:
         "ttft_p99_s": round(float(np.percentile(ttft, 99)), 6) if len(ttft) else math.nan,
         "max_healthy_blacklisted_s": round(longest, 6),
         "healthy_blacklisted_pair_s": round(pair_s, 6),
+        "ret_failures": counted,
         "fault_start_s": start,
         "fault_end_s": end,
         "simulated_s": t_end,
@@ -368,17 +380,27 @@ class WhatIf:
                                     "regret_pct": "regret %"})
         lines = []
         h = self.healthy
-        if len(h):
+        if len(h) and "policy" in h:
+            g = h.groupby("policy", sort=False).goodput_tok_s.median()
+            lines.append(f"healthy (no faults, each policy's own: the base fails transfers "
+                         f"without faults): goodput {g.min():,.0f}-{g.max():,.0f} tok/s "
+                         f"(medians of {h.seed.nunique()} seed(s))")
+        elif len(h):
             lines.append(f"healthy (no faults): goodput {np.median(h.goodput_tok_s):,.0f} tok/s "
                          f"(median of {len(h)} seed(s))")
+        show = show.round(1)
+        for c in ("lost %", "dead writes", "p99 TTFT s", "healthy bl max s", "regret %"):
+            show[c] = show[c] + 0.0  # (-0.0 prints as 0.0)
+        show["wasted prefill"] = [f"{v:,.0f}" for v in t.wasted_prefill_tokens]
         with pd.option_context(*pd_opts):
-            lines.append(show.round(1).to_string(index=False))
+            lines.append(show.to_string(index=False))
             lines.append("")
             lines.append("ranking by worst-case regret across the faults:")
             lines.append(self.ranking.round(1).to_string(index=False))
         lines.append("")
         lines.append(f"{STATS_NOTE}; goodput/failed/recover shown as median [lo-hi].")
-        lines.append(legend())
+        lines.append(legend().replace("columns:", "columns (of the tables --out writes; the "
+                                      "table above shows the main ones, renamed):", 1))
         return "\n".join(lines)
 
     # --- export --------------------------------------------------------------------------
@@ -436,8 +458,10 @@ class WhatIf:
                 series[key] = g.sort_values("t").goodput_tok_s.tolist()
         runs["series"] = [series.get((r.policy, r.fault, r.seed), [])
                           for r in runs.itertuples()]
-        healthy["series"] = [series.get(("any", "healthy", r.seed), [])
+        healthy["series"] = [series.get((getattr(r, "policy", "any"), "healthy", r.seed), [])
                              for r in healthy.itertuples()]
+        if "policy" in healthy:
+            healthy["policy"] = healthy.policy.astype(str)
         runs["policy"] = runs.policy.astype(str)
         return cls(runs, healthy, list(meta["policies"].items()), meta["faults"],
                    meta.get("base", ""), meta.get("command", ""))
@@ -594,27 +618,38 @@ def whatif(base: str | Path | dict, policies: Iterable[str | dict] = ("permanent
         raise ValueError("give at least one policy, one fault and one seed")
     if (runs := len(seeds) * (1 + len(pols) * len(fset))) > MAX_RUNS:
         raise ValueError(f"policies x faults x seeds: {runs:,} runs; at most {MAX_RUNS:,}")
-    jobs: list[tuple[dict, dict]] = []
-    for seed in seeds:
-        jobs.append(({"faults": [], "seed": seed}, {"fault": "healthy", "seed": seed}))
-    for fault, items in fset.items():
-        for label, section in pols:
-            for seed in seeds:
-                jobs.append(({"blacklist": section, "faults": items, "seed": seed},
-                             {"policy": label, "fault": fault, "seed": seed}))
-    tasks = []
-    for over, labels in jobs:
-        d = scenario_mod.ScenarioData({**data, **over})
-        d.context = getattr(data, "context", None)
-        scenario_mod.load(d)  # validate every run before any process starts
-        tasks.append((d, [], labels, list(plugins)))
-    rows = run_tasks(_one, tasks, workers, progress, backend, address)
+    shared = [({"faults": [], "seed": seed}, {"fault": "healthy", "seed": seed})
+              for seed in seeds]
+    own = [({"blacklist": section, "faults": [], "seed": seed},
+            {"policy": label, "fault": "healthy", "seed": seed})
+           for label, section in pols for seed in seeds]
+    faulty = [({"blacklist": section, "faults": items, "seed": seed},
+               {"policy": label, "fault": fault, "seed": seed})
+              for fault, items in fset.items() for label, section in pols for seed in seeds]
+
+    def tasks(jobs: list[tuple[dict, dict]]) -> list[tuple]:
+        out = []
+        for over, labels in jobs:
+            d = scenario_mod.ScenarioData({**data, **over})
+            d.context = getattr(data, "context", None)
+            scenario_mod.load(d)  # validate every run before any process starts
+            out.append((d, [], labels, list(plugins)))
+        return out
+
+    shared_t, own_t, faulty_t = tasks(shared), tasks(own), tasks(faulty)
+    # the healthy runs first: if any fails a transfer, a policy could change it
+    rows = run_tasks(_one, shared_t, workers, progress, backend, address)
+    per_policy = any(r["ret_failures"] for r in rows)
+    if per_policy:
+        rows = []
+    rows += run_tasks(_one, (own_t if per_policy else []) + faulty_t, workers, progress,
+                      backend, address)
     healthy = pd.DataFrame([r for r in rows if r["fault"] == "healthy"])
     runs = pd.DataFrame([r for r in rows if r["fault"] != "healthy"])
-    h_by_seed = {r.seed: r for r in healthy.itertuples()}
+    h_by = {(r.policy if per_policy else "", r.seed): r for r in healthy.itertuples()}
     lost, rec = [], []
     for r in runs.itertuples():
-        h = h_by_seed[r.seed]
+        h = h_by[(r.policy if per_policy else "", r.seed)]
         lost.append(100.0 * (h.goodput_tok_s - r.goodput_tok_s) / h.goodput_tok_s
                     if h.goodput_tok_s else math.nan)
         rec.append(recover_s(r.series, h.series, r.fault_end_s))

@@ -238,3 +238,32 @@ def test_whatif_library_bounds_the_matrix_before_building_it():
     with pytest.raises(ValueError, match="at most 100,000"):
         expand_policies([{"policy": "ttl", "ttl_s": list(range(1, 1000)),
                           "strikes": list(range(1, 1000))}])
+
+
+def test_a_base_that_fails_transfers_without_faults_gives_each_policy_its_own_healthy_runs(
+        matrix, tmp_path):
+    """whatif measures goodput lost against the same seed without faults. A base whose
+    operator flushes fail transfers (seeds 3 and 7 here) is one a policy changes without
+    faults: each policy gets healthy runs of its own, and each run is measured against its
+    policy's (with one shared run, never's loss came out negative: measured against
+    permanent's fast-fail cascade). A base that fails nothing keeps one run per seed."""
+    from pdsim.whatif import WhatIf
+
+    assert "policy" not in matrix.healthy and (matrix.healthy.ret_failures == 0).all()
+    d = _base()
+    d["operator_flushes"] = [{"at_s": 4.0}, {"at_s": 6.0}]
+    w = whatif(d, ["permanent", "never"], {"errs": [{**ERRS[0], "from_s": 8.0,
+                                                      "to_s": 8.5}]},
+               seeds=[3, 7], workers=1, progress=False)
+    h = w.healthy.set_index(["policy", "seed"])
+    assert sorted(h.index) == [("never", 3), ("never", 7), ("permanent", 3), ("permanent", 7)]
+    assert (h.ret_failures > 0).all()
+    assert (h.loc["permanent"].fast_fails > 0).all() and (h.loc["never"].fast_fails == 0).all()
+    for r in w.runs.itertuples():
+        own = h.loc[(r.policy, r.seed)].goodput_tok_s
+        assert r.goodput_lost_pct == pytest.approx(100 * (own - r.goodput_tok_s) / own)
+    assert "each policy's own" in w.render()
+    w.write(tmp_path, ["csv"])
+    back = WhatIf.read(tmp_path)
+    assert list(back.healthy.policy) == list(w.healthy.policy)
+    assert [len(s) for s in back.healthy.series] == [len(s) for s in w.healthy.series]
