@@ -25,11 +25,17 @@ MAX_RUNS = 100_000  # runs one sweep, exploration or what-if matrix may fan out
 
 
 def run_all(fn: Callable[[Any], Any], tasks: Sequence, workers: int | None = None,
-            progress: bool = False, backend: str = "process", address: str | None = None) -> list:
+            progress: bool = False, backend: str = "process", address: str | None = None,
+            bar: Any = None) -> list:
     """``fn`` over every task on a backend (default: a process per core, at most one per
-    task), with a progress bar on stderr; results in task order."""
+    task), with a progress bar on stderr; results in task order. ``bar``: a caller's bar
+    (``progress_bar``) to advance instead, left open (one bar over several batches)."""
+    if not tasks:
+        return []
     workers = workers or min(len(tasks), os.cpu_count() or 1)
-    bar = progress_bar(len(tasks), enabled=progress)
+    own = bar is None
+    if own:
+        bar = progress_bar(len(tasks), enabled=progress)
     out: list = [None] * len(tasks)
     try:
         with get(backend, workers, address) as be:
@@ -37,7 +43,8 @@ def run_all(fn: Callable[[Any], Any], tasks: Sequence, workers: int | None = Non
                 out[i] = result
                 bar.update()
     finally:
-        bar.close()
+        if own:
+            bar.close()
     return out
 
 

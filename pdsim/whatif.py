@@ -31,7 +31,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from pdsim import scenario as scenario_mod
-from pdsim.backends import MAX_RUNS
+from pdsim.backends import MAX_RUNS, progress_bar
 from pdsim.backends import run_all as run_tasks
 from pdsim.registry import BLACKLIST_POLICIES, FAULTS
 
@@ -637,13 +637,20 @@ def whatif(base: str | Path | dict, policies: Iterable[str | dict] = ("permanent
         return out
 
     shared_t, own_t, faulty_t = tasks(shared), tasks(own), tasks(faulty)
-    # the healthy runs first: if any fails a transfer, a policy could change it
-    rows = run_tasks(_one, shared_t, workers, progress, backend, address)
-    per_policy = any(r["ret_failures"] for r in rows)
-    if per_policy:
-        rows = []
-    rows += run_tasks(_one, (own_t if per_policy else []) + faulty_t, workers, progress,
-                      backend, address)
+    # the healthy runs first: if any fails a transfer, a policy could change it (one bar,
+    # its total grown by the policies' own healthy runs when they are needed)
+    bar = progress_bar(len(shared_t) + len(faulty_t), enabled=progress)
+    try:
+        rows = run_tasks(_one, shared_t, workers, backend=backend, address=address, bar=bar)
+        per_policy = any(r["ret_failures"] for r in rows)
+        if per_policy:
+            rows = []
+            bar.total += len(own_t)
+            bar.refresh()
+        rows += run_tasks(_one, (own_t if per_policy else []) + faulty_t, workers,
+                          backend=backend, address=address, bar=bar)
+    finally:
+        bar.close()
     healthy = pd.DataFrame([r for r in rows if r["fault"] == "healthy"])
     runs = pd.DataFrame([r for r in rows if r["fault"] != "healthy"])
     h_by = {(r.policy if per_policy else "", r.seed): r for r in healthy.itertuples()}
