@@ -184,7 +184,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--out", metavar="DIR", help="write a self-describing run directory (tables, "
                    "summary.json, report.txt, scenario.yaml, run.json) into DIR")
     r.add_argument("--format", choices=["csv", "parquet"],
-                   help="table format for --out: csv (default) or parquet (needs pdsim[parquet])")
+                   help="table format for --out: csv (default) or parquet")
     r.add_argument("--json", action="store_true", help="print only the summary as JSON")
     r.add_argument("--verbose", "-v", action="store_true",
                    help="timeline in full: every ret != 0 failure and blacklisted pair")
