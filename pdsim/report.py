@@ -132,8 +132,10 @@ def fleet_block(s: dict, pairs_total: int | None = None) -> list[str]:
         out.append(_line("Failed requests by reason:",
                          ", ".join(f"{k} {v}" for k, v in s["failed_by_reason"].items())))
     out.append(_line("Simulated s / SimPy events:", f"{s['simulated_s']} / {s['events']}"))
-    if s["flush_doomed_transfers"] or s["failed"]:
-        out += DOOMED_VS_FAILED
+    if s["flush_doomed_transfers"]:  # each definition where its word is in use
+        out += DOOMED_VS_FAILED[:3]
+    if s["failed"]:
+        out += DOOMED_VS_FAILED[3:]
     return out
 
 
@@ -310,8 +312,10 @@ def unknowns_block(res: Result) -> list[str]:
     """The chosen inputs this run took at their nominal values (pdsim explore samples them)."""
     if not res.unknowns:
         return []
+    fit = (" and shows which values fit the reported figures" if res.scenario.reference
+           else " (this scenario lists no reported figures to fit)")
     return [_head("Declared unknowns (run at nominal)", "="), *unknowns_lines(res.unknowns),
-            "pdsim explore samples these ranges and shows which values fit the report"]
+            f"pdsim explore samples these ranges{fit}"]
 
 
 def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "",

@@ -109,3 +109,30 @@ def test_sweep_help_and_output_explain_the_columns(capsys):
                  "--seeds", "1", "--workers", "1"]) == 0
     out = capsys.readouterr().out
     assert "table columns" in out and "bench's generated tokens per second" in out
+
+
+def test_the_fleet_block_defines_doomed_only_after_a_flush_and_failed_only_after_failures():
+    """A run with failures but no flush prints what "failed" means, not what "doomed" means;
+    one with neither prints neither."""
+    from pdsim import report
+
+    res = pdsim.run("scenarios/whatif_base.yaml", ["faults=[{preset: nic_degraded}]",
+                                                   "clients.0.num_prompts=2000"])
+    s = res.summary
+    assert s["flush_doomed_transfers"] == 0 and s["failed"] > 0
+    block = "\n".join(report.fleet_block(s))
+    assert "doomed: a KV transfer" not in block and "failed: a request answered" in block
+    quiet = dict(s, failed=0)
+    block = "\n".join(report.fleet_block(quiet))
+    assert "doomed: a KV" not in block and "failed: a request" not in block
+
+
+def test_the_unknowns_block_offers_a_fit_only_when_there_are_figures_to_fit():
+    from pdsim import report
+
+    trace = pdsim.run("scenarios/trace_replay.yaml", ["clients.0.num_prompts=50"])
+    assert trace.unknowns and not trace.scenario.reference
+    assert "no reported figures to fit" in "\n".join(report.unknowns_block(trace))
+    incident = run_cached("drop_timeout")
+    assert incident.unknowns and incident.scenario.reference
+    assert "which values fit the reported figures" in "\n".join(report.unknowns_block(incident))
