@@ -274,8 +274,8 @@ def _parser() -> argparse.ArgumentParser:
     _outside_flag(wi)
     wi.add_argument("--out", metavar="DIR", help="write table, ranking, runs, healthy, "
                     "timelines and columns.json (and --plots) into DIR")
-    wi.add_argument("--format", default="csv", metavar="csv,parquet,json",
-                    help="table formats for --out (comma-separated)")
+    wi.add_argument("--format", metavar="csv,parquet,json",
+                    help="table formats for --out (comma-separated; default csv)")
     wi.add_argument("--plots", action="store_true", help="with --out: heatmap.png, "
                     "timeline_<fault>.png, vs_<param>.png")
     wi.add_argument("--timeline", metavar="FAULT", help="fault whose recovery timelines to "
@@ -740,6 +740,8 @@ def _whatif(args: argparse.Namespace) -> int:
             raise UsageError("--param picks the parameter of --plots' figure; add --plots")
         if args.plots and not args.out:
             raise UsageError("--plots writes PNGs into --out DIR; add --out")
+        if args.format and not args.out:
+            raise UsageError("--format picks the table formats of --out DIR; add --out")
         names = list(FAULTS.presets) if faults is None else list(faults)
         if args.timeline and args.timeline not in names:
             raise UsageError(f"--timeline {echo(args.timeline)}: not a fault of this matrix; "
@@ -748,7 +750,7 @@ def _whatif(args: argparse.Namespace) -> int:
         if args.param and args.param not in keys:
             raise UsageError(f"--param {echo(args.param)}: not a parameter given with --policy"
                              f"{'; give one of: ' + ', '.join(keys) if keys else ''}")
-        formats = [f.strip() for f in args.format.split(",") if f.strip()]
+        formats = [f.strip() for f in (args.format or "csv").split(",") if f.strip()]
         for fmt in formats:
             if fmt not in ("csv", "parquet", "json"):
                 raise ValueError(f"--format {fmt!r}: csv, parquet or json")

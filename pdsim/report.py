@@ -339,7 +339,8 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
         ok = None if what_if else r.within(sim)
         verdict = "" if ok is None else ("within" if ok else "outside")
         shown = "" if sim is None else f"{sim:,.3f}".rstrip("0").rstrip(".")
-        out.append(f"{r.label[:51]:<52}{shown:>10}{r.reported:>10,g}{tol:<7} {verdict}".rstrip())
+        label = r.label if len(r.label) <= 51 else r.label[:50] + "…"
+        out.append(f"{label:<52}{shown:>10}{r.reported:>10,g}{tol:<7} {verdict}".rstrip())
     return out
 
 

@@ -136,3 +136,16 @@ def test_the_unknowns_block_offers_a_fit_only_when_there_are_figures_to_fit():
     incident = run_cached("drop_timeout")
     assert incident.unknowns and incident.scenario.reference
     assert "which values fit the reported figures" in "\n".join(report.unknowns_block(incident))
+
+
+def test_a_reported_figure_s_long_label_is_cut_with_an_ellipsis():
+    from pdsim import report
+
+    res = pdsim.run("scenarios/forward_timeout.yaml", ["clients.0.num_prompts=100",
+                                                      "clients.1.num_prompts=50"])
+    labels = [r.label for r in res.scenario.reference]
+    long = [x for x in labels if len(x) > 51]
+    assert long
+    lines = report.reference_block(res.summary, res.scenario.reference, "x", "forward_timeout")
+    for x in long:
+        assert any(line.startswith(x[:50] + "…") for line in lines)

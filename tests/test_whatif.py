@@ -212,6 +212,7 @@ def test_decode_nic_down_takes_work_it_cannot_receive_and_each_write_waits_the_t
     (["--plots", "--out", "{tmp}/o", "--timeline", "nope"], "--timeline 'nope': not a fault"),
     (["--plots", "--out", "{tmp}/o", "--param", "nope"], "--param 'nope': not a parameter"),
     (["--plots"], "add --out"),
+    (["--format", "parquet"], "--format picks the table formats of --out DIR; add --out"),
     (["--faults-file", "{tmp}/missing.yaml"], "--faults-file"),
 ])
 def test_whatif_cli_refuses_before_any_run(tmp_path, monkeypatch, capsys, args, says):
