@@ -463,6 +463,12 @@ def _sensitivity(runs: pd.DataFrame, unk: list[Unknown], figs: list[ReferenceFig
 # --- text ------------------------------------------------------------------------------------
 
 
+def _share(x: float) -> str:
+    """A share to 2 decimals, but one above zero that rounds to 0.00 says so (1 run in 256 is
+    not none)."""
+    return "<0.01" if 0 < x < 0.005 else f"{x:.2f}"
+
+
 def _g(x: object, digits: int = 3) -> str:
     if isinstance(x, float | np.floating):
         if not np.isfinite(x):
@@ -492,7 +498,7 @@ def render(ex: Exploration) -> str:
         table = pd.DataFrame({
             "": t.figure, "figure": t.label.str.slice(0, 52),
             "reported": [_g(x) for x in t.reported], "±": [_g(x) for x in t.band],
-            "within": [f"{x:.2f}" for x in t.share_within],
+            "within": [_share(x) for x in t.share_within],
             "sim p10": [_g(x) for x in t.sim_p10], "median": [_g(x) for x in t.sim_median],
             "p90": [_g(x) for x in t.sim_p90]})
         lines.append(table.to_string(index=False))
@@ -516,7 +522,7 @@ def render(ex: Exploration) -> str:
         for path, b in ex.bins.groupby("unknown", sort=False):
             b = b.drop(columns="unknown").rename(columns={"bin": path})
             for c in b.columns[2:]:
-                b[c] = [("-" if not np.isfinite(x) else f"{x:.2f}") for x in b[c]]
+                b[c] = [("-" if not np.isfinite(x) else _share(x)) for x in b[c]]
             lines.append(b.to_string(index=False))
     lines.append("")
     if len(ex.sensitivity):

@@ -168,3 +168,10 @@ def test_cli_tables_and_errors(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "at nominal" in out and "clients.0.stream=True" in out
     assert "clients.0.num_prompts=" not in out.split("\n")[0]
+
+
+def test_a_share_above_zero_never_prints_as_none():
+    from pdsim.explore import _share
+
+    assert _share(1 / 256) == "<0.01" and _share(0.0) == "0.00" and _share(0.005) == "0.01"
+    assert _share(0.25) == "0.25" and _share(1.0) == "1.00"
