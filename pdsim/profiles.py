@@ -139,6 +139,38 @@ class Model(_Profile):
     fitted: dict[str, dict[str, float]] | None = Field(
         None, description="Fitted-predictor coefficients per GPU name")
 
+    def inconsistency(self) -> tuple[tuple[str, ...], str] | None:
+        """Fields that contradict each other (the first of them to blame, unless another was
+        overridden) and why; None when the architecture holds together. Each field is valid
+        alone, but a GQA model without KV heads, or top-8 routing over 2 experts, has no KV or
+        a negative share of idle experts, which no step time can be made of."""
+        if self.attention == "gqa":
+            for f in ("kv_heads", "head_dim"):
+                if getattr(self, f) < 1:
+                    hint = "; an MLA profile?" if self.kv_lora_rank else ""
+                    return (f, "attention"), (f"attention gqa needs {f} >= 1 ({f} is "
+                                              f"{getattr(self, f)}{hint})")
+        else:
+            for f in ("kv_lora_rank", "v_head_dim"):
+                if getattr(self, f) < 1:
+                    return (f, "attention"), (f"attention mla needs {f} >= 1 ({f} is "
+                                              f"{getattr(self, f)})")
+            if self.qk_nope_head_dim + self.qk_rope_head_dim < 1:
+                return ("qk_rope_head_dim", "attention"), (
+                    "attention mla needs qk_nope_head_dim + qk_rope_head_dim >= 1")
+        if self.is_moe:
+            if not 1 <= self.experts_per_token <= self.experts:
+                return ("experts_per_token", "experts"), (
+                    f"a MoE model routes each token to 1..experts ({self.experts}) experts; "
+                    f"experts_per_token is {self.experts_per_token}")
+            if self.moe_intermediate_size < 1:
+                return ("moe_intermediate_size", "experts"), (
+                    "a MoE model (experts > 0) needs moe_intermediate_size >= 1")
+        elif self.intermediate_size < 1:
+            return ("intermediate_size", "experts"), (
+                "a dense model (experts 0) needs intermediate_size >= 1")
+        return None
+
     # --- derived sizes ------------------------------------------------------------------
 
     @property
@@ -557,6 +589,13 @@ def _resolve(gpu: str, model: str, engine: str, stamped: tuple,
                 raise ProfileError(f"invalid value at '{kind}.{k}' ({where}): must be finite "
                                    f"(got {v!r})")
         built[kind] = build(SECTION[kind], n, plain, {k: o for k, (_v, o) in vals[kind].items()})
+    bad = built["model"].inconsistency()
+    if bad is not None:
+        (fields, why), origin = bad, vals["model"]
+        blame = next((f for f in fields if origin.get(f, (0, ""))[1] == "scenario override"),
+                     fields[0])
+        where = origin.get(blame, (0, f"model profile {model}"))[1]
+        raise ProfileError(f"invalid value at 'model.{blame}' ({where}): {why}")
     origins = {f"{kind}.{k}": vo for kind in names for k, vo in sorted(vals[kind].items())}
     return Resolved(built["gpu"], built["model"], built["engine"], origins, bool(cal))
 

@@ -179,3 +179,30 @@ def test_a_busy_run_cut_by_the_horizon_is_no_stall():
     assert res.summary["stopped_at_horizon"] and "stalled_at_s" not in res.summary
     assert not (res.events.event == "run_stalled").any()
     assert res.summary["simulated_s"] == 7.77
+
+
+# --- model overrides that contradict the profile (each field valid alone) ---------------------
+
+
+@pytest.mark.parametrize("name, key", [
+    ("min_experts_below_topk.yaml", "model.experts_per_token"),  # was an OverflowError
+    ("min_experts_below_topk_tbo.yaml", "model.experts"),  # complex step times (TBO)
+    ("min_gqa_on_an_mla_profile.yaml", "model.attention"),  # ZeroDivisionError in validate
+    ("min_gqa_without_kv_heads.yaml", "model.kv_heads"),  # ZeroDivisionError in run
+])
+def test_fuzz_found_contradictory_model_overrides_fail_validate(capsys, name, key):
+    """validate names the overridden key and what the architecture needs, in one line; run
+    refuses the same (it crashed in the simulation)."""
+    assert main(["validate", str(FOUND / name)]) == 2
+    err = capsys.readouterr().err
+    assert f"invalid value at '{key}' (scenario override)" in err and err.count("\n") == 1
+    with pytest.raises(pdsim.ScenarioError, match=key.replace(".", r"\.")):
+        pdsim.run(FOUND / name, allow_outside_paths=True)
+
+
+def test_a_consistent_model_override_still_loads():
+    d = {"fleet": {"gpu": "H20", "model": "dsv3-ci-test"}, "clients": [{"kind": "bench"}],
+         "model": {"experts": 16, "experts_per_token": 4}}
+    assert pdsim.load(d).model.experts == 16
+    d["model"] = {"attention": "gqa", "kv_heads": 8, "head_dim": 128}
+    assert pdsim.load(d).model.attention == "gqa"
