@@ -932,17 +932,18 @@ def _main(argv: list[str] | None) -> int:
             return _die(f"--perfetto {show_path(args.perfetto)}: cannot write "
                         f"({err.strerror or type(err).__name__})")
         print(f"wrote {show_path(path)} (open it in https://ui.perfetto.dev)", file=sys.stderr)
-    summary = dict(res.summary, sim_wall_s=round(res.sim_wall_s, 3))
+    summary = res.summary  # (stdout is the same bytes for the same scenario and seed: the
+    # wall time goes to stderr, as summary.json leaves it out)
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         for line in report.horizon_warning(res):  # the JSON has it too: stopped_at_horizon
             print(line, file=sys.stderr)
     else:
         print(report.render(res, verbose=args.verbose))
-        sys.stdout.flush()
-        print(f"simulated {summary['simulated_s']} s in {summary['sim_wall_s']} s wall "
-              f"({res.scheduled} scheduled entries, of which {summary['events']} SimPy "
-              f"events)", file=sys.stderr)
+    sys.stdout.flush()
+    print(f"simulated {summary['simulated_s']} s in {round(res.sim_wall_s, 3)} s wall "
+          f"({res.scheduled} scheduled entries, of which {summary['events']} SimPy "
+          f"events)", file=sys.stderr)
     return 0
 
 
