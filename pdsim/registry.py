@@ -172,7 +172,7 @@ class Registry:
         if name is None:
             raise _error((self.key,), "missing", f"missing required key; give one of: "
                          f"{', '.join(self._entries)}", data)
-        if name not in self._entries:
+        if not isinstance(name, str) or name not in self._entries:  # (a list: unhashable)
             raise _error((self.key,), "unknown_entry", f"unknown {self.kind} {name!r}; "
                          f"allowed: {', '.join(map(repr, self._entries))}", name)
         model = self._entries[name].model

@@ -1175,10 +1175,27 @@ def from_dict(data: Any, context: Context | None = None) -> Scenario:
     return check(sc, ctx)
 
 
+def _nesting(data: Any) -> None:
+    """A dict given in Python is held to a YAML file's nesting limit (a self-referring one
+    never ends), iteratively: walking it recursively is what would overflow."""
+    stack = [(data, 1, "")]
+    while stack:
+        node, depth, path = stack.pop()
+        if depth > MAX_YAML_DEPTH:
+            raise ScenarioError(f"the scenario is nested deeper than {MAX_YAML_DEPTH} levels "
+                                f"(or refers to itself) at '{clip(path, 120)}'")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1, f"{path}.{k}" if path else str(k))
+                         for k, v in node.items())
+        elif isinstance(node, list | tuple):
+            stack.extend((v, depth + 1, f"{path}.{i}") for i, v in enumerate(node))
+
+
 def as_data(source: str | Path | dict, allow_outside_paths: bool = False) -> Any:
     """The raw scenario mapping of a path or dict, carrying where its paths resolve (a dict:
     its own context if read from a file, else the current directory)."""
     if isinstance(source, dict):
+        _nesting(source)
         ctx = getattr(source, "context", None) or Context.cwd()
         ctx = Context(ctx.base_dir, ctx.root, ctx.allow_outside or allow_outside_paths)
         return _with_context(dict(source), ctx)
@@ -1195,6 +1212,13 @@ def load(source: str | Path | dict | Scenario, sets: list[str] | None = None, *,
     pdsim/unknowns.py) are resolved to their nominal values after the overrides and before
     validation; ``Scenario.unknowns`` lists them.
     """
+    if not isinstance(source, str | os.PathLike | dict | Scenario):
+        raise ScenarioError(f"a scenario is a YAML path, a dict or a Scenario, not "
+                            f"{type(source).__name__}")
+    if sets is not None and (isinstance(sets, str | bytes)
+                             or not all(isinstance(x, str) for x in sets)):
+        raise ScenarioError(f"sets: a list of 'dotted.key=value' strings, e.g. ['seed=2'] "
+                            f"(got {echo(sets)})")
     origin, before = None, ()
     if isinstance(source, Scenario):
         ctx = source._context

@@ -206,3 +206,37 @@ def test_a_consistent_model_override_still_loads():
     assert pdsim.load(d).model.experts == 16
     d["model"] = {"attention": "gqa", "kv_heads": 8, "head_dim": 128}
     assert pdsim.load(d).model.attention == "gqa"
+
+
+@pytest.mark.parametrize("name, key", [("min_fault_kind_a_list.yaml", "faults.0.kind"),
+                                       ("min_blacklist_policy_a_dict.yaml", "blacklist.policy")])
+def test_fuzz_found_a_list_or_dict_naming_a_policy_or_fault_is_one_line(capsys, name, key):
+    """A registry name that is a list or a dict was an internal error (unhashable)."""
+    assert main(["validate", str(FOUND / name)]) == 2
+    err = capsys.readouterr().err
+    assert f"invalid value at '{key}': unknown" in err and err.count("\n") == 1
+    assert main(["run", "scenarios/healthy.yaml", "--set", "blacklist.policy=[]"]) == 2
+    assert "invalid value at 'blacklist.policy'" in capsys.readouterr().err
+
+
+def test_the_library_refuses_what_is_not_a_scenario_with_a_scenario_error():
+    """pdsim.run of something that is not a path, dict or Scenario, ``sets`` given as one
+    string (it was read character by character), and dicts nested past a YAML file's limit
+    or referring to themselves (RecursionError) are ScenarioErrors in one line."""
+    base = {"fleet": {"gpu": "H20", "model": "dsv3-ci-test"},
+            "clients": [{"kind": "bench", "num_prompts": 1}]}
+    for bad in (None, 5, b"fleet: {}"):
+        with pytest.raises(pdsim.ScenarioError, match="a YAML path, a dict or a Scenario"):
+            pdsim.run(bad)
+    with pytest.raises(pdsim.ScenarioError, match=r"sets: a list of .* \(got 'seed=1'\)"):
+        pdsim.run(base, "seed=1")
+    deep: dict = {}
+    node = deep
+    for _ in range(900):
+        node["a"] = node = {}
+    selfref = dict(base)
+    selfref["description"] = selfref
+    for d in (dict(base, description=deep), selfref):
+        with pytest.raises(pdsim.ScenarioError, match="nested deeper than 50 levels") as err:
+            pdsim.run(d)
+        assert "\n" not in str(err.value)
