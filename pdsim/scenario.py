@@ -563,6 +563,7 @@ class Scenario(Strict):
     # where it came from (the report tells a what-if from the scenario its figures belong to)
     _source: str | None = PrivateAttr(None)
     _overrides: tuple[str, ...] = PrivateAttr(())
+    _inherits: str = PrivateAttr("")  # a dict's extends: whose reported figures it took
 
     @property
     def unknowns(self) -> list[unknowns.Unknown]:
@@ -1198,7 +1199,21 @@ def as_data(source: str | Path | dict, allow_outside_paths: bool = False) -> Any
         _nesting(source)
         ctx = getattr(source, "context", None) or Context.cwd()
         ctx = Context(ctx.base_dir, ctx.root, ctx.allow_outside or allow_outside_paths)
-        return _with_context(dict(source), ctx)
+        data = dict(source)
+        if "extends" in data:  # as in a file, relative to where the dict's paths resolve
+            parent = data.pop("extends")
+            try:
+                ppath = resolve_user_path(ctx.base_dir, parent, "'extends'", ctx.allow_outside,
+                                          ctx.root)
+            except UserFileError as err:
+                raise ScenarioError(str(err)) from None
+            base = read_yaml(ppath, _ctx=ctx, _via="'extends'")
+            if not isinstance(base, dict):
+                raise ScenarioError(f"'extends' file {show_path(parent)} is not a scenario "
+                                    f"(its top level is not a mapping)")
+            _rebase_paths(base, ppath.parent, Path(ctx.base_dir).resolve())
+            data = _merge(dict(base), data)
+        return _with_context(data, ctx)
     return read_yaml(source, allow_outside_paths=allow_outside_paths)
 
 
@@ -1219,17 +1234,19 @@ def load(source: str | Path | dict | Scenario, sets: list[str] | None = None, *,
                              or not all(isinstance(x, str) for x in sets)):
         raise ScenarioError(f"sets: a list of 'dotted.key=value' strings, e.g. ['seed=2'] "
                             f"(got {echo(sets)})")
-    origin, before = None, ()
+    origin, before, inherits = None, (), ""
     if isinstance(source, Scenario):
         ctx = source._context
         if not sets and ctx is not None and (ctx.allow_outside or not allow_outside_paths):
             return source
-        origin, before = source._source, source._overrides
+        origin, before, inherits = source._source, source._overrides, source._inherits
         ctx = ctx or Context.cwd()
         source = _with_context(unknowns.redeclare(source.model_dump(mode="json"),
                                                   source.unknowns), ctx)
     elif not isinstance(source, dict):
         origin = str(source)
+    elif "extends" in source and "reference" not in source:
+        inherits = clip(str(source["extends"]), 80)
     data = as_data(source, allow_outside_paths)
     ctx = getattr(data, "context", None)
     if sets:
@@ -1246,6 +1263,7 @@ def load(source: str | Path | dict | Scenario, sets: list[str] | None = None, *,
         except unknowns.UnknownError as err:
             raise ScenarioError(str(err)) from None
     sc._source, sc._overrides = origin, (*before, *(sets or ()))
+    sc._inherits = inherits
     return sc
 
 

@@ -468,6 +468,8 @@ def what_if(sc: scenario_mod.Scenario) -> str:
     changed = [s for s in sc._overrides if not s.startswith("seed=")]
     if changed:
         return f"changed by --set {' '.join(changed)}"
+    if sc._inherits:
+        return f"a dict extending {sc._inherits} inherits its reported figures"
     if sc._source and Path(sc._source).is_file():
         from pdsim.safeio import UserFileError, clip, decode_utf8, read_user_file
 

@@ -10,6 +10,7 @@ import time
 
 import pytest
 import yaml
+from conftest import SCENARIOS
 
 import pdsim
 from pdsim.cli import main
@@ -333,3 +334,32 @@ def test_a_document_parsed_again_is_a_fresh_copy_of_the_first_parse():
     assert second["a"] is not third["a"]
     second["a"]["k"].append(0)
     assert len(scenario.parse_yaml(text, "t")["a"]["k"]) == 6
+
+
+def test_a_dict_extends_a_file_as_a_file_does_relative_to_where_its_paths_resolve(tmp_path):
+    """``pdsim.run({"extends": "scenarios/drop_timeout.yaml", ...})`` (a notebook's what-if):
+    the file is merged under the dict, its relative paths rebased (the trace of
+    trace_replay.yaml), and its reported figures are context only (the dict is a what-if);
+    a parent outside the current directory needs allow_outside_paths, as a file's does."""
+    sets = ["clients.0.num_prompts=400", "clients.1.num_prompts=200"]
+    base = pdsim.run("scenarios/drop_timeout.yaml", sets)
+    never = pdsim.run({"extends": "scenarios/drop_timeout.yaml",
+                       "blacklist": {"policy": "never"}}, sets)
+    assert never.scenario.blacklist.policy == "never"
+    assert never.scenario.clients == base.scenario.clients
+    assert never.summary["blacklisted_pairs_max"] == 0 < base.summary["blacklisted_pairs_max"]
+    from pdsim.sim import what_if
+
+    assert what_if(load({"extends": "scenarios/drop_timeout.yaml"})).startswith(
+        "a dict extending scenarios/drop_timeout.yaml inherits its reported figures")
+    assert what_if(load({"extends": "scenarios/drop_timeout.yaml",
+                         "reference": [{"label": "own", "reported": 1}]})) == ""
+    trace = pdsim.run({"extends": "scenarios/trace_replay.yaml"}, ["clients.0.num_prompts=20"])
+    assert trace.summary["requests"] == 20
+    outside = tmp_path / "s.yaml"
+    outside.write_text((SCENARIOS / "healthy.yaml").read_text())
+    with pytest.raises(ScenarioError, match="leads outside"):
+        load({"extends": str(outside)})
+    assert load({"extends": str(outside)}, allow_outside_paths=True).name == "healthy"
+    with pytest.raises(ScenarioError, match="'extends' must be a file name"):
+        load({"extends": ["x"]})
