@@ -299,6 +299,15 @@ def _get(summary: dict, path: str):
     return cur
 
 
+def _has(summary: dict, path: str) -> bool:
+    cur = summary
+    for part in path.split("."):
+        if not isinstance(cur, dict) or part not in cur:
+            return False
+        cur = cur[part]
+    return True
+
+
 def band(r: ReferenceFigure) -> str:
     """`` ±2`` or `` ±15%``: the reference figure's band as printed."""
     if r.tolerance is not None:
@@ -333,14 +342,23 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
     else:
         out = [_head("Compared with the reported figures", "="),
                f"{'figure':<52}{'simulated':>10}{'reported':>10}"]
+    missing = []
     for r in refs:
         sim = _get(summary, r.metric) if r.metric else None
+        if r.metric and (isinstance(sim, dict) or (sim is None and not _has(summary, r.metric))):
+            missing.append(r.metric)  # a misspelt path, or a section rather than a figure
+            sim = None
         tol = band(r)
         ok = None if what_if else r.within(sim)
         verdict = "" if ok is None else ("within" if ok else "outside")
+        if r.metric in missing:
+            verdict = "metric not in the summary"
         shown = "" if sim is None else f"{sim:,.3f}".rstrip("0").rstrip(".")
         label = r.label if len(r.label) <= 51 else r.label[:50] + "…"
         out.append(f"{label:<52}{shown:>10}{r.reported:>10,g}{tol:<7} {verdict}".rstrip())
+    if missing:
+        out.append(f"not in this run's summary: {', '.join(missing)} (pdsim run --json lists "
+                   f"its keys; a client's are under clients.<name>.)")
     return out
 
 

@@ -149,3 +149,17 @@ def test_a_reported_figure_s_long_label_is_cut_with_an_ellipsis():
     lines = report.reference_block(res.summary, res.scenario.reference, "x", "forward_timeout")
     for x in long:
         assert any(line.startswith(x[:50] + "…") for line in lines)
+
+
+def test_a_reference_metric_the_summary_lacks_is_named_not_left_blank():
+    """A misspelt metric path (or one naming a section) validates (keys vary by client), so
+    the report says which are not in the summary instead of printing an empty cell."""
+    from pdsim import report
+
+    refs = ("reference=[{label: typo, reported: 1, metric: nonexistent.path, tolerance: 1}, "
+            "{label: ok, reported: 1, metric: failed, tolerance: 1}]")
+    res = pdsim.run("scenarios/healthy.yaml", ["clients.0.num_prompts=20", refs])
+    lines = report.reference_block(res.summary, res.scenario.reference)
+    assert lines[2].startswith("typo") and lines[2].endswith("metric not in the summary")
+    assert lines[3].startswith("ok") and lines[3].endswith("within")
+    assert lines[-1].startswith("not in this run's summary: nonexistent.path (")
