@@ -168,9 +168,9 @@ def measure(workload: str, repeat: int, profile: bool = False) -> dict:
 def _cold_load(pdsim, source) -> float:
     """Seconds of ``pdsim.load`` with the YAML and trace caches emptied first (what a
     ``pdsim run`` in a fresh process parses: its scenario and trace files, then checks)."""
-    from pdsim import scenario, trace
+    from pdsim import safeyaml, trace
 
-    scenario._PARSED.clear()
+    safeyaml._PARSED.clear()
     trace._parse.cache_clear()
     trace._count_rows.cache_clear()
     t0 = time.perf_counter()

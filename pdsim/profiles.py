@@ -31,6 +31,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model
 
 from pdsim.safeio import UserFileError, decode_utf8, echo, read_user_file, show_path
+from pdsim.safeyaml import YamlError, parse_yaml
 
 MAX_PROFILE_BYTES = 1 << 20  # a profile file is a few kB; refuse anything past 1 MB
 
@@ -346,9 +347,13 @@ def _merge_section(cat: Catalog, section: str, data: Any, where: str) -> None:
         body = dict(body)
         base = body.pop("extends", None)
         if base is not None:
+            if not isinstance(base, str):  # (a list or mapping is no key: TypeError below)
+                raise ProfileError(f"{where}: '{section}.{name}.extends' must name a "
+                                   f"{section[:-1]} profile (a string), got {echo(base)}; "
+                                   f"known: {', '.join(cat.names(section))}")
             if base not in cat.entries[section]:
                 raise ProfileError(f"{where}: '{section}.{name}.extends': no {section[:-1]} "
-                                   f"{base!r}; known: {', '.join(cat.names(section))}")
+                                   f"{echo(base)}; known: {', '.join(cat.names(section))}")
             entry = Entry(dict(cat.entries[section][base].values))
         else:
             entry = cat.entries[section].get(name) or Entry({})
@@ -396,9 +401,11 @@ def _merge_calibrations(cat: Catalog, data: Any, where: str) -> None:
         cat.calibrations[key] = {**cat.calibrations.get(key, {}), **vals}
 
 
-def _parse(text: str, where: str, loader: type = yaml.SafeLoader) -> Any:
+def _parse(text: str, where: str) -> Any:
+    """A shipped profile file, parsed with libyaml (one first-run cost of every pdsim run: 60
+    ms with the pure-Python parser); user files go through :func:`read_profile_file`."""
     try:
-        return yaml.load(text, Loader=loader)  # SafeLoader or CSafeLoader: safe tags only
+        return yaml.load(text, Loader=_FAST)  # CSafeLoader or SafeLoader: safe tags only
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -406,8 +413,6 @@ def _parse(text: str, where: str, loader: type = yaml.SafeLoader) -> Any:
             from None
 
 
-# libyaml's parser for the shipped files (one first-run cost of every pdsim run: 60 ms with
-# the pure-Python parser); user files keep yaml.safe_load's parser and its error messages
 _FAST = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -417,9 +422,9 @@ def _shipped() -> Catalog:
     pkg = resources.files("pdsim").joinpath("profiles")
     for section in KINDS:
         name = f"{section}.yaml"
-        _merge_section(cat, section, _parse(pkg.joinpath(name).read_text(), name, _FAST),
+        _merge_section(cat, section, _parse(pkg.joinpath(name).read_text(), name),
                        f"pdsim/profiles/{name}")
-    cal = _parse(pkg.joinpath("calibrations.yaml").read_text(), "calibrations.yaml", _FAST)
+    cal = _parse(pkg.joinpath("calibrations.yaml").read_text(), "calibrations.yaml")
     _merge_calibrations(cat, cal.get("calibrations", []) if cal else [],
                         "pdsim/profiles/calibrations.yaml")
     return cat
@@ -427,13 +432,14 @@ def _shipped() -> Catalog:
 
 def read_profile_file(path: str | os.PathLike) -> dict:
     """Parse a user profile file (sections gpus/models/engines/calibrations) safely: a regular
-    file under the size limit, strict UTF-8, ``yaml.safe_load``."""
+    file under the size limit, strict UTF-8, and the scenario files' bounded YAML parser (no
+    duplicate keys, bounded nesting and aliases): a profile file is as much user input."""
     where = show_path(path)
     try:
         text = decode_utf8(read_user_file(path, "profile file", MAX_PROFILE_BYTES), where)
-    except UserFileError as err:
+        data = parse_yaml(text, where)
+    except (UserFileError, YamlError) as err:
         raise ProfileError(str(err)) from None
-    data = _parse(text, where)
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -311,12 +311,12 @@ def test_a_document_parsed_again_is_a_fresh_copy_of_the_first_parse():
     import math
     import struct
 
-    from pdsim import scenario
+    from pdsim import safeyaml, scenario
 
     text = ("a: &x {k: [1, 2.5, .nan, -0.0, 1e308, 12345678901234567890]}\nb: *x\n"
             "c: !!set {p, q}\nd: 2026-11-30\ne: !!binary aGk=\nf: [true, null, 'z']\n"
             "g: 0.1\n")
-    scenario._PARSED.pop(text, None)
+    safeyaml._PARSED.pop(text, None)
     first = scenario.parse_yaml(text, "t")
     second = scenario.parse_yaml(text, "t")
     third = scenario.parse_yaml(text, "t")
