@@ -17,6 +17,7 @@ import math
 import os
 import zlib
 from functools import lru_cache
+from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from typing import BinaryIO
@@ -26,6 +27,14 @@ from pdsim.safeio import UserFileError, clip, open_user_file, show_path
 MAX_TRACE_BYTES = 256 << 20  # a trace file, and its data after gzip decompression
 MAX_TRACE_ROWS = 1_000_000  # requests replayed from one trace (scenario.MAX_REQUESTS)
 MAX_TRACE_TOKENS = 10_000_000  # input_length / output_length of one row
+# Lines of one trace file, blank ones included. The byte limits bound a file's bytes, not the
+# per-line Python work: gzip packs 256 MB of newlines into ~250 KB, and reading them one by one
+# took minutes. A trace has one row per line, so 4 x MAX_TRACE_ROWS leaves room for a blank line
+# after every row of the longest trace replayed whole, and for a trace of up to 4 million rows
+# cut by num_prompts (the 256 MB limit alone allows ~4.5 million rows of the shortest shape,
+# ~57 bytes without hash_ids; the Mooncake traces' rows average ~250 bytes); a file of blank
+# lines is refused after 4 million of them, in about half a second.
+MAX_TRACE_LINES = 4 * MAX_TRACE_ROWS
 # a prefix block id is below this: pdsim.client numbers random prompts' blocks from it up (a
 # trace's ids are block hashes' indices, far smaller), so no trace block is one of theirs
 HASH_ID_LIMIT = 1 << 40
@@ -140,6 +149,11 @@ def open_trace(path: str | Path) -> BinaryIO:
     return io.BufferedReader(_Bounded(raw, MAX_TRACE_BYTES, what))
 
 
+def _too_many_lines(path: str) -> TraceError:
+    return TraceError(f"trace file {show_path(path)} holds more than {MAX_TRACE_LINES:,} lines "
+                      f"(blank ones included); the limit is {MAX_TRACE_LINES:,}")
+
+
 def _key(path: str | Path) -> tuple:
     p = os.fspath(path)
     try:
@@ -171,9 +185,11 @@ def _parse_rows(key: tuple, limit: int) -> tuple:
     n = 0
     with open_trace(key[0]) as f:
         try:
-            for n, line in enumerate(f, 1):  # noqa: B007 (n names a bad line)
+            for n, line in enumerate(islice(f, MAX_TRACE_LINES), 1):  # noqa: B007 (n: a bad line)
                 if len(rows) >= limit:
                     break
+                if line.isspace():  # blank (as not line.strip()), skipped at once: a file of
+                    continue  # blank lines costs what reading them does (MAX_TRACE_LINES)
                 # A line that is one JSON value from its first character, then JSON whitespace
                 # only, decodes as _DECODER.decode would (it skips leading whitespace, scans,
                 # and refuses anything but whitespace after the value): scanning it directly
@@ -188,9 +204,10 @@ def _parse_rows(key: tuple, limit: int) -> tuple:
                     append(_check(row))
                     continue
                 text = row = None  # (one decoded copy of a long line at a time: _row decodes)
-                if line.strip():
-                    append(_row(line))
+                append(_row(line))
             else:  # read to its end: its non-blank lines are its rows (count_rows)
+                if f.read(1):
+                    raise _too_many_lines(key[0])
                 _WHOLE[key] = len(rows)
                 if len(_WHOLE) > 8:
                     del _WHOLE[next(iter(_WHOLE))]
@@ -206,7 +223,10 @@ _WHOLE: dict[tuple, int] = {}
 @lru_cache(maxsize=4)
 def _count_rows(key: tuple) -> int:
     with open_trace(key[0]) as f:
-        return sum(1 for line in f if line.strip())
+        rows = sum(1 for line in islice(f, MAX_TRACE_LINES) if line.strip())
+        if f.read(1):
+            raise _too_many_lines(key[0])
+    return rows
 
 
 def count_rows(path: str | Path) -> int:
@@ -226,8 +246,15 @@ def _rows(path: str | Path, limit: int | None) -> tuple:
 
 def check_trace(path: str | Path, limit: int | None) -> int:
     """The rows :func:`read_trace` would return (parsed and checked, as it does; cached for
-    it), without building them. Raises :class:`TraceError`."""
-    return len(_rows(path, limit))
+    it), without building them. Raises :class:`TraceError`.
+
+    A trace cut by ``limit`` is counted to its end too, as the client will (to report how much
+    of it ran): a tail that cannot be read (too many lines, a truncated gzip) is refused here,
+    not when the run starts."""
+    rows = len(_rows(path, limit))
+    if rows == limit:
+        count_rows(path)
+    return rows
 
 
 def read_trace(path: str | Path, limit: int | None, time_scale: float,

@@ -206,3 +206,47 @@ def test_trace_block_ids_stay_below_the_random_prompts_ids():
     for ids in ([trace.HASH_ID_LIMIT], [3, -1], [1 << 80]):
         with pytest.raises(trace._Bad, match="'hash_ids' must be integers 0..1,099,511,627,775"):
             row(ids)
+
+
+def test_a_trace_of_blank_lines_is_refused_by_its_line_count_in_bounded_time(tmp_path):
+    """The byte limits bound a trace's bytes, not its lines: gzip packs 256 MB of newlines
+    into ~250 KB, and reading them one by one took minutes (validate spun > 600 s; found by
+    the hostile-input hunt). A file of more than MAX_TRACE_LINES lines, blank ones included,
+    is refused in about a second, also when num_prompts cuts it (the client counts it to its
+    end, so load does); blank lines below the limit are skipped as before."""
+    import time
+
+    row = b'{"timestamp": 0, "input_length": 5, "output_length": 5}\n'
+    for blank in (b"\n", b" \t\r\n"):
+        path = tmp_path / "bomb.jsonl.gz"
+        path.write_bytes(gzip.compress(row + blank * trace.MAX_TRACE_LINES, 1))
+        for client in ({}, {"num_prompts": 1}):
+            trace._parse.cache_clear()
+            trace._count_rows.cache_clear()
+            t0 = time.process_time()
+            with pytest.raises(pdsim.ScenarioError) as err:
+                pdsim.load(_trace_fleet(path, **client), allow_outside_paths=True)
+            assert time.process_time() - t0 < 10
+            assert str(err.value) == (
+                f"invalid value at 'clients.0.dataset.path': trace file {path} holds more than "
+                f"4,000,000 lines (blank ones included); the limit is 4,000,000"), client
+    path.write_bytes(row + b"\n" * (trace.MAX_TRACE_LINES - 3) + row + b"  \n")  # at the limit
+    trace._parse.cache_clear()
+    sc = pdsim.load(_trace_fleet(path), allow_outside_paths=True)
+    assert sc.clients[0].dataset._rows == 2 == count_rows(path)
+
+
+def test_a_cut_trace_whose_tail_cannot_be_read_fails_validate_not_the_run(tmp_path):
+    """A trace cut by num_prompts is counted to its end when the run starts (the report says
+    how much of it ran): load counts it too, so a truncated gzip past the cut is refused by
+    validate (validate passed it and the run failed)."""
+    rows = "".join(json.dumps({"timestamp": i, "input_length": i * 7919 % 99991 + 1,
+                               "output_length": i % 997 + 1, "hash_ids": [i, i * 31 % 9973]})
+                   + "\n" for i in range(30_000))
+    full = gzip.compress(rows.encode(), 1)
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(full[: len(full) // 2])  # past what the first rows' reads decompress
+    trace._parse.cache_clear()
+    trace._count_rows.cache_clear()
+    with pytest.raises(pdsim.ScenarioError, match="not a readable gzip file"):
+        pdsim.load(_trace_fleet(path, num_prompts=2), allow_outside_paths=True)
