@@ -105,6 +105,11 @@ def _check(row: object) -> tuple[float, int, int, tuple[int, ...]]:
         inp = _count(inp, "input_length")
     if not (type(out) is int and 0 <= out <= MAX_TRACE_TOKENS):
         out = _count(out, "output_length")
+    if len(blocks) > inp:  # ids name the prompt's blocks, each of at least one token (the
+        # Mooncake traces' hold 512: len(hash_ids) == ceil(input_length / 512) on every row)
+        raise _Bad(f"'hash_ids' holds {len(blocks):,} block ids for an input_length of {inp:,} "
+                   f"tokens; a block holds at least one token (512 in the Mooncake traces), "
+                   f"so at most {inp:,}")
     return ts, inp, out, tuple(blocks)
 
 
@@ -182,6 +187,8 @@ def _parse_rows(key: tuple, limit: int) -> tuple:
     rows: list = []
     append = rows.append
     scan, space = _DECODER.scan_once, _JSON_WHITESPACE.match
+    most = MAX_TRACE_TOKENS  # a line is read for commas past this many bytes
+    commas = most + 64  # a row's most hash_ids (_check), and room for its other fields
     n = 0
     with open_trace(key[0]) as f:
         try:
@@ -190,6 +197,14 @@ def _parse_rows(key: tuple, limit: int) -> tuple:
                     break
                 if line.isspace():  # blank (as not line.strip()), skipped at once: a file of
                     continue  # blank lines costs what reading them does (MAX_TRACE_LINES)
+                # A row holds at most input_length <= MAX_TRACE_TOKENS ids (_check), so a line
+                # of far more commas is none: refused before decoding builds its list (one row
+                # of ~36M ids, a 382 KB gzip, took 2.5 GB and 97 s). Before decoding there is
+                # only the raw line to look at, bounded by MAX_TRACE_BYTES; commas count in C.
+                if len(line) > most and line.count(b",") > commas:
+                    raise _Bad(f"{line.count(b','):,} commas, more than a row holds: at most "
+                               f"{most:,} 'hash_ids' (at most input_length, <= {most:,}: a "
+                               f"block holds at least one token) and its fields")
                 # A line that is one JSON value from its first character, then JSON whitespace
                 # only, decodes as _DECODER.decode would (it skips leading whitespace, scans,
                 # and refuses anything but whitespace after the value): scanning it directly

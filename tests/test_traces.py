@@ -240,7 +240,7 @@ def test_a_cut_trace_whose_tail_cannot_be_read_fails_validate_not_the_run(tmp_pa
     """A trace cut by num_prompts is counted to its end when the run starts (the report says
     how much of it ran): load counts it too, so a truncated gzip past the cut is refused by
     validate (validate passed it and the run failed)."""
-    rows = "".join(json.dumps({"timestamp": i, "input_length": i * 7919 % 99991 + 1,
+    rows = "".join(json.dumps({"timestamp": i, "input_length": i * 7919 % 99991 + 2,
                                "output_length": i % 997 + 1, "hash_ids": [i, i * 31 % 9973]})
                    + "\n" for i in range(30_000))
     full = gzip.compress(rows.encode(), 1)
@@ -250,3 +250,61 @@ def test_a_cut_trace_whose_tail_cannot_be_read_fails_validate_not_the_run(tmp_pa
     trace._count_rows.cache_clear()
     with pytest.raises(pdsim.ScenarioError, match="not a readable gzip file"):
         pdsim.load(_trace_fleet(path, num_prompts=2), allow_outside_paths=True)
+
+
+def test_a_row_holds_at_most_input_length_block_ids():
+    """A block holds at least one token, so a row of more hash_ids than input_length tokens is
+    no trace (the Mooncake traces' blocks hold 512: ceil(input_length / 512) ids a row). A line
+    of more than MAX_TRACE_TOKENS commas is refused before JSON decoding builds its list: one
+    row of ~36M ids (a 382 KB gzip) took 2.5 GB and 97 s (found by the hostile-input hunt)."""
+    def row(n_ids, inp):
+        return trace._check({"timestamp": 0, "input_length": inp, "output_length": 1,
+                             "hash_ids": list(range(n_ids))})
+
+    assert len(row(9, 9)[3]) == 9 and row(0, 0)[3] == ()
+    with pytest.raises(trace._Bad, match=r"^'hash_ids' holds 10 block ids for an input_length "
+                       r"of 9 tokens; a block holds at least one token \(512 in the Mooncake "
+                       r"traces\), so at most 9$"):
+        row(10, 9)
+    with pytest.raises(trace._Bad, match="holds 1 block ids for an input_length of 0"):
+        row(1, 0)
+    with pytest.raises(trace._Bad, match="holds 10 block ids for an input_length of 9"):
+        trace._check({"timestamp": 0, "input_length": 9.9, "output_length": 1,
+                      "hash_ids": list(range(10))})
+
+
+def test_a_line_of_too_many_values_is_refused_before_it_is_decoded(tmp_path, monkeypatch):
+    """More commas than a row's most ids and its fields: no decoder sees the line (it would
+    build the list); a row of input_length ids at the token limit still reads."""
+    def line(n_ids, inp):
+        return (b'{"timestamp": 0, "input_length": %d, "output_length": 1, "hash_ids": [' % inp
+                + b"7," * (n_ids - 1) + b"7]}\n")
+
+    path = tmp_path / "bomb.jsonl.gz"
+    path.write_bytes(gzip.compress(line(trace.MAX_TRACE_TOKENS + 63, trace.MAX_TRACE_TOKENS), 1))
+    decoded = []
+    spy = type("Spy", (), {"scan_once": lambda s, text, i: decoded.append(i) or 1 / 0})()
+    with monkeypatch.context() as m:
+        m.setattr(trace, "_DECODER", spy)
+        m.setattr(trace, "_row", lambda line: decoded.append(line) or 1 / 0)
+        trace._parse.cache_clear()
+        with pytest.raises(trace.TraceError, match=r"bomb\.jsonl\.gz, line 1: 10,000,065 commas, "
+                           r"more than a row holds: at most 10,000,000 'hash_ids' \(at most "
+                           r"input_length, <= 10,000,000: a block holds at least one token\) "
+                           r"and its fields$"):
+            trace._parse(trace._key(path), 10)
+    assert decoded == []
+    # the boundary, at a token limit of 1,000: 1,000 ids read; up to 1,064 commas are decoded
+    # (and the ids counted), more are not
+    monkeypatch.setattr(trace, "MAX_TRACE_TOKENS", 1000)
+    for n_ids, inp, error in ((1000, 1000, None), (1000, 999, "'hash_ids' holds 1,000 block"),
+                              (1062, 1000, "'hash_ids' holds 1,062 block ids"),
+                              (1063, 1000, "1,065 commas, more than a row holds")):
+        path = tmp_path / f"t{n_ids}_{inp}.jsonl"
+        path.write_bytes(line(n_ids, inp))
+        trace._parse.cache_clear()
+        if error is None:
+            assert len(trace._parse(trace._key(path), 10)[0][3]) == n_ids
+        else:
+            with pytest.raises(trace.TraceError, match=re.escape(error)):
+                trace._parse(trace._key(path), 10)
