@@ -43,6 +43,11 @@ def test_sweep_cli(capsys, tmp_path):
     assert "clients.0.num_prompts" in text and "gen tok/s" in text
     assert out.read_text().count("\n") == 3
     assert main(["sweep", "scenarios/healthy.yaml", "--vary", "nokey"]) == 2
+    capsys.readouterr()
+    for raw in ("1,,2", "1,", ",2", "1, ,2"):  # an empty value (YAML: null) is refused
+        assert main(["sweep", "scenarios/healthy.yaml", "--vary", f"seed={raw}"]) == 2
+        err = capsys.readouterr().err
+        assert "--vary seed: an empty value" in err and err.count("\n") == 1
 
 
 def test_postmortem_panels_say_what_the_docstring_promises(tmp_path):
