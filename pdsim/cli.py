@@ -642,7 +642,7 @@ def _explore(args: argparse.Namespace) -> int:
         name = scenario_mod.load(scenario_mod.apply_overrides(data, args.sets)).name
         out = Path(args.out or f"explore-{name}")
         ex = explore(data, args.samples, args.seeds, args.sets, args.design, args.design_seed,
-                     out, args.backend, args.workers, args.address, progress=True)
+                     out, args.backend, args.workers, args.address, progress=sys.stderr.isatty())
     except (scenario_mod.ScenarioError, UsageError, ValueError) as err:
         return _die(str(err))
     except OSError as err:

@@ -22,21 +22,42 @@ OUT = "#bababa"
 BAND = "#a6dba0"
 
 
-def _axis(ax: plt.Axes, ex: Exploration, j: int) -> None:
+def _axis(ax: plt.Axes, ex: Exploration, j: int, which: str = "x") -> None:
+    """Unknown ``j`` on the ``which`` axis: its range (log for a loguniform one, ticked at
+    1-2-5 in plain numbers: the minor labels of a log axis overlap) or its choices by name."""
+    from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, ScalarFormatter
+
     u = ex.unknowns[j]
+    axis = ax.xaxis if which == "x" else ax.yaxis
     if u.numeric:
         if u.dist == "loguniform":
-            ax.set_xscale("log")
-        ax.set_xlim(u.low, u.high)
+            (ax.set_xscale if which == "x" else ax.set_yscale)("log")
+            axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            axis.set_major_formatter(ScalarFormatter())
+            axis.set_minor_formatter(NullFormatter())
+            (ax.set_xlim if which == "x" else ax.set_ylim)(u.low, u.high)
+        elif getattr(u, "integer", False):  # whole values, their spread (_jitter) in view
+            axis.set_major_locator(MaxNLocator(integer=True))
+            (ax.set_xlim if which == "x" else ax.set_ylim)(u.low - 0.5, u.high + 0.5)
+        else:
+            (ax.set_xlim if which == "x" else ax.set_ylim)(u.low, u.high)
     else:
-        ax.set_xticks(range(len(u.choices)), [str(c) for c in u.choices])
-        ax.set_xlim(-0.5, len(u.choices) - 0.5)
+        names = [str(c) for c in u.choices]
+        if which == "x":
+            ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=7)
+            ax.set_xlim(-0.5, len(names) - 0.5)
+        else:
+            ax.set_yticks(range(len(names)), names, fontsize=7)
+            ax.set_ylim(-0.5, len(names) - 0.5)
 
 
-def _jitter(x: np.ndarray, u: object) -> np.ndarray:
+def _jitter(x: np.ndarray, u: object, salt: int = 0) -> np.ndarray:
+    """Spread stacked points of a choice or an integer (the data are not moved); ``salt``
+    draws the spread of each axis apart (one spread on both axes lines the points up on a
+    diagonal)."""
     if getattr(u, "numeric", True) and not getattr(u, "integer", False):
         return x
-    rng = np.random.default_rng(0)  # only spreads stacked points; the data are not moved
+    rng = np.random.default_rng(salt)
     return x + rng.uniform(-0.15, 0.15, len(x))
 
 
@@ -107,10 +128,11 @@ def accepted_pairs(ex: Exploration) -> plt.Figure:
                 ax.hist(xs[i][joint], bins=bins, color=IN, label="accepted")
                 _axis(ax, ex, i)
             else:
-                ax.scatter(_jitter(xs[j], unk[j]), _jitter(xs[i], unk[i]), s=8, color=OUT)
-                ax.scatter(_jitter(xs[j], unk[j])[joint], _jitter(xs[i], unk[i])[joint], s=12,
-                           color=IN)
+                x, y = _jitter(xs[j], unk[j], 1), _jitter(xs[i], unk[i], 2)
+                ax.scatter(x, y, s=8, color=OUT)
+                ax.scatter(x[joint], y[joint], s=12, color=IN)
                 _axis(ax, ex, j)
+                _axis(ax, ex, i, "y")
             if i == d - 1:
                 ax.set_xlabel(unk[j].path, fontsize=8)
             if j == 0 and i != j:

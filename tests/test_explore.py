@@ -175,3 +175,29 @@ def test_a_share_above_zero_never_prints_as_none():
 
     assert _share(1 / 256) == "<0.01" and _share(0.0) == "0.00" and _share(0.005) == "0.01"
     assert _share(0.25) == "0.25" and _share(1.0) == "1.00"
+
+
+def test_the_pair_plot_names_choices_and_spreads_each_axis_on_its_own():
+    """Choices are named on both axes (flush.dooms was a 0-1 number on y) and an integer's
+    spread is drawn apart per axis (one spread on both lined the points up on a diagonal)."""
+    import matplotlib
+    import numpy as np
+
+    from pdsim import explore_plots
+    from pdsim.explore import Exploration
+
+    ex = Exploration.__new__(Exploration)
+    u_choice = type("U", (), {"numeric": False, "choices": ["a_long_name", "b_long_name"],
+                               "path": "flush.dooms", "integer": False})()
+    u_int = type("U", (), {"numeric": True, "integer": True, "dist": "uniform", "low": 6,
+                           "high": 8, "path": "model.layers"})()
+    ex.unknowns = [u_choice, u_int]
+    x = explore_plots._jitter(np.zeros(50), u_int, 1)
+    y = explore_plots._jitter(np.zeros(50), u_int, 2)
+    assert not np.allclose(x, y) and abs(np.corrcoef(x, y)[0, 1]) < 0.5
+    fig, ax = matplotlib.pyplot.subplots()
+    explore_plots._axis(ax, ex, 0, "y")
+    explore_plots._axis(ax, ex, 1, "x")
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a_long_name", "b_long_name"]
+    assert ax.get_xlim() == (5.5, 8.5)
+    matplotlib.pyplot.close(fig)
