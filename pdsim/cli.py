@@ -510,11 +510,12 @@ def _parse_vary(items: list[str]) -> dict[str, list]:
         if not sep or not key or not raw:
             raise UsageError(f"--vary expects KEY=V1,V2,..., got {echo(item)}")
         what = f"--vary {clip(key, 80)}"
-        values = raw.split(",")
-        if any(not v.strip() for v in values):  # (YAML would read it as null)
-            raise UsageError(f"{what}: an empty value in {echo(raw)}; give V1,V2,... with a "
-                             f"value between each pair of commas")
-        vary[key] = [scenario_mod.parse_yaml(v, what) for v in values]
+        vary[key] = []
+        for v in raw.split(","):
+            if not v.strip():  # (YAML would read it as null)
+                raise UsageError(f"{what}: an empty value in {echo(raw)}; give V1,V2,... "
+                                 f"with a value between each pair of commas")
+            vary[key].append(scenario_mod.parse_yaml(v, what))
     return vary
 
 
