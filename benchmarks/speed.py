@@ -173,6 +173,7 @@ def _cold_load(pdsim, source) -> float:
     safeyaml._PARSED.clear()
     trace._parse.cache_clear()
     trace._count_rows.cache_clear()
+    trace._WHOLE.clear()
     t0 = time.perf_counter()
     pdsim.load(source, allow_outside_paths=True)
     return time.perf_counter() - t0

@@ -584,12 +584,11 @@ def _sweep(args: argparse.Namespace) -> int:
         for values in vary.values():
             points *= len(values)
         _check_sweep_args(args, points)
-        data = scenario_mod.apply_overrides(
-            scenario_mod.read_yaml(args.scenario, allow_outside_paths=args.allow_outside_paths),
-            args.sets)
-        sc = scenario_mod.load(data)
+        data = scenario_mod.read_yaml(args.scenario, allow_outside_paths=args.allow_outside_paths)
+        sc = scenario_mod.load(data, args.sets)
         df = sweep(data, vary, range(1, args.seeds + 1), args.workers,
-                   progress=sys.stderr.isatty(), backend=args.backend, address=args.address)
+                   progress=sys.stderr.isatty(), backend=args.backend, address=args.address,
+                   sets=args.sets)
     except (scenario_mod.ScenarioError, UsageError) as err:
         return _die(str(err))
     if args.out:
@@ -718,7 +717,7 @@ def _check_whatif_args(args: argparse.Namespace, policies: list[dict], n_faults:
         for v in p.values():
             n *= len(v) if isinstance(v, list) else 1
         points += n
-    runs = args.seeds * (1 + points * n_faults)
+    runs = args.seeds * (1 + points * (1 + n_faults))  # (at most: healthy runs per policy)
     if runs > MAX_RUNS:
         raise UsageError(f"--policy x --faults x --seeds: {runs:,} runs; at most {MAX_RUNS:,}")
 

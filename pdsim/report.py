@@ -345,20 +345,21 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
     missing = []
     for r in refs:
         sim = _get(summary, r.metric) if r.metric else None
-        if r.metric and (isinstance(sim, dict) or (sim is None and not _has(summary, r.metric))):
-            missing.append(r.metric)  # a misspelt path, or a section rather than a figure
+        if r.metric and (sim is None and not _has(summary, r.metric) or sim is not None and (
+                isinstance(sim, bool) or not isinstance(sim, int | float))):
+            missing.append(r.metric)  # a misspelt path, a section or a name: not a figure
             sim = None
         tol = band(r)
         ok = None if what_if else r.within(sim)
         verdict = "" if ok is None else ("within" if ok else "outside")
         if r.metric in missing:
-            verdict = "metric not in the summary"
+            verdict = "not a figure of the summary"
         shown = "" if sim is None else f"{sim:,.3f}".rstrip("0").rstrip(".")
         label = r.label if len(r.label) <= 51 else r.label[:50] + "…"
         out.append(f"{label:<52}{shown:>10}{r.reported:>10,g}{tol:<7} {verdict}".rstrip())
     if missing:
-        out.append(f"not in this run's summary: {', '.join(missing)} (pdsim run --json lists "
-                   f"its keys; a client's are under clients.<name>.)")
+        out.append(f"not a figure of this run's summary: {', '.join(missing)} (pdsim run "
+                   f"--json lists its keys; a client's are under clients.<name>.)")
     return out
 
 

@@ -29,7 +29,7 @@ import copy
 import importlib
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -760,14 +760,16 @@ def _entry_name(section: dict, reg: registry.Registry) -> Any:
     return reg.default
 
 
-def switch_entry(section: dict, reg: registry.Registry, name: Any) -> dict:
+def switch_entry(section: dict, reg: registry.Registry, name: Any,
+                 given: Iterable[str] = ()) -> dict:
     """``section`` (of entry ``_entry_name(section)``) made over to entry ``name``: when that is
     another entry, the keys it has no parameter for are dropped (they were the old entry's:
     ``strikes`` of a strikes policy under ``--set blacklist.policy=never``); the keys it shares
-    are kept. An unknown name is left for validation to report."""
+    are kept, and so are the keys in ``given`` (the user's own, for validation to judge). An
+    unknown name is left for validation to report."""
     if not isinstance(name, str) or name == _entry_name(section, reg) or name not in reg:
         return section
-    keep = reg.get(name).model.model_fields
+    keep = set(reg.get(name).model.model_fields) | set(given)
     return {k: v for k, v in section.items() if k in keep}
 
 
@@ -775,6 +777,7 @@ def apply_overrides(data: dict, sets: list[str]) -> dict:
     """Apply ``dotted.key=value`` overrides; values are parsed as YAML (bounded loader)."""
     ctx = getattr(data, "context", None)
     data = copy.deepcopy(dict(data))
+    given: set[tuple[str, ...]] = set()  # the keys these overrides set, in order
     for item in sets:
         if not isinstance(item, str) or "=" not in item:
             raise ScenarioError(f"--set expects dotted.key=value, got {echo(item)}")
@@ -815,12 +818,15 @@ def apply_overrides(data: dict, sets: list[str]) -> dict:
                 cur[int(last)] = value
         elif isinstance(cur, dict):
             reg = _switched_at(parts)
-            if reg is not None and last == reg.key:  # another policy or fault kind: its keys
-                kept = switch_entry(cur, reg, value)
+            if reg is not None and last == reg.key:  # another policy or fault kind: its keys,
+                # and those an earlier --set gave (kept, for validation to judge)
+                at = tuple(parts[:-1])
+                kept = switch_entry(cur, reg, value, [k[-1] for k in given if k[:-1] == at])
                 if kept is not cur:
                     cur.clear()
                     cur.update(kept)
             cur[last] = value
+            given.add(tuple(parts))
         else:
             raise ScenarioError(f"--set {shown}: '{clip('.'.join(parts[:-1]), 80)}' is a "
                                 f"{type(cur).__name__} ({echo(cur)}), not a mapping or list")
@@ -1002,11 +1008,17 @@ def from_dict(data: Any, context: Context | None = None) -> Scenario:
 
 
 def _nesting(data: Any) -> None:
-    """A dict given in Python is held to a YAML file's nesting limit (a self-referring one
-    never ends), iteratively: walking it recursively is what would overflow."""
+    """A dict given in Python is held to a YAML file's limits on nesting (a self-referring one
+    never ends) and on values (a list holding itself twice, 40 deep, is 2^40 of them),
+    iteratively: walking it recursively is what would overflow."""
     stack = [(data, 1, "")]
+    seen = 0  # values visited, shared ones each time (as YAML counts an alias's expansion)
     while stack:
         node, depth, path = stack.pop()
+        seen += 1
+        if seen > MAX_YAML_VALUES:
+            raise ScenarioError(f"the scenario holds more than {MAX_YAML_VALUES:,} values "
+                                f"(shared ones counted each time they appear)")
         if depth > MAX_YAML_DEPTH:
             raise ScenarioError(f"the scenario is nested deeper than {MAX_YAML_DEPTH} levels "
                                 f"(or refers to itself) at '{clip(path, 120)}'")
@@ -1017,11 +1029,14 @@ def _nesting(data: Any) -> None:
             stack.extend((v, depth + 1, f"{path}.{i}") for i, v in enumerate(node))
 
 
-def as_data(source: str | Path | dict, allow_outside_paths: bool = False) -> Any:
+def as_data(source: str | Path | dict, allow_outside_paths: bool = False,
+            _dumped: bool = False) -> Any:
     """The raw scenario mapping of a path or dict, carrying where its paths resolve (a dict:
-    its own context if read from a file, else the current directory)."""
+    its own context if read from a file, else the current directory). ``_dumped``: the dict
+    of a validated Scenario (its defaults filled in: not held to a file's value count)."""
     if isinstance(source, dict):
-        _nesting(source)
+        if not _dumped:
+            _nesting(source)
         ctx = getattr(source, "context", None) or Context.cwd()
         ctx = Context(ctx.base_dir, ctx.root, ctx.allow_outside or allow_outside_paths)
         data = dict(source)
@@ -1059,12 +1074,13 @@ def load(source: str | Path | dict | Scenario, sets: list[str] | None = None, *,
                              or not all(isinstance(x, str) for x in sets)):
         raise ScenarioError(f"sets: a list of 'dotted.key=value' strings, e.g. ['seed=2'] "
                             f"(got {echo(sets)})")
-    origin, before, inherits = None, (), ""
+    origin, before, inherits, dumped = None, (), "", False
     if isinstance(source, Scenario):
         ctx = source._context
         if not sets and ctx is not None and (ctx.allow_outside or not allow_outside_paths):
             return source
         origin, before, inherits = source._source, source._overrides, source._inherits
+        dumped = True
         ctx = ctx or Context.cwd()
         source = _with_context(unknowns.redeclare(source.model_dump(mode="json"),
                                                   source.unknowns), ctx)
@@ -1072,7 +1088,7 @@ def load(source: str | Path | dict | Scenario, sets: list[str] | None = None, *,
         origin = str(source)
     elif "extends" in source and "reference" not in source:
         inherits = clip(str(source["extends"]), 80)
-    data = as_data(source, allow_outside_paths)
+    data = as_data(source, allow_outside_paths, _dumped=dumped)
     ctx = getattr(data, "context", None)
     if sets:
         data = apply_overrides(data, sets)

@@ -68,7 +68,7 @@ COLUMNS: dict[str, str] = {
                                  "pair stayed blacklisted",
     "healthy_blacklisted_pair_s": "pair-seconds healthy pairs spent blacklisted, summed",
     "regret_pct": "goodput of the fault's best policy minus this one's, in % of healthy "
-                  "goodput (medians)",
+                  "goodput (medians; this policy's own healthy runs when it has them)",
     "rank": "rank of the policy for this fault (1: most goodput)",
 }
 STATS_NOTE = ("each metric: median over seeds, and _lo/_hi the 10th/90th percentiles over seeds "
@@ -332,7 +332,12 @@ class WhatIf:
         t = pd.DataFrame(rows)
         if t.empty:
             return t
-        healthy = float(np.median(self.healthy.goodput_tok_s)) if len(self.healthy) else math.nan
+        h = self.healthy
+        if "policy" in h:  # each policy's own healthy runs: its own median (not the pool's,
+            # which would move with the other policies in the matrix)
+            healthy = t.policy.map(h.groupby("policy").goodput_tok_s.median())
+        else:
+            healthy = float(np.median(h.goodput_tok_s)) if len(h) else math.nan
         best = t.groupby("fault", sort=False).goodput_tok_s.transform("max")
         t["regret_pct"] = 100.0 * (best - t.goodput_tok_s) / healthy
         t["rank"] = t.groupby("fault", sort=False).goodput_tok_s.rank(ascending=False,
@@ -518,8 +523,15 @@ class WhatIf:
             g = runs[runs.policy == lbl]
             if len(g):
                 ax.plot(_median_series(g.series, smooth_s), lw=1.4, label=lbl)
-        if len(self.healthy):
-            ax.plot(_median_series(self.healthy.series, smooth_s), color="black", lw=1, ls="--",
+        h = self.healthy
+        if len(h) and "policy" in h:  # each policy's own healthy runs, in its colour
+            for line in list(ax.get_lines()):
+                g = h[h.policy == line.get_label()]
+                if len(g):
+                    ax.plot(_median_series(g.series, smooth_s), color=line.get_color(), lw=0.8,
+                            ls="--", label=f"{line.get_label()}, healthy")
+        elif len(h):
+            ax.plot(_median_series(h.series, smooth_s), color="black", lw=1, ls="--",
                     label="healthy")
         start, end = float(runs.fault_start_s.iloc[0]), float(runs.fault_end_s.iloc[0])
         if math.isfinite(start):
@@ -551,8 +563,13 @@ class WhatIf:
             if f"{metric}_lo" in g:
                 ax.fill_between(g.x, g[f"{metric}_lo"], g[f"{metric}_hi"], alpha=0.12,
                                 color=line.get_color(), lw=0)
-        if metric == "goodput_tok_s" and len(self.healthy):
-            ax.axhline(np.median(self.healthy.goodput_tok_s), color="black", lw=1, ls="--",
+        h = self.healthy
+        if metric == "goodput_tok_s" and len(h) and "policy" in h:  # each value's own
+            own = h[h.policy.isin(xs)].groupby("policy").goodput_tok_s.median()
+            own = own.rename(index=xs).sort_index()
+            ax.plot(own.index, own.to_numpy(), color="black", lw=1, ls="--", label="healthy")
+        elif metric == "goodput_tok_s" and len(h):
+            ax.axhline(np.median(h.goodput_tok_s), color="black", lw=1, ls="--",
                        label="healthy")
         ax.set_xscale("log")
         ax.set_xlabel(param)
@@ -616,7 +633,7 @@ def whatif(base: str | Path | dict, policies: Iterable[str | dict] = ("permanent
     fset = expand_faults(faults)
     if not pols or not fset or not seeds:
         raise ValueError("give at least one policy, one fault and one seed")
-    if (runs := len(seeds) * (1 + len(pols) * len(fset))) > MAX_RUNS:
+    if (runs := len(seeds) * (1 + len(pols) * (1 + len(fset)))) > MAX_RUNS:  # (at most)
         raise ValueError(f"policies x faults x seeds: {runs:,} runs; at most {MAX_RUNS:,}")
     shared = [({"faults": [], "seed": seed}, {"fault": "healthy", "seed": seed})
               for seed in seeds]

@@ -157,9 +157,13 @@ def test_a_reference_metric_the_summary_lacks_is_named_not_left_blank():
     from pdsim import report
 
     refs = ("reference=[{label: typo, reported: 1, metric: nonexistent.path, tolerance: 1}, "
-            "{label: ok, reported: 1, metric: failed, tolerance: 1}]")
+            "{label: ok, reported: 1, metric: failed, tolerance: 1}, "
+            "{label: name, reported: 1, metric: clients.bench.kind, tolerance: 1}, "
+            "{label: list, reported: 1, metric: unknowns_at_nominal, tolerance: 1}]")
     res = pdsim.run("scenarios/healthy.yaml", ["clients.0.num_prompts=20", refs])
     lines = report.reference_block(res.summary, res.scenario.reference)
-    assert lines[2].startswith("typo") and lines[2].endswith("metric not in the summary")
+    for i, label in ((2, "typo"), (4, "name"), (5, "list")):  # (a string or list was a crash)
+        assert lines[i].startswith(label) and lines[i].endswith("not a figure of the summary")
     assert lines[3].startswith("ok") and lines[3].endswith("within")
-    assert lines[-1].startswith("not in this run's summary: nonexistent.path (")
+    assert lines[-1].startswith("not a figure of this run's summary: nonexistent.path, "
+                                "clients.bench.kind, unknowns_at_nominal (")

@@ -23,9 +23,18 @@ def test_sweep_grid_rows_and_labels():
     # same seed and values in-process and in a pool: identical rows
     pool = pdsim.sweep(SCENARIOS / "healthy.yaml", vary={"clients.0.num_prompts": [50]},
                        seeds=[1], workers=2, progress=False)
-    cols = [c for c in df.columns if c != "sim_wall_s"]
-    first = df[(df.seed == 1) & (df["clients.0.num_prompts"] == 50)][cols].reset_index(drop=True)
-    assert first.equals(pool[cols].reset_index(drop=True))
+    first = df[(df.seed == 1) & (df["clients.0.num_prompts"] == 50)].reset_index(drop=True)
+    assert first.equals(pool.reset_index(drop=True))  # (no wall-time column: every byte)
+    assert "sim_wall_s" not in df
+
+
+def test_a_sweep_keeps_a_set_key_under_a_policy_its_grid_switches_to(tmp_path, capsys):
+    """--set gives every run's overrides before the grid's, in one pass: a key the user set
+    (strikes) reaches validation under a policy that has none, not dropped as the base's."""
+    argv = ["sweep", "scenarios/drop_timeout.yaml", "--set", "blacklist.strikes=3",
+            "--vary", "blacklist.policy=permanent,never", "--seeds", "1"]
+    assert main(argv) == 2
+    assert "blacklist.strikes" in capsys.readouterr().err
 
 
 def test_sweep_rejects_a_bad_key_before_running():

@@ -378,6 +378,8 @@ def test_switching_the_policy_keeps_the_keys_it_has_and_drops_the_old_one_s(tmp_
     assert pdsim.load(base, ["blacklist.policy=strikes_window"]).blacklist.strikes == 1
     with pytest.raises(ScenarioError, match="blacklist.strikes"):  # the user's own key
         pdsim.load(base, ["blacklist.policy=never", "blacklist.strikes=2"])
+    with pytest.raises(ScenarioError, match="blacklist.strikes"):  # given before the switch
+        pdsim.load(base, ["blacklist.strikes=2", "blacklist.policy=never"])
     # a file that extends another and names another policy: the same rule
     child = tmp_path / "child.yaml"
     child.write_text(f"extends: {base.name}\nblacklist: {{policy: never}}\n")

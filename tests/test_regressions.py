@@ -240,3 +240,8 @@ def test_the_library_refuses_what_is_not_a_scenario_with_a_scenario_error():
         with pytest.raises(pdsim.ScenarioError, match="nested deeper than 50 levels") as err:
             pdsim.run(d)
         assert "\n" not in str(err.value)
+    wide: list = []
+    for _ in range(40):  # 2^40 values as a walk sees them, in 40 lists
+        wide = [wide, wide]
+    with pytest.raises(pdsim.ScenarioError, match="more than 50,000 values"):
+        pdsim.run(dict(base, bogus=wide))

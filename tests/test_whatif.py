@@ -268,3 +268,24 @@ def test_a_base_that_fails_transfers_without_faults_gives_each_policy_its_own_he
     back = WhatIf.read(tmp_path)
     assert list(back.healthy.policy) == list(w.healthy.policy)
     assert [len(s) for s in back.healthy.series] == [len(s) for s in w.healthy.series]
+
+
+def test_regret_with_per_policy_healthy_runs_does_not_move_with_the_other_policies():
+    """A policy's regret under a fault is against its own healthy runs: adding a policy that
+    does not win changes neither its goodput nor its regret (a pooled healthy median did)."""
+    d = _base()
+    d["operator_flushes"] = [{"at_s": 4.0}, {"at_s": 6.0}]
+    errs = {"errs": [{**ERRS[0], "from_s": 8.0, "to_s": 8.5}]}
+    two = whatif(d, ["permanent", "never"], errs, seeds=[3], workers=1, progress=False)
+    three = whatif(d, ["permanent", "never", {"policy": "ttl", "ttl_s": [2.0]}], errs,
+                   seeds=[3], workers=1, progress=False)
+    assert "policy" in two.healthy and two.table.goodput_tok_s.max() == \
+        three.table.goodput_tok_s.max()  # the same best policy in both
+    for label in ("permanent", "never"):
+        a = two.table.set_index("policy").loc[label]
+        b = three.table.set_index("policy").loc[label]
+        assert a.goodput_tok_s == b.goodput_tok_s and a.regret_pct == pytest.approx(b.regret_pct)
+    own = two.healthy.set_index("policy").goodput_tok_s
+    p = two.table.set_index("policy").loc["permanent"]
+    assert p.regret_pct == pytest.approx(100 * (two.table.goodput_tok_s.max()
+                                                - p.goodput_tok_s) / own["permanent"])
