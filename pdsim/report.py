@@ -290,22 +290,17 @@ def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 
     return out
 
 
-def _get(summary: dict, path: str):
+_MISSING = object()
+
+
+def _get(summary: dict, path: str, default: object = None) -> object:
+    """The value at a dotted ``path`` of the summary, or ``default`` when there is none."""
     cur = summary
     for part in path.split("."):
         if not isinstance(cur, dict) or part not in cur:
-            return None
+            return default
         cur = cur[part]
     return cur
-
-
-def _has(summary: dict, path: str) -> bool:
-    cur = summary
-    for part in path.split("."):
-        if not isinstance(cur, dict) or part not in cur:
-            return False
-        cur = cur[part]
-    return True
 
 
 def band(r: ReferenceFigure) -> str:
@@ -344,9 +339,9 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
                f"{'figure':<52}{'simulated':>10}{'reported':>10}"]
     missing = []
     for r in refs:
-        sim = _get(summary, r.metric) if r.metric else None
-        if r.metric and (sim is None and not _has(summary, r.metric) or sim is not None and (
-                isinstance(sim, bool) or not isinstance(sim, int | float))):
+        sim = _get(summary, r.metric, _MISSING) if r.metric else None
+        if sim is _MISSING or sim is not None and (isinstance(sim, bool)
+                                                   or not isinstance(sim, int | float)):
             missing.append(r.metric)  # a misspelt path, a section or a name: not a figure
             sim = None
         tol = band(r)
