@@ -72,7 +72,7 @@ def sweep(scenario: str | Path | dict, vary: dict[str, Iterable], seeds: Iterabl
     """
     data = scenario_mod.as_data(scenario, allow_outside_paths)  # keeps where paths resolve
     jobs = [([*sets, *g], labels) for g, labels in grid(vary, list(seeds))]
-    for sets, _labels in jobs:  # fail fast, before any process starts, on a bad override
-        scenario_mod.load(data, sets)
-    tasks = [(data, sets, labels) for sets, labels in jobs]
+    for run_sets, _labels in jobs:  # fail fast, before any process starts, on a bad override
+        scenario_mod.load(data, run_sets)
+    tasks = [(data, run_sets, labels) for run_sets, labels in jobs]
     return pd.DataFrame(backends.run_all(_one, tasks, workers, progress, backend, address))
