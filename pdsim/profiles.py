@@ -598,9 +598,14 @@ def _resolve(gpu: str, model: str, engine: str, stamped: tuple,
     bad = built["model"].inconsistency()
     if bad is not None:
         (fields, why), origin = bad, vals["model"]
-        blame = next((f for f in fields if origin.get(f, (0, ""))[1] == "scenario override"),
-                     fields[0])
-        where = origin.get(blame, (0, f"model profile {model}"))[1]
+
+        def rank(f: str) -> int:  # blame what the user set: an override, then a user file,
+            o = origin.get(f, (0, ""))[1]  # then a shipped profile, then a default
+            return (0 if o == "scenario override" else 3 if not o
+                    else 2 if o.startswith("pdsim/profiles/") else 1)
+
+        blame = min(fields, key=rank)  # (the first of equals: the order inconsistency gives)
+        where = origin.get(blame, (0, f"model profile {model}, default"))[1]
         raise ProfileError(f"invalid value at 'model.{blame}' ({where}): {why}")
     origins = {f"{kind}.{k}": vo for kind in names for k, vo in sorted(vals[kind].items())}
     return Resolved(built["gpu"], built["model"], built["engine"], origins, bool(cal))

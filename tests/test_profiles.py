@@ -174,3 +174,17 @@ def test_a_resolution_is_remembered_per_its_inputs(tmp_path):
     assert first.gpu.hbm_tbps == 2.0
     f.write_text("gpus:\n  H100-x: {extends: H100, hbm_tbps: 2.50}\n")  # (a new size)
     assert profiles.resolve("H100-x", "llama-3.1-8b", files=(str(f),)).gpu.hbm_tbps == 2.5
+
+
+def test_a_contradictory_user_model_names_the_key_its_file_set():
+    """A user profile that makes an MLA model gqa blames its own 'attention' (not kv_heads,
+    which nobody set: the class default), naming the file."""
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as d:
+        f = _scenario(Path(d), BODY.replace("tiny-moe", "tiny-gqa").replace("H100-slowmem", "H100"),
+                      "models:\n  tiny-gqa: {extends: deepseek-v2-lite, attention: gqa}\n")
+        with pytest.raises(pdsim.ScenarioError, match=r"invalid value at 'model\.attention' "
+                           r"\(.*my\.yaml.*\): attention gqa needs kv_heads >= 1"):
+            pdsim.load(f)
