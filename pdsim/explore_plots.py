@@ -28,27 +28,24 @@ def _axis(ax: plt.Axes, ex: Exploration, j: int, which: str = "x") -> None:
     from matplotlib.ticker import LogLocator, MaxNLocator, NullFormatter, ScalarFormatter
 
     u = ex.unknowns[j]
-    axis = ax.xaxis if which == "x" else ax.yaxis
-    if u.numeric:
-        if u.dist == "loguniform":
-            (ax.set_xscale if which == "x" else ax.set_yscale)("log")
-            axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
-            axis.set_major_formatter(ScalarFormatter())
-            axis.set_minor_formatter(NullFormatter())
-            (ax.set_xlim if which == "x" else ax.set_ylim)(u.low, u.high)
-        elif getattr(u, "integer", False):  # whole values, their spread (_jitter) in view
-            axis.set_major_locator(MaxNLocator(integer=True))
-            (ax.set_xlim if which == "x" else ax.set_ylim)(u.low - 0.5, u.high + 0.5)
-        else:
-            (ax.set_xlim if which == "x" else ax.set_ylim)(u.low, u.high)
-    else:
+    x = which == "x"
+    axis, set_lim = (ax.xaxis, ax.set_xlim) if x else (ax.yaxis, ax.set_ylim)
+    if not u.numeric:
         names = [str(c) for c in u.choices]
-        if which == "x":
-            ax.set_xticks(range(len(names)), names, rotation=20, ha="right", fontsize=7)
-            ax.set_xlim(-0.5, len(names) - 0.5)
-        else:
-            ax.set_yticks(range(len(names)), names, fontsize=7)
-            ax.set_ylim(-0.5, len(names) - 0.5)
+        slant = {"rotation": 20, "ha": "right"} if x else {}
+        (ax.set_xticks if x else ax.set_yticks)(range(len(names)), names, fontsize=7, **slant)
+        set_lim(-0.5, len(names) - 0.5)
+    elif u.dist == "loguniform":
+        (ax.set_xscale if x else ax.set_yscale)("log")
+        axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        axis.set_major_formatter(ScalarFormatter())
+        axis.set_minor_formatter(NullFormatter())
+        set_lim(u.low, u.high)
+    elif getattr(u, "integer", False):  # whole values, their spread (_jitter) in view
+        axis.set_major_locator(MaxNLocator(integer=True))
+        set_lim(u.low - 0.5, u.high + 0.5)
+    else:
+        set_lim(u.low, u.high)
 
 
 def _jitter(x: np.ndarray, u: object, salt: int = 0) -> np.ndarray:
