@@ -48,8 +48,10 @@ def run_all(fn: Callable[[Any], Any], tasks: Sequence, workers: int | None = Non
     return out
 
 
-def progress_bar(total: int, initial: int = 0, enabled: bool = True) -> Any:
-    """The runs bar of sweep, explore and whatif on stderr (unit "run", erased when done).
+def progress_bar(total: int, initial: int = 0, enabled: bool = True, unit: str = "run",
+                 desc: str | None = None) -> Any:
+    """A bar on stderr, erased when done: the runs of sweep, explore and whatif, and the
+    simulated seconds, rows and splits of ``run --progress``, validate-model and holdout.
 
     A terminal that reports no size (0x0: ``script`` run without a terminal, some container
     and CI ttys) makes tqdm read -1 rows and hide every bar, so such a terminal gets 80x24.
@@ -65,8 +67,8 @@ def progress_bar(total: int, initial: int = 0, enabled: bool = True) -> Any:
         else:
             if cols <= 0 or rows <= 0:
                 size = {"ncols": cols if cols > 0 else 80, "nrows": rows if rows > 0 else 24}
-    return tqdm(total=total, initial=initial, unit="run", disable=not enabled, leave=False,
-                file=sys.stderr, **size)
+    return tqdm(total=total, initial=initial, unit=unit, desc=desc, disable=not enabled,
+                leave=False, file=sys.stderr, **size)
 
 
 class Backend(Protocol):

@@ -25,6 +25,7 @@ import pandas as pd
 import yaml
 
 from pdsim import calibrate, validation
+from pdsim.backends import progress_bar
 
 IN_SAMPLE = "in-sample"
 REFERENCE = "in-sample (reference)"
@@ -218,22 +219,20 @@ def run(cases: list[str] | None = None, root: Path = validation.ROOT,
     shown = {_key(r.case, r.metric, r.x) for r in table.itertuples(index=False)}
     todo = [(sp, ps) for sp, ps in all_splits
             if any(_key(r.case, r.metric, r.x) in shown for r in sp.held_out.itertuples())]
-    it: Any = todo
-    if progress:
-        from tqdm import tqdm
-
-        it = tqdm(todo, desc="holdout fits", unit="split", leave=False)
+    bar = progress_bar(len(todo), enabled=progress, unit="split", desc="holdout fits")
     held: dict[tuple, tuple[float, float, str]] = {}
     done = []
-    for sp, ps in it:
-        refit(sp, ps, root)
-        sets = [f"{k}={v!r}" for k, v in sp.params.items()]
-        rows = sp.held_out[[_key(r.case, r.metric, r.x) in shown
-                            for r in sp.held_out.itertuples()]]
-        pred = validation.validate(None, root, extra_sets=sets, rows=rows)
-        for r in pred.itertuples(index=False):
-            held[_key(r.case, r.metric, r.x)] = (r.simulated, r.error, sp.name)
-        done.append(sp)
+    with bar:
+        for sp, ps in todo:
+            refit(sp, ps, root)
+            sets = [f"{k}={v!r}" for k, v in sp.params.items()]
+            rows = sp.held_out[[_key(r.case, r.metric, r.x) in shown
+                                for r in sp.held_out.itertuples()]]
+            pred = validation.validate(None, root, extra_sets=sets, rows=rows)
+            for r in pred.itertuples(index=False):
+                held[_key(r.case, r.metric, r.x)] = (r.simulated, r.error, sp.name)
+            done.append(sp)
+            bar.update()
     kind, why, h_sim, h_err, h_split = [], [], [], [], []
     for r in table.itertuples(index=False):
         k = _key(r.case, r.metric, r.x)

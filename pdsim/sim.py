@@ -492,12 +492,13 @@ def _run_with_progress(env: simpy.Environment, stop: simpy.Event, horizon: float
     nested in it, which once left ``stop`` deaf and ran every progress run to the horizon).
     """
     from simpy.core import EmptySchedule, StopSimulation
-    from tqdm import tqdm
+
+    from pdsim.backends import progress_bar
 
     if stop.processed:
         return
     stop.callbacks.append(StopSimulation.callback)
-    with tqdm(total=round(horizon), unit="sim s", leave=False) as bar:
+    with progress_bar(round(horizon), unit="sim s") as bar:
         shown = 0
         try:
             while True:

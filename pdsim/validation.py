@@ -17,6 +17,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from pdsim.backends import progress_bar
+
 ROOT = Path(__file__).resolve().parents[1] / "validation"
 README_BEGIN = "<!-- validate-model:begin -->"
 README_END = "<!-- validate-model:end -->"
@@ -109,33 +111,30 @@ def validate(cases: list[str] | None = None, root: Path = ROOT, extra_sets: list
         pub = pub[pub.case.isin(cases)]
     out = []
     runs: dict[tuple, Any] = {}
-    it = pub.itertuples(index=False)
-    if progress:
-        from tqdm import tqdm
-
-        it = tqdm(list(it), desc="validate-model", unit="row", leave=False)
-    for row in it:
-        spec = specs[row.case]
-        x = None if pd.isna(row.x) else int(row.x)
-        sets = list(extra_sets)
-        if spec.get("vary") and x is not None:
-            sets.append(f"{spec['vary']}={x}")
-        sc = _scenario(root, spec, sets)
-        measure = spec["measure"]
-        if measure == "run":
-            key = (row.case, x)
-            if key not in runs:
-                runs[key] = pdsim.run(sc)
-            sim = _run_metric(runs[key], row.metric)
-        elif measure == "prefill_step":
-            sim = prefill_step_rate(sc, spec["tokens_per_rank"], x)
-        elif measure == "decode_step":
-            sim = decode_step_rate(sc, spec["batch_per_rank"], x)
-        else:
-            raise ValueError(f"{row.case}: unknown measure {measure!r}")
-        out.append({"case": row.case, "metric": row.metric, "x": x, "published": row.value,
-                    "simulated": round(sim, 2), "error": error(row.value, sim, row.metric),
-                    "unit": row.unit, "source": row.source, "setup": row.setup})
+    with progress_bar(len(pub), enabled=progress, unit="row", desc="validate-model") as bar:
+        for row in pub.itertuples(index=False):
+            spec = specs[row.case]
+            x = None if pd.isna(row.x) else int(row.x)
+            sets = list(extra_sets)
+            if spec.get("vary") and x is not None:
+                sets.append(f"{spec['vary']}={x}")
+            sc = _scenario(root, spec, sets)
+            measure = spec["measure"]
+            if measure == "run":
+                key = (row.case, x)
+                if key not in runs:
+                    runs[key] = pdsim.run(sc)
+                sim = _run_metric(runs[key], row.metric)
+            elif measure == "prefill_step":
+                sim = prefill_step_rate(sc, spec["tokens_per_rank"], x)
+            elif measure == "decode_step":
+                sim = decode_step_rate(sc, spec["batch_per_rank"], x)
+            else:
+                raise ValueError(f"{row.case}: unknown measure {measure!r}")
+            out.append({"case": row.case, "metric": row.metric, "x": x, "published": row.value,
+                        "simulated": round(sim, 2), "error": error(row.value, sim, row.metric),
+                        "unit": row.unit, "source": row.source, "setup": row.setup})
+            bar.update()
     return pd.DataFrame(out)
 
 

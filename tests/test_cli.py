@@ -150,6 +150,13 @@ def test_sweep_and_whatif_draw_a_runs_bar_on_a_terminal_of_unknown_size(args):
     assert "0/2 [" in drawn and "2/2 [" in drawn and "run/s]" in drawn, drawn
 
 
+def test_run_progress_draws_its_bar_on_a_terminal_of_unknown_size():
+    """`run --progress` shares the runs bar's terminal handling (validate-model and holdout
+    use it too): on a 0x0 terminal tqdm alone drew nothing."""
+    drawn = _stderr_on_a_sizeless_tty(["run", "scenarios/healthy.yaml", "--progress", *SMALL])
+    assert "/1800 [" in drawn and "sim s/s]" in drawn, drawn
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
 def test_run_format_without_out_is_a_usage_error(fmt, capsys):
     assert main(["run", "scenarios/healthy.yaml", "--format", fmt, *SMALL]) == 2
