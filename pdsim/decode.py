@@ -735,9 +735,21 @@ class DecodeRank(Rank):
                     or any(not r.room.resolved for r in self.prealloc))
 
     def busy_summary(self) -> str:
-        return (f"prealloc={len(self.prealloc)} transfer={len(self.transfer)} "
+        """Its queues' lengths (a pre-allocation whose room failed waits only to be dropped:
+        not counted, as ``is_fully_idle`` does not)."""
+        prealloc = sum(not r.room.resolved for r in self.prealloc)
+        return (f"prealloc={prealloc} transfer={len(self.transfer)} "
                 f"waiting={len(self.waiting)} running={len(self.running)} "
                 f"retracted={len(self.retracted)}")
+
+    def unfit(self) -> tuple[int, int]:
+        """How many retracted requests the whole KV pool could never take back (``_admit``
+        re-allocates a request's context and a growth block), and the most tokens one of them
+        needs: a run stalled on them says so (``pdsim.sim``)."""
+        alloc, extra = self.alloc, self.growth_pages
+        need = [alloc.pages_for(r.input_len + r.generated) + extra for r in self.retracted]
+        big = [n for n in need if n > alloc.capacity]
+        return len(big), max(big, default=0) * alloc.page_size
 
     def _doomed_by_flush(self, req: Request) -> bool:
         """Does freeing this room's pre-allocated destination pages fail its transfer?

@@ -363,10 +363,15 @@ def horizon_warning(res: Result) -> list[str]:
     s = res.summary
     running = int(sum(v == "unfinished" for v in res.request_values("status")))
     if s.get("stalled_at_s") is not None:  # (robust) the run ended early: nothing could happen
+        detail = next((e.detail for e in res.event_rows() if e.event == "run_stalled"), "")
+        _, _, where = detail.partition(" unfinished: ")
+        why = (f"; where they wait: {where}." if where else
+               " (a request larger than a KV pool, or one waiting on a timeout past the "
+               "horizon).")
         return [f"WARNING: the run stopped at {s['stalled_at_s']:g} s, before its horizon "
                 f"(horizon_s={res.scenario.horizon_s:g}): nothing was left to simulate and "
-                f"{running} requests can never finish (a request larger than a KV pool, or one "
-                f"waiting on a timeout past the horizon). The figures above leave them out."]
+                f"{running} request{'' if running == 1 else 's'} can never finish{why} The "
+                f"figures above leave them out."]
     if not s.get("stopped_at_horizon"):
         return []
     per = []

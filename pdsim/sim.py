@@ -241,12 +241,31 @@ def _sampler(fleet: Fleet, interval: float, rows: list, horizon: simpy.Event,
                      sum(stats.transfer_failures.values()), *g))  # SAMPLE_COLUMNS
         if _nothing_scheduled(env, horizon):
             stuck = sum(r.status == "unfinished" for r in fleet.requests)
-            fleet.log("run_stalled", "sim", value=stuck,
-                      detail=f"nothing left to simulate before the horizon; {stuck} requests "
-                      f"unfinished")
+            fleet.log("run_stalled", "sim", value=stuck, detail=_stall_detail(fleet, stuck))
             stalled.succeed()
             return
         yield env.timeout(interval)
+
+
+def _stall_detail(fleet: Fleet, stuck: int) -> str:
+    """What a stalled run's event says: the unfinished requests, where they wait, and, for
+    retracted requests too large for their rank's whole KV pool, what to change."""
+    where = []
+    for rank in fleet.ranks:
+        if rank.is_fully_idle():
+            continue
+        queues = " ".join(t for t in rank.busy_summary().split() if not t.endswith("=0"))
+        line = f"{rank.name}.r{rank.index} {queues}"
+        n, need = rank.unfit() if rank.role == "decode" else (0, 0)
+        if n:
+            pool = rank.alloc.capacity * rank.alloc.page_size
+            line += (f", of which {n} its whole KV pool of {pool:,} tokens cannot take back "
+                     f"(one needs {need:,}): raise fleet.decode.kv_pool_tokens or "
+                     f"mem_fraction_static, or shorten the requests")
+        where.append(line)
+    at = f": {'; '.join(where)}" if where else ""
+    return (f"nothing left to simulate before the horizon; {stuck} "
+            f"request{'' if stuck == 1 else 's'} unfinished{at}")
 
 
 def _nothing_scheduled(env: simpy.Environment, horizon: simpy.Event) -> bool:

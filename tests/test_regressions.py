@@ -115,6 +115,21 @@ def test_a_run_that_cannot_progress_stops_and_says_so():
     assert "nothing was left to simulate" in horizon_warning(far)[0]
 
 
+def test_a_stalled_run_says_where_its_requests_wait_and_what_to_change():
+    """The warning names the rank and queue, and a retracted request its rank's whole pool
+    cannot take back (60 + 66 generated tokens + a growth block: 126 > 100) with the keys
+    to change; requests whose pre-allocation already failed are not counted as waiting."""
+    sc = _stuck(1e6)
+    sc["clients"][0]["num_prompts"] = 3  # two fail their bootstrap behind the stuck one
+    res = pdsim.run(sc)
+    assert res.summary["failed"] == 2
+    warning = horizon_warning(res)[0]
+    assert ("1 request can never finish; where they wait: decode-0.r0 retracted=1, of which 1 "
+            "its whole KV pool of 100 tokens cannot take back (one needs 126): raise "
+            "fleet.decode.kv_pool_tokens") in warning, warning
+    assert "prealloc" not in warning
+
+
 def test_clients_done_ends_the_run_whatever_the_horizon():
     d = {"fleet": {"gpu": "H20", "model": "dsv3-ci-test"},
          "clients": [{"kind": "bench", "num_prompts": 20}]}
