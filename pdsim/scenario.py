@@ -1109,8 +1109,15 @@ def load(source: str | Path | dict | Scenario, sets: list[str] | None = None, *,
 
 
 def limits() -> dict[str, float]:
-    """The documented limits, by name (for the README and error messages)."""
-    return {k: v for k, v in globals().items() if k.startswith(("MAX_", "MIN_"))}
+    """The documented limits, by name (the README's table): this module's, and those of the
+    modules that read files (YAML, traces, profiles, paths) or fan runs out."""
+    from pdsim import backends, profiles, safeio, trace
+
+    out = {}
+    for space in (globals(), *(vars(m) for m in (trace, profiles, safeio, backends))):
+        out.update((k, v) for k, v in space.items()
+                   if k.startswith(("MAX_", "MIN_")) and isinstance(v, (int, float)))
+    return out
 
 
 def json_schema() -> dict:

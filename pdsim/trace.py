@@ -107,9 +107,10 @@ def _check(row: object) -> tuple[float, int, int, tuple[int, ...]]:
         out = _count(out, "output_length")
     if len(blocks) > inp:  # ids name the prompt's blocks, each of at least one token (the
         # Mooncake traces' hold 512: len(hash_ids) == ceil(input_length / 512) on every row)
-        raise _Bad(f"'hash_ids' holds {len(blocks):,} block ids for an input_length of {inp:,} "
-                   f"tokens; a block holds at least one token (512 in the Mooncake traces), "
-                   f"so at most {inp:,}")
+        n = len(blocks)
+        raise _Bad(f"'hash_ids' holds {n:,} block id{'' if n == 1 else 's'} for an "
+                   f"input_length of {inp:,} token{'' if inp == 1 else 's'}; a block holds at "
+                   f"least one token (512 in the Mooncake traces), so at most {inp:,}")
     return ts, inp, out, tuple(blocks)
 
 

@@ -363,3 +363,17 @@ def test_a_dict_extends_a_file_as_a_file_does_relative_to_where_its_paths_resolv
     assert load({"extends": str(outside)}, allow_outside_paths=True).name == "healthy"
     with pytest.raises(ScenarioError, match="'extends' must be a file name"):
         load({"extends": ["x"]})
+
+
+def test_limits_lists_every_reader_and_fan_out_limit():
+    """``scenario.limits()`` is the README's table of limits: the trace, profile, path, YAML
+    and run-count bounds too, not only the scenario module's own."""
+    from pdsim import backends, profiles, safeio, safeyaml, trace
+    from pdsim.scenario import limits
+
+    got = limits()
+    for mod, name in [(trace, "MAX_TRACE_BYTES"), (trace, "MAX_TRACE_LINES"),
+                      (profiles, "MAX_PROFILE_BYTES"), (safeio, "MAX_PATH_CHARS"),
+                      (safeyaml, "MAX_YAML_DEPTH"), (backends, "MAX_RUNS")]:
+        assert got[name] == getattr(mod, name), name
+    assert got["MAX_TICKS"] == MAX_TICKS

@@ -266,8 +266,10 @@ def test_a_row_holds_at_most_input_length_block_ids():
                        r"of 9 tokens; a block holds at least one token \(512 in the Mooncake "
                        r"traces\), so at most 9$"):
         row(10, 9)
-    with pytest.raises(trace._Bad, match="holds 1 block ids for an input_length of 0"):
+    with pytest.raises(trace._Bad, match="holds 1 block id for an input_length of 0 tokens"):
         row(1, 0)
+    with pytest.raises(trace._Bad, match="holds 2 block ids for an input_length of 1 token;"):
+        row(2, 1)
     with pytest.raises(trace._Bad, match="holds 10 block ids for an input_length of 9"):
         trace._check({"timestamp": 0, "input_length": 9.9, "output_length": 1,
                       "hash_ids": list(range(10))})
