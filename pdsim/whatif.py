@@ -653,18 +653,20 @@ def whatif(base: str | Path | dict, policies: Iterable[str | dict] = ("permanent
             out.append((d, [], labels, list(plugins)))
         return out
 
-    shared_t, own_t, faulty_t = tasks(shared), tasks(own), tasks(faulty)
+    shared_t, faulty_t = tasks(shared), tasks(faulty)  # (``own`` only if needed, below: each
+    # is a faulty run's scenario without its faults, so it loads if that one did)
     # the healthy runs first: if any fails a transfer, a policy could change it (one bar,
     # its total grown by the policies' own healthy runs when they are needed)
     bar = progress_bar(len(shared_t) + len(faulty_t), enabled=progress)
     try:
         rows = run_tasks(_one, shared_t, workers, backend=backend, address=address, bar=bar)
         per_policy = any(r["ret_failures"] for r in rows)
+        own_t = tasks(own) if per_policy else []
         if per_policy:
             rows = []
             bar.total += len(own_t)
             bar.refresh()
-        rows += run_tasks(_one, (own_t if per_policy else []) + faulty_t, workers,
+        rows += run_tasks(_one, own_t + faulty_t, workers,
                           backend=backend, address=address, bar=bar)
     finally:
         bar.close()
