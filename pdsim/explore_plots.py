@@ -132,7 +132,7 @@ def accepted_pairs(ex: Exploration) -> plt.Figure:
                 _axis(ax, ex, i, "y")
             if i == d - 1:
                 ax.set_xlabel(unk[j].path, fontsize=8)
-            if j == 0 and i != j:
+            if j == (1 if i == 0 else 0) and i != j:  # row 0's first scatter is column 1
                 ax.set_ylabel(unk[i].path, fontsize=8)
     n = int(joint.sum())
     title = (f"{ex.scenario.name}: {n} of {len(runs)} runs\nreproduce every reported figure"

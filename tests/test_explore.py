@@ -201,3 +201,20 @@ def test_the_pair_plot_names_choices_and_spreads_each_axis_on_its_own():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["a_long_name", "b_long_name"]
     assert ax.get_xlim() == (5.5, 8.5)
     matplotlib.pyplot.close(fig)
+
+
+def test_the_pair_plot_names_every_rows_unknown_on_its_y_axis(tmp_path):
+    """Row 0's scatters plot the first unknown on y: with labels only in column 0 (its
+    histogram) that row had none, and its 0-50 s axis read as nothing."""
+    import matplotlib.pyplot as plt
+
+    from pdsim import explore_plots
+
+    ex = pdsim.explore(tiny(), samples=4, seeds=1, workers=1, out=tmp_path, progress=False)
+    fig = explore_plots.accepted_pairs(ex)
+    axes = fig.axes
+    d = len(ex.unknowns)
+    for i, u in enumerate(ex.unknowns):
+        row = [axes[i * d + j].get_ylabel() for j in range(d) if j != i]
+        assert u.path in row, (i, row)
+    plt.close(fig)
