@@ -571,8 +571,12 @@ class WhatIf:
         elif metric == "goodput_tok_s" and len(h):
             ax.axhline(np.median(h.goodput_tok_s), color="black", lw=1, ls="--",
                        label="healthy")
-        ax.set_xscale("log")
-        ax.set_xlabel(param)
+        from matplotlib.ticker import NullFormatter
+
+        ax.set_xscale("log")  # ticked at the values run: a log axis within a decade labels
+        ax.set_xticks(sorted(xs.values()), [f"{v:g}" for v in sorted(xs.values())])
+        ax.xaxis.set_minor_formatter(NullFormatter())  # its minor ticks "6x10^0", "2x10^1"
+        ax.set_xlabel(f"{param} (log scale)")
         ax.set_ylabel(metric)
         ax.set_title(f"{metric} vs {param} ({rows[0][1]['policy']})")
         ax.legend(fontsize=7)

@@ -289,3 +289,16 @@ def test_regret_with_per_policy_healthy_runs_does_not_move_with_the_other_polici
     p = two.table.set_index("policy").loc["permanent"]
     assert p.regret_pct == pytest.approx(100 * (two.table.goodput_tok_s.max()
                                                 - p.goodput_tok_s) / own["permanent"])
+
+
+def test_goodput_against_a_parameter_is_ticked_at_the_values_run(matrix):
+    """ttl_s 2 and 20 on a log axis were labelled 10^1 and minor ticks such as 2x10^0 (5, 10,
+    30 s read 6x10^0, 10^1, 2x10^1, 3x10^1): the ticks are now the values run, plainly."""
+    import matplotlib.pyplot as plt
+
+    ax = matrix.vs_param("ttl_s", policy="ttl")
+    ax.figure.canvas.draw()
+    major = [t.get_text() for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+    assert major == ["2", "20"]
+    assert not [t.get_text() for t in ax.get_xticklabels(minor=True) if t.get_text()]
+    plt.close(ax.figure)
