@@ -360,8 +360,11 @@ class WhatIf:
             "mean_goodput_lost_pct": g.goodput_lost_pct.mean(),
             "faults_won": g["rank"].apply(lambda x: int((x == 1).sum())),
         })
+        # a policy with no regret at any fault has no worst fault (idxmax named the first)
+        r.loc[r.worst_regret_pct <= 0, "worst_fault"] = "none"
         r = r.sort_values(["worst_regret_pct", "mean_regret_pct"], kind="stable")
-        r.insert(0, "overall_rank", range(1, len(r) + 1))
+        key = list(zip(r.worst_regret_pct, r.mean_regret_pct, strict=True))
+        r.insert(0, "overall_rank", [key.index(k) + 1 for k in key])  # ties share a rank
         return r.reset_index()
 
     # --- text ----------------------------------------------------------------------------

@@ -210,10 +210,23 @@ def pivot(w, metric: str, digits: int = 0, faults=None, policies=None) -> str:
     return _md(["policy"] + [f"`{f}`" for f in faults], rows)
 
 
+def _fault(name: str) -> str:
+    """A fault's name as code; "none" (a policy with no regret at any fault) as a word."""
+    return name if name == "none" else f"`{name}`"
+
+
+def _place(r, policy: str) -> str:
+    """Where ``policy`` ranks, ties said (tied policies share a rank)."""
+    rank = int(r.set_index("policy").overall_rank[policy])
+    ties = int((r.overall_rank == rank).sum()) - 1
+    where = "last" if rank + ties == len(r) else f"{rank} of {len(r)}"
+    return f"{where}, tied with {ties} other{'s' if ties > 1 else ''}" if ties else where
+
+
 def ranking_md(w) -> str:
     r = w.ranking
     rows = [[int(x.overall_rank), f"`{x.policy}`", _num(x.worst_regret_pct, 1),
-             f"`{x.worst_fault}`", _num(x.mean_regret_pct, 1), _num(x.mean_goodput_lost_pct, 1),
+             _fault(x.worst_fault), _num(x.mean_regret_pct, 1), _num(x.mean_goodput_lost_pct, 1),
              int(x.faults_won)] for x in r.itertuples()]
     return _md(["rank", "policy", "worst regret, % of healthy", "at fault", "mean regret %",
                 "mean goodput lost %", "faults won"], rows)
@@ -622,6 +635,7 @@ def answers(mats: dict, inc: dict) -> dict:
     a: dict = {"tie": f"{TIE_PP:g}", "seeds": SEEDS, "inc_seeds": INCIDENT_SEEDS,
                "lib_cmd": command("library")}
     top = lib.ranking.iloc[0]
+    a["permanent_place"] = _place(lib.ranking, "permanent")
     a["best"] = top.policy
     a["best_worst"] = f"{top.worst_regret_pct:.1f}"
     same = [p for p in ("strikes_window", "circuit_breaker") if _same_rows(lib, p, "never")]
@@ -665,7 +679,7 @@ def answers(mats: dict, inc: dict) -> dict:
             a[f"{name}_{key}_worst"] = f"{x.worst_regret_pct:.1f}"
             a[f"{name}_{key}_worst_fault"] = x.worst_fault
         a[f"{name}_rank"] = ", ".join(f"`{x.policy}` {x.worst_regret_pct:.1f} "
-                                      f"(`{x.worst_fault}`)" for x in r.itertuples())
+                                      f"({_fault(x.worst_fault)})" for x in r.itertuples())
         for p, _ in w.policies:
             key = p.replace("(ttl_s=", "").replace(")", "")
             for f in w.faults:
@@ -726,7 +740,7 @@ ANSWERS = """\
   each other; then `permanent` ({permanent_x_worst}), TTL 30 s ({ttl30_x_worst}) and `never`
   ({never_x_worst}). Each extreme wins one setting and loses another: at the open-loop base
   load `never` has zero regret (tied with {same_as_never}, which never trip at this load) and
-  `permanent` is last but one ({permanent_worst}, at `{permanent_worst_fault}`); under the
+  `permanent` ranks {permanent_place} ({permanent_worst}, at `{permanent_worst_fault}`); under the
   closed loop `never` loses {closed_loop_never_decode_nic_down_lost}% of goodput under
   `decode_nic_down` (requests waiting on a dead KV path hold the client's 256 slots) and
   `permanent` {closed_loop_permanent_flush_race_lost}% under `flush_race`.
