@@ -74,10 +74,14 @@ class Registry:
     """Named entries of one kind; ``key`` is the field naming the entry (``policy``, ``kind``)."""
 
     def __init__(self, kind: str, key: str, default: str | None = None,
-                 builtins: str | None = None) -> None:
+                 builtins: str | None = None, owner_hint: bool = False) -> None:
         self.kind = kind
         self.key = key
         self.default = default
+        # an unknown key names the entries that have it: a policy is switched by its key and
+        # its new parameters (``--set blacklist.ttl_s=5`` alone meant ``policy: ttl``); a fault
+        # is not (``duration_s`` on a crash wants ``restart_after_s``, not another kind)
+        self.owner_hint = owner_hint
         self.builtins = builtins  # module registering the built-in entries, imported on first use
         self._entries: dict[str, Entry] = {}
         self._presets: dict[str, tuple[dict[str, Any], str]] = {}
@@ -199,9 +203,15 @@ class Registry:
         for e in err.errors():
             if e["type"] == "extra_forbidden":
                 allowed = ", ".join(k for k in model.model_fields if k != self.key)
+                owners = [x.name for x in self._entries.values() if self.owner_hint
+                          and e["loc"] and e["loc"][-1] in x.model.model_fields]
+                hint = (f"; it belongs to {self.kind} {' or '.join(map(repr, owners))}: set "
+                        f"'{self.key}' to {'it' if len(owners) == 1 else 'one of them'}"
+                        if owners else "")
                 kind = PydanticCustomError(
                     "unknown_key", "not a parameter of {kind} '{name}'; allowed keys here: "
-                    "{allowed}", {"kind": self.kind, "name": name, "allowed": allowed or "none"})
+                    "{allowed}{hint}", {"kind": self.kind, "name": name,
+                                        "allowed": allowed or "none", "hint": hint})
                 details.append(InitErrorDetails(type=kind, loc=tuple(e["loc"]),
                                                 input=e["input"]))
             else:
@@ -294,7 +304,7 @@ def hoist(schema: dict) -> dict:
 
 
 BLACKLIST_POLICIES = Registry("blacklist policy", "policy", default="permanent",
-                              builtins="pdsim.blacklist")
+                              builtins="pdsim.blacklist", owner_hint=True)
 FAULTS = Registry("fault kind", "kind", builtins="pdsim.faults")
 
 

@@ -233,6 +233,18 @@ def test_policy_parameters_are_validated_with_key_paths(bl, path, hint):
     assert "\n" not in msg
 
 
+def test_a_key_of_another_policy_says_which_policy_has_it():
+    """`--set blacklist.ttl_s=5` on a permanent-blacklist scenario listed permanent's keys
+    only: the error now names the policies that take the key. A fault's key is not hinted
+    (duration_s on a crash means restart_after_s, not another kind)."""
+    with pytest.raises(ScenarioError) as err:
+        from_dict(small_fleet(blacklist={"probe_interval_s": 5}))
+    assert "belongs to blacklist policy 'probe' or 'v0_5_23': set 'policy'" in str(err.value)
+    with pytest.raises(ScenarioError) as err:
+        from_dict(small_fleet(faults=[{"kind": "decode_crash", "at_s": 1, "duration_s": 5}]))
+    assert "belongs to" not in str(err.value) and "restart_after_s" in str(err.value)
+
+
 def test_scenario_round_trips_through_a_dump():
     sc = from_dict(small_fleet(blacklist={"policy": "circuit_breaker", "trials": 3}))
     again = pdsim.load(sc, ["seed=3"])
