@@ -322,10 +322,16 @@ def unknowns_block(res: Result) -> list[str]:
             f"pdsim explore samples these ranges{fit}"]
 
 
+AT_NOMINAL = ("Simulated at the declared unknowns' nominal values (above): chosen inputs, so "
+              "a verdict says whether those values give the figure, not that it follows from "
+              "what is known.")
+
+
 def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "",
-                    scenario: str = "") -> list[str]:
+                    scenario: str = "", at_nominal: bool = False) -> list[str]:
     """The scenario's reported figures beside the run's. For a what-if run (``what_if`` says
-    why) they are context only: labelled so, with no within/outside verdict."""
+    why) they are context only: labelled so, with no within/outside verdict. ``at_nominal``:
+    the run took declared unknowns at their chosen values, which the verdicts then rest on."""
     if not refs:
         return []
     if what_if:
@@ -336,6 +342,7 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
                f"{'figure':<52}{'this run':>10}{'reported':>10}"]
     else:
         out = [_head("Compared with the reported figures", "="),
+               *(textwrap.wrap(AT_NOMINAL, 92) if at_nominal else []),
                f"{'figure':<52}{'simulated':>10}{'reported':>10}"]
     missing = []
     for r in refs:
@@ -404,7 +411,7 @@ def render(res: Result, verbose: bool = False) -> str:
     lines += fleet_block(s, pairs)
     lines += timeline(told(res.event_rows()), pairs, verbose=verbose)
     lines += unknowns_block(res)
-    lines += reference_block(s, sc.reference, res.what_if, sc.name)
+    lines += reference_block(s, sc.reference, res.what_if, sc.name, bool(res.unknowns))
     lines.append("=" * W)
     lines += horizon_warning(res)
     return "\n".join(lines)

@@ -167,3 +167,16 @@ def test_a_reference_metric_the_summary_lacks_is_named_not_left_blank():
     assert lines[3].startswith("ok") and lines[3].endswith("within")
     assert lines[-1].startswith("not a figure of this run's summary: nonexistent.path, "
                                 "clients.bench.kind, unknowns_at_nominal (")
+
+
+def test_verdicts_on_a_run_at_chosen_nominal_values_say_they_rest_on_them():
+    """drop_timeout's "within" for F1 and F2 is a fit (its nominal start and flush.dooms were
+    chosen for them): the comparison says its verdicts rest on the declared unknowns' values."""
+    from pdsim import report
+
+    res = run_cached("drop_timeout")
+    text = report.render(res)
+    block = text[text.index("Compared with the reported figures"):]
+    assert "nominal values (above): chosen inputs" in " ".join(block.split())
+    plain = report.reference_block(res.summary, res.scenario.reference)
+    assert not any("chosen inputs" in line for line in plain)
