@@ -24,13 +24,26 @@ if TYPE_CHECKING:
 W = 60
 LABEL = 50
 
+# which transfers a flush fails is an assumption (flush.dooms): "in flight" is not true of
+# all of them under source_and_unstarted, the drop-timeout replay's chosen value
+DOOMED = {
+    "source": "in flight on prefill pages a flush freed",
+    "source_and_destination": "in flight on pages a flush freed (prefill pages, or decode "
+                              "pages its started prefill writes into)",
+    "source_and_unstarted": "on pages a flush freed: in flight, or into decode pages "
+                            "pre-allocated for a prefill not yet started",
+}
 DOOMED_VS_FAILED = [
-    "doomed: a KV transfer in flight on pages a flush freed. It fails at its next write",
-    "  (ret != 0, reason flush_freed_pages, which blacklists its pair) or, when its pair is",
-    "  already blacklisted, at the blacklist check (reason blacklisted_session).",
-    "failed: a request answered with a 5xx, or (streaming) a 200 with an empty abort chunk,",
-    "  whatever the cause; bench_serving counts the latter as successful.",
+    "doomed: a KV transfer {which} (flush.dooms: {dooms}, an assumption). It fails at its next "
+    "write (ret != 0, reason flush_freed_pages, which blacklists its pair) or, when its pair "
+    "is already blacklisted, at the blacklist check (reason blacklisted_session).",
+    "failed: a request answered with a 5xx, or (streaming) a 200 with an empty abort chunk, "
+    "whatever the cause; bench_serving counts the latter as successful.",
 ]
+
+
+def _define(text: str) -> list[str]:
+    return textwrap.wrap(text, 88, subsequent_indent="  ", break_on_hyphens=False)
 
 
 def _line(label: str, value: object) -> str:
@@ -109,7 +122,9 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
     return out
 
 
-def fleet_block(s: dict, pairs_total: int | None = None) -> list[str]:
+def fleet_block(s: dict, pairs_total: int | None = None,
+                dooms: str = "source_and_destination") -> list[str]:
+    """The fleet's counts, and the words they use defined (``dooms``: ``flush.dooms``)."""
     out = [_head("Fleet", "=")]
     reasons = ", ".join(f"{k} {v}" for k, v in s["transfer_failures_by_reason"].items())
     of = f" of {pairs_total}" if pairs_total else ""
@@ -133,9 +148,9 @@ def fleet_block(s: dict, pairs_total: int | None = None) -> list[str]:
                          ", ".join(f"{k} {v}" for k, v in s["failed_by_reason"].items())))
     out.append(_line("Simulated s / SimPy events:", f"{s['simulated_s']} / {s['events']}"))
     if s["flush_doomed_transfers"]:  # each definition where its word is in use
-        out += DOOMED_VS_FAILED[:3]
+        out += _define(DOOMED_VS_FAILED[0].format(which=DOOMED[dooms], dooms=dooms))
     if s["failed"]:
-        out += DOOMED_VS_FAILED[3:]
+        out += _define(DOOMED_VS_FAILED[1])
     return out
 
 
@@ -408,7 +423,7 @@ def render(res: Result, verbose: bool = False) -> str:
     sc = res.scenario
     pairs = (sc.fleet.prefill.servers * sc.fleet.prefill.dp
              * sc.fleet.decode.servers * sc.fleet.decode.dp)
-    lines += fleet_block(s, pairs)
+    lines += fleet_block(s, pairs, sc.flush.dooms)
     lines += timeline(told(res.event_rows()), pairs, verbose=verbose)
     lines += unknowns_block(res)
     lines += reference_block(s, sc.reference, res.what_if, sc.name, bool(res.unknowns))

@@ -20,7 +20,22 @@ def test_successful_requests_are_labelled_as_http_200s_beside_completed_and_fail
     assert f"Successful requests (HTTP 200, as bench_serving): {m['successful_requests']}" in out
     assert f"Completed with all tokens generated:              {m['completed_requests']}" in out
     assert f"streamed aborts counted as successful:          {m['failed']}" in out
-    assert "doomed: a KV transfer in flight on pages a flush freed" in out
+    assert "doomed: a KV transfer on pages a flush freed" in out
+
+
+def test_doomed_is_defined_by_the_flush_dooms_the_run_assumed():
+    """drop_timeout assumes flush.dooms: source_and_unstarted, under which 6 of its 14 doomed
+    transfers had not started their prefill: the report called them all "in flight"."""
+    from pdsim import report
+
+    res = run_cached("drop_timeout")
+    assert res.scenario.flush.dooms == "source_and_unstarted"
+    said = " ".join(" ".join(report.fleet_block(res.summary, 16, "source_and_unstarted")).split())
+    assert "pre-allocated for a prefill not yet started" in said
+    assert "flush.dooms: source_and_unstarted, an assumption" in said
+    assert said in " ".join(render(res).split())
+    other = " ".join(" ".join(report.fleet_block(res.summary, 16, "source")).split())
+    assert "in flight on prefill pages a flush freed" in other
 
 
 def test_blacklist_growth_is_one_line_and_verbose_lists_every_pair():
