@@ -352,9 +352,12 @@ def _profiles(args: argparse.Namespace) -> int:
             return _die(str(err))
         print(f"{args.scenario}: {res.gpu.name} / {res.model.name} / {res.engine.name}"
               + ("  (calibrated)" if res.calibrated else ""))
+        declared = {u.path: u for u in sc.unknowns}
         for key, (value, origin) in res.origins.items():
             if key == "model.fitted":
                 continue
+            if key in declared:  # chosen, not known: its range and why are in the scenario
+                origin = f"declared unknown at its nominal ({declared[key].describe()})"
             print(f"  {key:<30}{value!s:<12}{origin}")
         return 0
     gpus, models = profiles.raw_gpus(), profiles.raw_models()

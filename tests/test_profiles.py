@@ -135,6 +135,16 @@ def test_cli_profiles_shows_origins(capsys, tmp_path):
     assert "gpu.hbm_tbps" in err and len(err.strip().splitlines()) == 1
 
 
+def test_cli_profiles_says_a_declared_unknown_is_chosen(capsys):
+    """drop_timeout's model.layers and model.experts are declared unknowns at their nominal:
+    `profiles --scenario` called them a "scenario override", as if someone had measured them."""
+    assert main(["profiles", "--scenario", "scenarios/drop_timeout.yaml"]) == 0
+    out = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines()[1:] if ln.strip()}
+    assert "declared unknown at its nominal (uniform [6, 8] (integer))" in out["model.layers"]
+    assert "declared unknown at its nominal" in out["model.experts"]
+    assert "declared unknown" not in out["model.hidden_size"]
+
+
 def test_shipped_catalog_covers_the_issue_list():
     assert {"A10", "A100", "H100", "H800", "H20", "H20-3e", "H200", "B200"} <= set(
         profiles.gpu_names())
