@@ -643,7 +643,8 @@ def _explore(args: argparse.Namespace) -> int:
         _check_explore_args(args)
         data = scenario_mod.read_yaml(args.scenario, allow_outside_paths=args.allow_outside_paths)
         name = scenario_mod.load(scenario_mod.apply_overrides(data, args.sets)).name
-        out = Path(args.out or f"explore-{name}")
+        # (a name is free text: its slashes must not lead the default directory elsewhere)
+        out = Path(args.out or "explore-" + name.replace("/", "_").replace("\\", "_"))
         ex = explore(data, args.samples, args.seeds, args.sets, args.design, args.design_seed,
                      out, args.backend, args.workers, args.address, progress=sys.stderr.isatty())
     except (scenario_mod.ScenarioError, UsageError, ValueError) as err:

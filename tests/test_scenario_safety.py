@@ -377,3 +377,25 @@ def test_limits_lists_every_reader_and_fan_out_limit():
                       (safeyaml, "MAX_YAML_DEPTH"), (backends, "MAX_RUNS")]:
         assert got[name] == getattr(mod, name), name
     assert got["MAX_TICKS"] == MAX_TICKS
+
+
+def test_explore_default_directory_stays_where_the_user_is(tmp_path, monkeypatch, capsys):
+    """The default --out is explore-<scenario name>; a name is free text, and its slashes led
+    the results out of the current directory ('x/../../escaped' wrote to ../escaped)."""
+    import importlib
+
+    explore_mod = importlib.import_module("pdsim.explore")
+    (tmp_path / "sub").mkdir()
+    f = tmp_path / "sub" / "s.yaml"
+    f.write_text(yaml.safe_dump(_with(name="x/../../escaped")))
+    monkeypatch.chdir(tmp_path / "sub")
+    seen = []
+
+    def fake(*args, **kw):
+        seen.append(args[6])
+        raise ValueError("stop")
+    monkeypatch.setattr(explore_mod, "explore", fake)
+    assert main(["explore", str(f)]) == 2
+    capsys.readouterr()
+    out = (tmp_path / "sub" / seen[0]).resolve()
+    assert out.parent == tmp_path / "sub" and out.name == "explore-x_.._.._escaped"
