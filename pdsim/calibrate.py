@@ -324,6 +324,13 @@ def residual_plot(f: Fit, path: str | Path) -> Path:
     return out
 
 
+def plot_formats() -> set[str]:
+    """File name endings :func:`residual_plot` can write (matplotlib's savefig formats)."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    return set(FigureCanvasBase.get_supported_filetypes())
+
+
 def text_residuals(f: Fit, width: int = 30) -> str:
     """The per-row errors as a text bar chart (what the terminal shows)."""
     lines = [f"{'row':>4} {'metric':<16}{'measured':>11}{'fitted':>11}{'error':>9}  "]

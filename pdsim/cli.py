@@ -322,7 +322,8 @@ def _parser() -> argparse.ArgumentParser:
     ca.add_argument("--profiles", action="append", default=[], metavar="FILE",
                     help="extra profile files (a GPU or model of your own)")
     ca.add_argument("--out", help="profile file to write (default: DATA.profile.yaml)")
-    ca.add_argument("--plot", help="residual plot PNG (default: DATA.residuals.png)")
+    ca.add_argument("--plot", help="residual plot image, .png, .svg, .pdf, ... (default: "
+                    "DATA.residuals.png)")
 
     vm = sub.add_parser(
         "validate-model", help="published measurements vs pdsim, per row (validation/)",
@@ -401,18 +402,28 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     from pdsim import calibrate
 
-    try:
+    stem = Path(args.data).with_suffix("")
+    out = Path(args.out or f"{stem}.profile.yaml")
+    plot = Path(args.plot or f"{stem}.residuals.png")
+    try:  # the output paths before the fit, not after it
+        _check_output_file(str(out), "--out")
+        _check_output_file(str(plot), "--plot")
+        kinds = calibrate.plot_formats()
+        if plot.suffix[1:].lower() not in kinds:
+            raise UsageError(f"--plot {show_path(plot)}: give a file name ending in an image "
+                             f"format ({', '.join('.' + k for k in sorted(kinds))})")
         rows = calibrate.read_table(args.data)
         keys = [k.strip() for k in args.fit.split(",")] if args.fit else None
         fit = calibrate.fit(rows, args.gpu, args.model, args.engine, keys,
                             tuple(args.profiles), source=args.data)
-    except (calibrate.CalibrationError, ValueError) as err:
+    except (calibrate.CalibrationError, ValueError, UsageError) as err:
         return _die(str(err))
-    stem = Path(args.data).with_suffix("")
-    out = Path(args.out or f"{stem}.profile.yaml")
-    plot = Path(args.plot or f"{stem}.residuals.png")
-    out.write_text(fit.profile_yaml())
-    calibrate.residual_plot(fit, plot)
+    try:
+        out.write_text(fit.profile_yaml())
+        calibrate.residual_plot(fit, plot)
+    except OSError as err:
+        return _die(f"cannot write ({err.strerror or type(err).__name__}): "
+                    f"{show_path(err.filename or out)}")
     print(f"fitted {len(fit.params)} value(s) of {args.gpu} / {args.model} / {args.engine} to "
           f"{len(fit.rows)} measurement(s):")
     for k, v in fit.params.items():

@@ -83,3 +83,28 @@ def test_calibrate_bad_tables_are_one_line(tmp_path, capsys, text, needle):
     assert main(["calibrate", str(Path(tmp_path, "none.csv")), "--gpu", "H100", "--model",
                  "llama-3.1-8b"]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("opt, value, needle", [
+    ("--out", "nodir/x.yaml", "--out {tmp}/nodir/x.yaml: directory {tmp}/nodir does not exist"),
+    ("--out", "adir", "--out {tmp}/adir: is a directory"),
+    ("--plot", "nodir/x.png", "--plot {tmp}/nodir/x.png: directory {tmp}/nodir does not exist"),
+    ("--plot", "x.pdfx", "--plot {tmp}/x.pdfx: give a file name ending in an image format (.avif"),
+    ("--plot", "noext", "--plot {tmp}/noext: give a file name ending in an image format"),
+])
+def test_calibrate_output_paths_are_checked_before_the_fit(tmp_path, capsys, opt, value,
+                                                          needle):
+    """They were written after the fit: an internal error (FileNotFoundError, a format
+    matplotlib lacks), or a plot saved as noext.png and reported as noext."""
+    data = tmp_path / "steps.csv"
+    data.write_text((ROOT / "validation" / "pr5624_bench_one_batch.csv").read_text())
+    (tmp_path / "adir").mkdir()
+    other = "--plot" if opt == "--out" else "--out"
+    other_file = tmp_path / ("ok.png" if other == "--plot" else "ok.yaml")
+    assert main(["calibrate", str(data), "--gpu", "H20", "--model", "dsv3-ci-test", "--fit",
+                 "engine.decode_step_ms", opt, str(tmp_path / value),
+                 other, str(other_file)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle.format(tmp=tmp_path) in err, err
+    assert not other_file.exists() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "adir", "steps.csv"]
