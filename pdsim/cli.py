@@ -773,6 +773,8 @@ def _whatif(args: argparse.Namespace) -> int:
         for fmt in formats:
             if fmt not in ("csv", "parquet", "json"):
                 raise ValueError(f"--format {fmt!r}: csv, parquet or json")
+        if args.out:  # before the matrix runs, not after it
+            _prepare_out_dir(args.out)
         if "parquet" in formats:
             try:
                 import pyarrow  # noqa: F401

@@ -214,6 +214,9 @@ def test_decode_nic_down_takes_work_it_cannot_receive_and_each_write_waits_the_t
     (["--plots"], "add --out"),
     (["--format", "parquet"], "--format picks the table formats of --out DIR; add --out"),
     (["--faults-file", "{tmp}/missing.yaml"], "--faults-file"),
+    # (an --out that cannot be a directory was an internal error after the whole matrix)
+    (["--out", "{tmp}/base.yaml"], "--out {tmp}/base.yaml: exists and is not a directory"),
+    (["--out", "{tmp}/base.yaml/o"], "--out {tmp}/base.yaml/o: cannot create the directory"),
 ])
 def test_whatif_cli_refuses_before_any_run(tmp_path, monkeypatch, capsys, args, says):
     import sys
