@@ -34,6 +34,7 @@ from pdsim import scenario as scenario_mod
 from pdsim.backends import MAX_RUNS, progress_bar
 from pdsim.backends import run_all as run_tasks
 from pdsim.registry import BLACKLIST_POLICIES, FAULTS
+from pdsim.safeio import echo
 
 RECOVERY_WINDOW_S = 10.0
 RECOVERED_AT = 0.9  # "back within 10% of healthy"
@@ -110,13 +111,31 @@ def expand_policies(policies: Iterable[str | dict]) -> list[tuple[str, dict]]:
     return out
 
 
+def _fault_set_name(key: object) -> str:
+    """A fault-set name of your own: it labels rows beside the runs without faults
+    (``healthy``) and names a --plots file (timeline_<name>.png), so neither may it be."""
+    name = str(key)
+    if name == "healthy":
+        raise ValueError("fault-set name 'healthy' is taken by the runs without faults; "
+                         "give another name")
+    if (not name.strip() or not name.isprintable() or "/" in name or "\\" in name
+            or len(name) > scenario_mod.MAX_NAME_CHARS):
+        raise ValueError(f"fault-set name {echo(key)}: give printable text of at most "
+                         f"{scenario_mod.MAX_NAME_CHARS} characters, without / or \\")
+    return name
+
+
 def expand_faults(faults: Iterable[str] | dict[str, list] | None) -> dict[str, list[dict]]:
     """Fault specs -> name: list of fault items. Names are library presets; a dict maps your
     names to fault lists. None: the whole library."""
     if faults is None:
         return {name: [{"preset": name}] for name in FAULTS.presets}
     if isinstance(faults, dict):
-        return {str(k): list(v) if isinstance(v, list) else [v] for k, v in faults.items()}
+        out = {_fault_set_name(k): list(v) if isinstance(v, list) else [v]
+               for k, v in faults.items()}
+        if len(out) < len(faults):  # (1 and '1' from a YAML file)
+            raise ValueError("fault-set names repeat once read as text; give distinct names")
+        return out
     out = {}
     for name in faults:
         if name not in FAULTS.presets:

@@ -11,7 +11,7 @@ import yaml
 from conftest import small_fleet
 
 from pdsim.cli import main
-from pdsim.whatif import blacklist_harm, expand_policies, recover_s, whatif
+from pdsim.whatif import blacklist_harm, expand_faults, expand_policies, recover_s, whatif
 
 ERRS = [{"kind": "transfer_errors", "probability": 0.3, "from_s": 3.0, "to_s": 3.5}]
 FLAPS = [{"kind": "nic_flaps", "prefill_server": 0, "at_s": 3.0, "flaps": 2, "every_s": 2.0,
@@ -325,3 +325,25 @@ def test_policies_with_the_same_regrets_share_a_rank_and_no_regret_names_no_wors
     rk = w.ranking.set_index("policy")
     assert rk.overall_rank.to_dict() == {"a": 1, "b": 1, "c": 3}
     assert rk.worst_fault.to_dict() == {"a": "none", "b": "none", "c": "f2"}
+
+
+@pytest.mark.parametrize("name, says", [
+    ("healthy", "fault-set name 'healthy' is taken by the runs without faults"),
+    ("../../evil", "fault-set name '../../evil': give printable text of at most 100"),
+    ("a\tb", "fault-set name 'a\\tb': give printable text"),
+    ("", "fault-set name '': give printable text"),
+])
+def test_fault_set_names_of_a_faults_file_are_checked(tmp_path, capsys, name, says):
+    """A set named 'healthy' was taken for the runs without faults (the error: 'goodput_tok_s');
+    one with a slash named --plots' timeline file (an internal FileNotFoundError)."""
+    with pytest.raises(ValueError, match="fault-set name"):
+        expand_faults({name: ERRS})
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(_base()))
+    faults = tmp_path / "faults.yaml"
+    faults.write_text(yaml.safe_dump({name: ERRS}))
+    assert main(["whatif", str(base), "--policy", "never", "--faults-file", str(faults),
+                 "--seeds", "1", "--workers", "1", "--out", str(tmp_path / "o"),
+                 "--plots"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
