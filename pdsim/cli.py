@@ -600,6 +600,11 @@ def _sweep(args: argparse.Namespace) -> int:
         _check_sweep_args(args, points)
         data = scenario_mod.read_yaml(args.scenario, allow_outside_paths=args.allow_outside_paths)
         sc = scenario_mod.load(data, args.sets)
+        benches = [c.name for c in sc.clients if c.kind == "bench"] or [sc.clients[-1].name]
+        main_client = benches[-1] if args.client is None else args.client
+        if main_client not in {c.name for c in sc.clients}:  # before the runs, not after
+            raise UsageError(f"--client {echo(main_client)}: no such client; the scenario has "
+                             f"{', '.join(c.name for c in sc.clients)}")
         df = sweep(data, vary, range(1, args.seeds + 1), args.workers,
                    progress=sys.stderr.isatty(), backend=args.backend, address=args.address,
                    sets=args.sets)
@@ -615,11 +620,6 @@ def _sweep(args: argparse.Namespace) -> int:
     if args.json:
         print(df.to_json(orient="records", indent=2))
         return 0
-    benches = [c.name for c in sc.clients if c.kind == "bench"] or [sc.clients[-1].name]
-    main_client = args.client or benches[-1]
-    if main_client not in {c.name for c in sc.clients}:
-        return _die(f"--client {echo(main_client)}: no such client; the scenario has "
-                    f"{', '.join(c.name for c in sc.clients)}")
     cols = {"transfer_failures.flush_freed_pages": "ret!=0", "blacklisted_pairs_max": "pairs",
             "failed": "failed", f"{main_client}.empty_share": "empty",
             f"{main_client}.true_output_throughput_tok_s": "gen tok/s",

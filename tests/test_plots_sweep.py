@@ -113,3 +113,19 @@ def test_probe_recovery_shows_as_pairs_coming_off_the_blacklist():
     assert len(iv) and (iv.cleared_by == "probe").all()
     # probe interval 30 s, plus what the probe costs (a call and a 4 KiB write)
     assert (iv.end - iv.start <= 30 + 0.01).all()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--client", "nope"], "--client 'nope': no such client; the scenario has bench"),
+])
+def test_sweep_cli_refuses_before_running(monkeypatch, capsys, args, says):
+    """--client was checked after every run."""
+    from pdsim import backends
+
+    def no_runs(*_a, **_k):
+        raise AssertionError("runs started before the command line was checked")
+
+    monkeypatch.setattr(backends, "run_all", no_runs)
+    assert main(["sweep", "scenarios/healthy.yaml", "--seeds", "1", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
