@@ -524,12 +524,17 @@ def _parse_vary(items: list[str]) -> dict[str, list]:
         if not sep or not key or not raw:
             raise UsageError(f"--vary expects KEY=V1,V2,..., got {echo(item)}")
         what = f"--vary {clip(key, 80)}"
+        if key in vary:  # (the later one replaced the earlier)
+            raise UsageError(f"{what}: given twice; give its values once, V1,V2,...")
         vary[key] = []
         for v in raw.split(","):
             if not v.strip():  # (YAML would read it as null)
                 raise UsageError(f"{what}: an empty value in {echo(raw)}; give V1,V2,... "
                                  f"with a value between each pair of commas")
             vary[key].append(scenario_mod.parse_yaml(v, what))
+        if key == "seed":  # (each run's seed, from --seeds, replaced it)
+            raise UsageError(f"{what}: the seeds are --seeds N (1..N per grid point); vary "
+                             f"another key")
     return vary
 
 

@@ -20,6 +20,7 @@ import yaml
 
 from pdsim import backends
 from pdsim import scenario as scenario_mod
+from pdsim.safeio import echo
 
 SKIP = {"flushes", "clients", "transfer_failures_by_reason", "failed_by_reason",
         "unknowns_at_nominal"}
@@ -70,6 +71,14 @@ def sweep(scenario: str | Path | dict, vary: dict[str, Iterable], seeds: Iterabl
     give stays under a policy the grid switches to, for validation to judge).
     ``backend``/``address``: where the runs go (pdsim/backends.py: "process" or "ray").
     """
+    if not isinstance(vary, dict) or not all(
+            isinstance(k, str) and isinstance(v, (list, tuple, range)) for k, v in vary.items()):
+        raise scenario_mod.ScenarioError(
+            f"vary: a dict of dotted key -> list of values, e.g. {{'blacklist.policy': "
+            f"['permanent', 'never']}} (got {echo(vary)})")
+    if "seed" in vary:  # (each run's seed, from seeds, replaced it)
+        raise scenario_mod.ScenarioError("vary: the seeds are the seeds argument; vary "
+                                         "another key")
     data = scenario_mod.as_data(scenario, allow_outside_paths)  # keeps where paths resolve
     jobs = [([*sets, *g], labels) for g, labels in grid(vary, list(seeds))]
     for run_sets, _labels in jobs:  # fail fast, before any process starts, on a bad override

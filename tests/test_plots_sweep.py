@@ -117,9 +117,13 @@ def test_probe_recovery_shows_as_pairs_coming_off_the_blacklist():
 
 @pytest.mark.parametrize("args, says", [
     (["--client", "nope"], "--client 'nope': no such client; the scenario has bench"),
+    (["--vary", "seed=1,2"], "--vary seed: the seeds are --seeds N"),
+    (["--vary", "clients.0.num_prompts=20,30", "--vary", "clients.0.num_prompts=40"],
+     "--vary clients.0.num_prompts: given twice"),
 ])
 def test_sweep_cli_refuses_before_running(monkeypatch, capsys, args, says):
-    """--client was checked after every run."""
+    """--client was checked after every run; --vary seed was replaced by each run's seed (the
+    grid silently ran seed 1 twice) and a key given twice lost its first values."""
     from pdsim import backends
 
     def no_runs(*_a, **_k):
@@ -129,3 +133,15 @@ def test_sweep_cli_refuses_before_running(monkeypatch, capsys, args, says):
     assert main(["sweep", "scenarios/healthy.yaml", "--seeds", "1", *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err, err
+
+
+@pytest.mark.parametrize("vary, says", [
+    ({"seed": [1, 2]}, "vary: the seeds are the seeds argument"),
+    ("blacklist.policy", "vary: a dict of dotted key -> list of values"),
+    ({"blacklist.policy": "never"}, "vary: a dict of dotted key -> list of values"),
+])
+def test_library_sweep_refuses_a_vary_it_would_misread(vary, says):
+    """A string of values ran each of its characters; a str vary was a TypeError."""
+    with pytest.raises(pdsim.ScenarioError, match=says):
+        pdsim.sweep(SCENARIOS / "healthy.yaml", vary=vary, seeds=[1], workers=1,
+                    progress=False)
