@@ -874,12 +874,27 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:
         return _die("out of memory; shorten the run (num_prompts, horizon_s) or the sweep")
     except Exception as err:  # last resort: a bug, not a user error
+        if _interrupted(err):
+            print("pdsim: interrupted", file=sys.stderr)
+            return 130
         if os.environ.get("PDSIM_DEBUG"):
             raise
         print(f"pdsim: internal error: {type(err).__name__}: {clip(str(err), 200)}; this is a "
               f"bug in pdsim; please report it (PDSIM_DEBUG=1 shows the traceback)",
               file=sys.stderr)
         return 70
+
+
+def _interrupted(err: BaseException) -> bool:
+    """Ctrl-C wrapped in another exception: Python reports one that lands while a class is
+    being built (an import) as RuntimeError('Error calling __set_name__ ...') from it."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        if isinstance(err, KeyboardInterrupt):
+            return True
+        seen.add(id(err))
+        err = err.__cause__ or err.__context__
+    return False
 
 
 def _main(argv: list[str] | None) -> int:

@@ -163,3 +163,20 @@ def test_run_format_without_out_is_a_usage_error(fmt, capsys):
     cap = capsys.readouterr()
     assert cap.out == ""  # refused before running, not run and the flag dropped
     assert cap.err == "pdsim: error: --format picks the table format of --out DIR; add --out\n"
+
+
+def test_ctrl_c_wrapped_in_another_exception_is_an_interrupt(monkeypatch, capsys):
+    """Ctrl-C landing while a class is built (a lazy import) reaches main as RuntimeError
+    ('Error calling __set_name__ ...') from KeyboardInterrupt: it said 'internal error: ...
+    this is a bug in pdsim', exit 70."""
+    from pdsim import scenario
+
+    def interrupted(*_a, **_k):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as err:
+            raise RuntimeError("Error calling __set_name__ on 'X'") from err
+
+    monkeypatch.setattr(scenario, "load", interrupted)
+    assert main(["validate", "scenarios/healthy.yaml"]) == 130
+    assert capsys.readouterr().err == "pdsim: interrupted\n"
