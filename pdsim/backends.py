@@ -22,6 +22,20 @@ from typing import Any, Protocol
 
 NAMES = ("process", "ray")
 MAX_RUNS = 100_000  # runs one sweep, exploration or what-if matrix may fan out
+WORKERS_PER_CORE = 4  # local processes at most, per core (each holds a Python with pandas)
+
+
+def check_workers(workers: int | None, backend: str = "process") -> None:
+    """``workers`` for ``backend``: at least 1, and for local processes at most
+    WORKERS_PER_CORE per core (``--workers 100000`` forked a process per queued run)."""
+    if workers is None:
+        return
+    if workers < 1:
+        raise ValueError(f"workers {workers}: give at least 1")
+    cores = os.cpu_count() or 1
+    if backend == "process" and workers > WORKERS_PER_CORE * cores:
+        raise ValueError(f"workers {workers}: give 1..{WORKERS_PER_CORE * cores} "
+                         f"({WORKERS_PER_CORE} local processes per core, {cores} cores)")
 
 
 def run_all(fn: Callable[[Any], Any], tasks: Sequence, workers: int | None = None,
@@ -113,6 +127,8 @@ class ProcessBackend(_Base):
     name = "process"
 
     def __init__(self, workers: int | None = None) -> None:
+        if workers is not None and workers > 1:  # (the library reads 0 or less as 1)
+            check_workers(workers)
         self.workers = max(1, workers or os.cpu_count() or 1)
 
     def imap(self, fn: Callable[[Any], Any], tasks: Sequence) -> Iterator[tuple[int, Any]]:

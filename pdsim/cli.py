@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pdsim.backends import MAX_RUNS  # runs one sweep, exploration or what-if may fan out
+from pdsim.backends import MAX_RUNS, check_workers  # runs a fan-out may make; --workers
 from pdsim.safeio import UserFileError, clip, echo, read_user_file, show_path
 
 if TYPE_CHECKING:  # pdsim.scenario (pydantic) is imported after the parse: --help needs none
@@ -542,14 +542,20 @@ def _check_sweep_args(args: argparse.Namespace, grid_points: int) -> None:
     if not 1 <= args.seeds <= MAX_SEEDS:
         raise UsageError(f"--seeds {args.seeds}: give 1..{MAX_SEEDS:,} (runs seeds 1..N per "
                          f"grid point)")
-    if args.workers is not None and args.workers < 1:
-        raise UsageError(f"--workers {args.workers}: give at least 1")
+    _check_workers(args)
     runs = grid_points * args.seeds
     if runs > MAX_RUNS:
         raise UsageError(f"the sweep has {runs:,} runs (grid points x seeds); at most "
                          f"{MAX_RUNS:,}")
     if args.out:
         _check_output_file(args.out, "--out")
+
+
+def _check_workers(args: argparse.Namespace) -> None:
+    try:
+        check_workers(args.workers, args.backend)
+    except ValueError as err:
+        raise UsageError(f"--{err}") from None
 
 
 def _check_explore_args(args: argparse.Namespace) -> None:
@@ -562,8 +568,7 @@ def _check_explore_args(args: argparse.Namespace) -> None:
     if args.samples * args.seeds > MAX_RUNS:
         raise UsageError(f"the exploration has {args.samples * args.seeds:,} runs (samples x "
                          f"seeds); at most {MAX_RUNS:,}")
-    if args.workers is not None and args.workers < 1:
-        raise UsageError(f"--workers {args.workers}: give at least 1")
+    _check_workers(args)
     if args.design_seed < 0:
         raise UsageError(f"--design-seed {args.design_seed}: give a non-negative integer")
 
@@ -729,8 +734,7 @@ def _check_whatif_args(args: argparse.Namespace, policies: list[dict], n_faults:
     if not 1 <= args.seeds <= MAX_SEEDS:
         raise UsageError(f"--seeds {args.seeds}: give 1..{MAX_SEEDS:,} (runs seeds 1..N per "
                          f"policy and fault)")
-    if args.workers is not None and args.workers < 1:
-        raise UsageError(f"--workers {args.workers}: give at least 1")
+    _check_workers(args)
     points = 0
     for p in policies:
         n = 1

@@ -293,6 +293,13 @@ def a_file(tmp_path):
      "the exploration has 1,000,000 runs"),
     (["explore", "scenarios/healthy.yaml", "--seeds", "0"], "--seeds 0: give 1..10,000"),
     (["explore", "scenarios/healthy.yaml", "--workers", "0"], "--workers 0: give at least 1"),
+    # (a process per queued run: --workers 100000 forked thousands of Pythons)
+    (["sweep", "scenarios/healthy.yaml", "--workers", "100000000"],
+     "--workers 100000000: give 1.."),
+    (["explore", "scenarios/healthy.yaml", "--workers", "100000000"],
+     "--workers 100000000: give 1.."),
+    (["whatif", "scenarios/whatif_base.yaml", "--workers", "100000000"],
+     "--workers 100000000: give 1.."),
     (["explore", "scenarios/healthy.yaml", "--design-seed", "-5"],
      "--design-seed -5: give a non-negative integer"),
 ])
@@ -400,3 +407,12 @@ def test_explore_default_directory_stays_where_the_user_is(tmp_path, monkeypatch
     capsys.readouterr()
     out = (tmp_path / "sub" / seen[0]).resolve()
     assert out.parent == tmp_path / "sub" and out.name == "explore-x_.._.._escaped"
+
+
+def test_library_fan_out_bounds_its_local_processes():
+    from pdsim.backends import WORKERS_PER_CORE
+
+    too_many = WORKERS_PER_CORE * (os.cpu_count() or 1) + 1
+    with pytest.raises(ValueError, match=f"workers {too_many}: give 1.."):
+        pdsim.sweep(SCENARIOS / "healthy.yaml", vary={"clients.0.num_prompts": [5]},
+                    seeds=[1], workers=too_many, progress=False)
