@@ -330,7 +330,12 @@ def load_plugin(spec: str) -> None:
             raise ValueError(f"plugin {spec} failed to import: {type(err).__name__}: "
                              f"{err}") from None
         return
+    if not spec or spec.startswith("."):  # (import_module: ValueError, TypeError)
+        raise ValueError(f"plugin {spec!r}: give a module name (pkg.module) or a .py file")
     try:
         importlib.import_module(spec)
     except ImportError as err:
         raise ValueError(f"plugin {spec!r} not importable: {err}") from None
+    except Exception as err:  # a user's module: one line, as a .py file's (not a pdsim bug)
+        raise ValueError(f"plugin {spec!r} failed to import: {type(err).__name__}: "
+                         f"{err}") from None

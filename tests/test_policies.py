@@ -422,3 +422,20 @@ def test_never_blacklisting_removes_the_incident_s_fast_fails():
     assert (never.events.detail == fast).sum() == 0
     assert never.summary["blacklisted_pairs_max"] == 0
     assert never.summary["failed"] < base.summary["failed"]
+
+
+@pytest.mark.parametrize("spec, says", [
+    (".rel", "plugin '.rel': give a module name (pkg.module) or a .py file"),
+    ("", "plugin '': give a module name"),
+    ("pdsim_h1_boom", "plugin 'pdsim_h1_boom' failed to import: RuntimeError: boom"),
+    ("pdsim_h1_syntax", "plugin 'pdsim_h1_syntax' failed to import: SyntaxError"),
+])
+def test_a_plugin_module_that_fails_is_one_line(tmp_path, monkeypatch, capsys, spec, says):
+    """A module name (not a .py file) that raised anything but ImportError, or a relative
+    one, was an internal error ('a bug in pdsim'); '' said only 'Empty module name'."""
+    (tmp_path / "pdsim_h1_boom.py").write_text("raise RuntimeError('boom')\n")
+    (tmp_path / "pdsim_h1_syntax.py").write_text("def f(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["validate", "--plugin", spec, "scenarios/healthy.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
