@@ -901,8 +901,17 @@ def _interrupted(err: BaseException) -> bool:
     return False
 
 
+# options whose empty value (--out '') read as not given: the run went on and wrote nothing
+_NOT_EMPTY = ("out", "perfetto", "csv", "plot", "write_readme", "faults_file", "scenario",
+              "timeline", "param", "format", "address", "fit")
+
+
 def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
+    for opt in _NOT_EMPTY:
+        if getattr(args, opt, None) == "" and (opt != "scenario" or args.cmd == "profiles"):
+            return _die(f"--{opt.replace('_', '-')}: an empty value; give one, or leave the "
+                        f"option out")
     from pdsim import scenario as scenario_mod
     from pdsim.registry import load_plugin
 

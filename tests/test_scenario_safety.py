@@ -300,6 +300,13 @@ def a_file(tmp_path):
      "--workers 100000000: give 1.."),
     (["whatif", "scenarios/whatif_base.yaml", "--workers", "100000000"],
      "--workers 100000000: give 1.."),
+    # (an empty output path read as not given: the run went on and wrote nothing)
+    (["run", "scenarios/healthy.yaml", "--out", ""], "--out: an empty value"),
+    (["run", "scenarios/healthy.yaml", "--perfetto", ""], "--perfetto: an empty value"),
+    (["sweep", "scenarios/healthy.yaml", "--out", ""], "--out: an empty value"),
+    (["whatif", "scenarios/whatif_base.yaml", "--out", ""], "--out: an empty value"),
+    (["validate-model", "--csv", ""], "--csv: an empty value"),
+    (["profiles", "--scenario", ""], "--scenario: an empty value"),
     (["explore", "scenarios/healthy.yaml", "--design-seed", "-5"],
      "--design-seed -5: give a non-negative integer"),
 ])
