@@ -68,9 +68,11 @@ COLUMNS: dict[str, str] = {
     "max_healthy_blacklisted_s": "longest stretch a healthy (prefill rank, decode session) "
                                  "pair stayed blacklisted",
     "healthy_blacklisted_pair_s": "pair-seconds healthy pairs spent blacklisted, summed",
-    "regret_pct": "goodput of the fault's best policy minus this one's, in % of healthy "
-                  "goodput (medians; this policy's own healthy runs when it has them)",
-    "rank": "rank of the policy for this fault (1: most goodput)",
+    "regret_pct": "goodput of the best policy at the same fault and seed minus this one's, "
+                  "in % of that seed's healthy goodput (this policy's own healthy run when it "
+                  "has them); the median over seeds (paired: every policy meets the same "
+                  "seed's arrivals and faults)",
+    "rank": "rank of the policy for this fault by regret (1: least; ties share a rank)",
 }
 STATS_NOTE = ("each metric: median over seeds, and _lo/_hi the 10th/90th percentiles over seeds "
               "(linear interpolation)")
@@ -324,8 +326,26 @@ class WhatIf:
         self.table = self._table()
         self.ranking = self._ranking()
 
+    def _regrets(self) -> np.ndarray:
+        """Each run's regret: the fault's best goodput at its seed minus its own, in % of its
+        seed's healthy goodput (its policy's own when the healthy runs are per policy). Paired
+        by seed, a policy that matches the best at most seeds has a median regret of 0 where
+        a difference of medians over seeds could name it the worst."""
+        runs, h = self.runs, self.healthy
+        best = runs.groupby(["fault", "seed"], sort=False).goodput_tok_s.transform("max")
+        if "policy" in h:
+            own = h.set_index(["policy", "seed"]).goodput_tok_s
+            healthy = np.array([own.get((p, s), math.nan)
+                                for p, s in zip(runs.policy, runs.seed, strict=True)])
+        else:
+            healthy = runs.seed.map(h.set_index("seed").goodput_tok_s).to_numpy(float)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(healthy > 0,
+                            100.0 * (best.to_numpy(float) - runs.goodput_tok_s.to_numpy(float))
+                            / healthy, math.nan)
+
     def _table(self) -> pd.DataFrame:
-        runs = self.runs
+        runs = self.runs.assign(_regret=self._regrets()) if len(self.runs) else self.runs
         rows = []
         order = {lbl: i for i, (lbl, _) in enumerate(self.policies)}
         for (fault, policy), g in runs.groupby(["fault", "policy"], sort=False):
@@ -347,20 +367,14 @@ class WhatIf:
                     srt = np.sort(v)
                     row[f"{m}_lo"] = float(srt[int(0.1 * (len(v) - 1))])
                     row[f"{m}_hi"] = math.inf
+            row["regret_pct"] = float(np.median(g._regret))
             rows.append(row)
         t = pd.DataFrame(rows)
         if t.empty:
             return t
-        h = self.healthy
-        if "policy" in h:  # each policy's own healthy runs: its own median (not the pool's,
-            # which would move with the other policies in the matrix)
-            healthy = t.policy.map(h.groupby("policy").goodput_tok_s.median())
-        else:
-            healthy = float(np.median(h.goodput_tok_s)) if len(h) else math.nan
-        best = t.groupby("fault", sort=False).goodput_tok_s.transform("max")
-        t["regret_pct"] = 100.0 * (best - t.goodput_tok_s) / healthy
-        t["rank"] = t.groupby("fault", sort=False).goodput_tok_s.rank(ascending=False,
-                                                                        method="min").astype(int)
+        t["regret_pct"] = t.pop("regret_pct")  # (the last columns, as before)
+        t["rank"] = t.groupby("fault", sort=False).regret_pct.rank(
+            method="min", na_option="bottom").astype(int)
         t["_p"] = t.policy.map(order)
         t["_f"] = t.fault.map({f: i for i, f in enumerate(self.faults)})
         t = t.sort_values(["_f", "_p"]).drop(columns=["_p", "_f"]).reset_index(drop=True)

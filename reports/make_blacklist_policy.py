@@ -342,8 +342,9 @@ SETTINGS = {"library": "open loop 18 req/s, `total_tokens` (§1)",
 
 def robust_table(mats: dict) -> tuple[str, str, dict]:
     """Worst-case regret of the policies every setting ran, over the faults every setting ran,
-    per setting and overall (regret against the best of those policies)."""
-    import numpy as np
+    per setting and overall (regret against the best of those policies: each setting's matrix
+    cut to them, so regret is the what-if's own, paired by seed)."""
+    from pdsim.whatif import WhatIf
 
     ws = {k: mats[k] for k in SETTINGS if k in mats}
     common = [p for p, _ in ws["library"].policies
@@ -351,13 +352,14 @@ def robust_table(mats: dict) -> tuple[str, str, dict]:
     faults = [f for f in FEW_FAULTS if all(f in w.faults for w in ws.values())]
     worst: dict[str, dict[str, tuple[float, str]]] = {p: {} for p in common}
     for k, w in ws.items():
-        t = w.table[w.table.policy.isin(common) & w.table.fault.isin(faults)]
-        healthy = float(np.median(w.healthy.goodput_tok_s))
-        best = t.groupby("fault").goodput_tok_s.transform("max")
-        t = t.assign(r=100.0 * (best - t.goodput_tok_s) / healthy)
-        for p, g in t.groupby("policy"):
-            i = g.r.idxmax()
-            worst[p][k] = (float(g.r.max()), g.loc[i, "fault"])
+        h = w.healthy
+        cut = WhatIf(w.runs[w.runs.policy.isin(common) & w.runs.fault.isin(faults)],
+                     h[h.policy.isin(common)] if "policy" in h else h,
+                     [(p, sec) for p, sec in w.policies if p in common],
+                     {f: w.faults[f] for f in faults})
+        for p, g in cut.table.groupby("policy"):
+            i = g.regret_pct.idxmax()
+            worst[p][k] = (float(g.regret_pct.max()), g.loc[i, "fault"])
     rows = []
     for p in sorted(common, key=lambda p: max(v[0] for v in worst[p].values())):
         overall = max(worst[p].items(), key=lambda kv: kv[1][0])
@@ -474,8 +476,9 @@ def render(mats: dict, inc, ev=None) -> str:
     add("")
     add(healthy_line(lib))
     add("")
-    add("Ranking by worst-case regret (regret: the fault's best policy's median goodput minus "
-        "this policy's, in % of healthy goodput):")
+    add("Ranking by worst-case regret (regret: the goodput of the fault's best policy at the "
+        "same seed minus this policy's, in % of that seed's healthy goodput; the median over "
+        "seeds):")
     add("")
     add(ranking_md(lib))
     add("")
