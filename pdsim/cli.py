@@ -279,7 +279,7 @@ def _parser() -> argparse.ArgumentParser:
     wi.add_argument("--plots", action="store_true", help="with --out: heatmap.png, "
                     "timeline_<fault>.png, vs_<param>.png")
     wi.add_argument("--timeline", metavar="FAULT", help="fault whose recovery timelines to "
-                    "plot (default: the first)")
+                    "plot (default: the one where the policies differ most)")
     wi.add_argument("--param", metavar="KEY", help="policy parameter to plot goodput against "
                     "(default: the first one a grid varies)")
     wi.add_argument("--json", action="store_true", help="print table, ranking and column "
@@ -826,7 +826,7 @@ def _whatif_plots(w: object, args: argparse.Namespace) -> list:
     ax = w.heatmap()
     ax.figure.savefig(out / "heatmap.png", dpi=90)
     paths.append(out / "heatmap.png")
-    fault = args.timeline or next(iter(w.faults))
+    fault = args.timeline or w.telling_fault()
     ax = w.timelines(fault)
     ax.figure.savefig(out / f"timeline_{fault}.png", dpi=90)
     paths.append(out / f"timeline_{fault}.png")

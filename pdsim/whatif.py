@@ -521,6 +521,15 @@ class WhatIf:
 
     # --- plots ----------------------------------------------------------------------------
 
+    def telling_fault(self) -> str:
+        """The fault under which the policies differ most (the largest regret; the first on
+        ties): the timeline worth drawing when none is named. Under the first fault of a
+        matrix every policy's curve may be the same (a crash that no policy changes)."""
+        t = self.table
+        if t.empty or not (t.regret_pct > 0).any():
+            return next(iter(self.faults))
+        return str(t.loc[t.regret_pct.idxmax(), "fault"])
+
     def heatmap(self, ax: Any = None, metric: str = "goodput_lost_pct") -> Any:
         """Policy x fault heatmap of goodput lost (median over seeds, % of healthy)."""
         import matplotlib.pyplot as plt

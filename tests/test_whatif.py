@@ -368,3 +368,19 @@ def test_regret_is_paired_by_seed():
                         "goodput_tok_s": [100.0] * 3 + [50.0] * 3})  # per policy healthy
     t = WhatIf(runs, own, [(p, {"policy": p}) for p in good], {"f": []}).table
     assert t.set_index("policy").regret_pct.to_dict() == {"a": 0.0, "b": 20.0}
+
+
+def test_plots_default_to_the_fault_where_policies_differ():
+    """`whatif --plots` drew the first fault's timelines, where every policy may be the same
+    (a crash no policy changes): by default it now picks the fault with the largest regret."""
+    from pdsim.whatif import METRICS, WhatIf
+
+    good = {("a", "same"): 100.0, ("b", "same"): 100.0, ("a", "apart"): 100.0,
+            ("b", "apart"): 60.0}
+    runs = pd.DataFrame([{**dict.fromkeys(METRICS, 0.0), "policy": p, "fault": f, "seed": 1,
+                          "goodput_tok_s": g} for (p, f), g in good.items()])
+    w = WhatIf(runs, pd.DataFrame({"seed": [1], "goodput_tok_s": [100.0]}),
+               [("a", {"policy": "a"}), ("b", {"policy": "b"})], {"same": [], "apart": []})
+    assert w.telling_fault() == "apart"
+    level = runs.assign(goodput_tok_s=100.0)
+    assert WhatIf(level, w.healthy, w.policies, w.faults).telling_fault() == "same"
