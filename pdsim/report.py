@@ -126,10 +126,19 @@ def fleet_block(s: dict, pairs_total: int | None = None,
                 dooms: str = "source_and_destination") -> list[str]:
     """The fleet's counts, and the words they use defined (``dooms``: ``flush.dooms``)."""
     out = [_head("Fleet", "=")]
-    reasons = ", ".join(f"{k} {v}" for k, v in s["transfer_failures_by_reason"].items())
+    by = s["transfer_failures_by_reason"]
+    # a blacklisted pair's transfer fails at the engine's check, before any write: counted
+    # apart from the writes that failed (ret != 0), which are what feeds the blacklist
+    fast = by.get("blacklisted_session", 0)
+    written = ", ".join(f"{k} {v}" for k, v in by.items() if k != "blacklisted_session" and v)
+    n = s["transfer_failures"] - fast
+    parts = [f"{n} write{'' if n == 1 else 's'} (ret != 0: {written})" if written else "",
+             f"{fast} failed fast on a blacklisted pair (no write)" if fast else ""]
+    detail = "; ".join(p for p in parts if p)
     of = f" of {pairs_total}" if pairs_total else ""
     out += [
-        _line("Transfer failures:", f"{s['transfer_failures']} ({reasons})"),
+        _line("Transfer failures:", f"{s['transfer_failures']}" + (f": {detail}" if detail
+                                                                   else "")),
         _line("Transfers doomed by a flush:", s["flush_doomed_transfers"]),
         _line("Blacklisted pairs (max / final):",
               f"{s['blacklisted_pairs_max']} / {s['blacklisted_pairs_final']}{of}"),

@@ -180,3 +180,18 @@ def test_ctrl_c_wrapped_in_another_exception_is_an_interrupt(monkeypatch, capsys
     monkeypatch.setattr(scenario, "load", interrupted)
     assert main(["validate", "scenarios/healthy.yaml"]) == 130
     assert capsys.readouterr().err == "pdsim: interrupted\n"
+
+
+def test_transfer_failures_tell_failed_writes_from_blacklist_fast_fails():
+    """A blacklisted pair's transfer fails at the engine's check, before any write: the fleet
+    block counted those 1,347 with the 13 writes that failed (ret != 0) as one figure."""
+    from conftest import run_cached
+
+    from pdsim.report import render
+
+    res = run_cached("drop_timeout")
+    by = res.summary["transfer_failures_by_reason"]
+    fast, freed = by["blacklisted_session"], by["flush_freed_pages"]
+    line = next(ln for ln in render(res).splitlines() if ln.startswith("Transfer failures:"))
+    assert line.endswith(f"{fast + freed}: {freed} writes (ret != 0: flush_freed_pages "
+                         f"{freed}); {fast} failed fast on a blacklisted pair (no write)"), line
