@@ -470,11 +470,13 @@ def _validate_model(args: argparse.Namespace) -> int:
     except (scenario_mod.ScenarioError, ValueError) as err:
         return _die(str(err))
     with pd.option_context("display.width", 200, "display.max_columns", 20):
-        shown = df.assign(error=[f"{e:+.1%}" for e in df.error])
+        shown = df.assign(error=[validation.shown_error(e, m)
+                                 for e, m in zip(df.error, df.metric, strict=True)])
         drop = ["unit", "source", "fitted_in"]
         if do_holdout:
             shown = shown.assign(held_out_error=[
-                "" if pd.isna(e) else f"{e:+.1%}" for e in df.held_out_error])
+                "" if pd.isna(e) else validation.shown_error(e, m)
+                for e, m in zip(df.held_out_error, df.metric, strict=True)])
         print(shown.drop(columns=[c for c in drop if c in shown]).to_string(index=False))
     s = validation.summary(df)
     print(f"\n{s['rows']} rows: median |error| {s['median_abs_error']:.1%}, max "

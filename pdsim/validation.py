@@ -96,6 +96,14 @@ def error(published_value: float, simulated: float, metric: str) -> float:
     return (simulated - published_value) / published_value
 
 
+def shown_error(err: float, metric: str) -> str:
+    """An error as the table prints it: a met upper bound says so (its error is 0 by
+    definition, which "+0.0%" would show as an exact match)."""
+    if metric.endswith("_upper_bound") and err == 0:
+        return "within bound"
+    return f"{err:+.1%}"
+
+
 def validate(cases: list[str] | None = None, root: Path = ROOT, extra_sets: list[str] = (),
              progress: bool = False, rows: pd.DataFrame | None = None) -> pd.DataFrame:
     """Published vs simulated for every row (or the rows of ``cases``, or the given rows of
@@ -161,7 +169,7 @@ def markdown(df: pd.DataFrame) -> str:
     for r in df.itertuples(index=False):
         x = "" if r.x is None or pd.isna(r.x) else f"{int(r.x):,}"
         line = (f"| {r.setup} | {r.case} | {r.metric} | {x} | {r.published:,.2f} | "
-                f"{r.simulated:,.2f} | {r.error:+.1%} |")
+                f"{r.simulated:,.2f} | {shown_error(r.error, r.metric)} |")
         if marked:
             line += f" {r.row} |"
         if held:
@@ -169,7 +177,8 @@ def markdown(df: pd.DataFrame) -> str:
                 line += " n/a | n/a | not refittable (see validation/README.md) |"
             else:
                 refit = r.split or "nothing fitted on it"
-                line += f" {r.held_out:,.2f} | {r.held_out_error:+.1%} | {refit} |"
+                line += (f" {r.held_out:,.2f} | {shown_error(r.held_out_error, r.metric)} | "
+                         f"{refit} |")
         lines.append(line)
     s = summary(df)
     lines.append("")

@@ -64,3 +64,23 @@ def test_validate_model_checks_its_output_paths_before_the_refit(tmp_path, monke
     assert main(["validate-model", *[a.format(tmp=tmp) for a in args]]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says.format(tmp=tmp) in err
+
+
+def test_a_met_upper_bound_reads_within_bound_not_an_exact_match():
+    """An upper bound's error is 0 when met (18.8 ms against a 20 ms bound): the table
+    printed +0.0%, which reads as an exact match."""
+    import pandas as pd
+
+    rows = pd.DataFrame([
+        {"setup": "D", "case": "c", "metric": "mean_tpot_ms_upper_bound", "x": None,
+         "published": 20.0, "simulated": 18.8},
+        {"setup": "D", "case": "c", "metric": "mean_tpot_ms_upper_bound", "x": None,
+         "published": 20.0, "simulated": 22.0},
+        {"setup": "D", "case": "c", "metric": "mean_tpot_ms", "x": None,
+         "published": 20.0, "simulated": 20.0}])
+    rows["error"] = [validation.error(r.published, r.simulated, r.metric)
+                     for r in rows.itertuples()]
+    md = validation.markdown(rows).splitlines()
+    assert md[2].endswith("| 20.00 | 18.80 | within bound |")
+    assert md[3].endswith("| 20.00 | 22.00 | +10.0% |")
+    assert md[4].endswith("| 20.00 | 20.00 | +0.0% |")  # a plain figure matched: as it was
