@@ -13,6 +13,14 @@ import numpy as np
 SUBSYSTEMS = ("arrivals", "lengths", "routing", "faults")
 
 
+def seeds_of(seed: int, overrides: dict[str, int | None] | None = None) -> dict[str, int]:
+    """The seed each subsystem's stream starts from: its override (``seeds.<name>``), or the
+    scenario's ``seed``; the stream is ``SeedSequence([that seed, crc32(name)])``."""
+    given = overrides or {}
+    return {name: given[name] if given.get(name) is not None else seed
+            for name in SUBSYSTEMS}
+
+
 class Streams:
     def __init__(self, seed: int, overrides: dict[str, int | None] | None = None) -> None:
         self._seed = seed

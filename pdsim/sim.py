@@ -22,6 +22,7 @@ from pdsim.fleet import GAUGES, Fleet
 from pdsim.log import COLUMNS as EVENT_COLUMNS
 from pdsim.log import frame_of, plain_columns, plain_rows, records_columns, records_frame
 from pdsim.recorder import Recorder
+from pdsim.rng import seeds_of
 from pdsim.summary import FLUSH_REASONS, clean
 
 if TYPE_CHECKING:
@@ -192,7 +193,10 @@ class Result:
                 f"# Re-run: {rerun}\n")
         meta = {"pdsim_version": __version__, "scenario": sc.name, "source": sc._source,
                 "overrides": list(sc._overrides), "seed": sc.seed,
-                "seeds": {k: v for k, v in sc.seeds.model_dump().items() if v is not None},
+                "seeds": seeds_of(sc.seed, sc.seeds.model_dump()),
+                "streams": "numpy SeedSequence([seeds[subsystem], crc32(subsystem)]), one "
+                           "per subsystem (pdsim/rng.py); a seed under seeds: in the "
+                           "scenario replaces the root seed for its subsystem",
                 "what_if": self.what_if or None,
                 "rerun": rerun,
                 "files": {"requests": "one row per HTTP request", "events": "one row per event",
