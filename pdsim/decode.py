@@ -558,15 +558,17 @@ class DecodeRank(Rank):
         gap = self._block_tokens - 1 - self._lag
         if gap > 0 and not self._late and cover >= n * (1 + (limit - 1) // gap):
             return limit
-        growths = self._growth_steps(step + limit)
+        growths = self._growth_steps(step + limit, cover + 1)
         if cover < len(growths):  # the first growth the free pages do not cover may retract
             return max(1, growths[cover] - step)
         return limit
 
-    def _growth_steps(self, end: int) -> list[int]:
+    def _growth_steps(self, end: int, most: int | None = None) -> list[int]:
         """The steps (up to ``end``) whose commits will grow a running request, one entry per
         growth, in commit order, if nothing else changes: the walk ``quiet_steps`` makes,
-        without applying it."""
+        without applying it. ``most``: only the first that many (``span_steps`` reads the
+        first growth the free pages do not cover; a long output on a small pool would
+        otherwise walk every block of it, ~2 heap operations a block, at every span end)."""
         first = self.step + 1
         walk = [(s if s > first else first, q, r, r.full_at)
                 for s, q, v, r in self._grow if s <= end and v == r.version]
@@ -575,7 +577,7 @@ class DecodeRank(Rank):
         heapq.heapify(walk)
         tokens = self._block_tokens
         steps = []
-        while walk:
+        while walk and len(steps) != most:
             at, q, req, full = heapq.heappop(walk)
             steps.append(at)
             full += tokens  # (the next growth's step as _grow_due books it)

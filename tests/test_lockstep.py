@@ -69,12 +69,17 @@ def test_growth_bound_never_cuts_a_span_the_walk_would_not(monkeypatch, lockstep
     """span_steps skips walking the growth entries when the free pages cover every running
     request growing once per P - 1 - lag steps (DecodeRank._lag): under memory pressure
     (spans cut by growths, retractions) its answer is always the walk's, and it does skip."""
-    seen = {"calls": 0, "bound": 0, "cut": 0}
+    seen = {"calls": 0, "bound": 0, "cut": 0, "capped": 0}
     span_steps, walk = DecodeRank.span_steps, DecodeRank._growth_steps
 
-    def counted_walk(self, end):
+    def counted_walk(self, end, most=None):
+        """The walk, checked against the whole walk: its first ``most`` growths (span_steps
+        reads only the first one the free pages do not cover)."""
         seen["walked"] = True
-        return walk(self, end)
+        whole, got = walk(self, end), walk(self, end, most)
+        assert got == (whole if most is None else whole[:most])
+        seen["capped"] += len(got) < len(whole)
+        return got
 
     def both(self, limit):
         seen["walked"] = False
@@ -98,7 +103,7 @@ def test_growth_bound_never_cuts_a_span_the_walk_would_not(monkeypatch, lockstep
                            dataset={"kind": "random", "input_len": 1024, "output_len": 1024})
     res = pdsim.run(d)
     assert res.summary["retractions"] > 0
-    assert seen["bound"] > 0 and seen["cut"] > 0
+    assert seen["bound"] > 0 and seen["cut"] > 0 and seen["capped"] > 0
 
 
 @pytest.mark.parametrize("faults", [
