@@ -148,20 +148,26 @@ def throughput(res: Result, ax: Axes | None = None, smooth_s: int = 5,
                label: str | None = None, per_client: bool = False,
                annotate: bool = False) -> Axes:
     """Generated tokens/s over time (rolling mean), flushes marked; ``per_client`` adds a
-    line per client (their tokens spread over each request's decode)."""
+    line per client: the fleet's tokens of each sample interval split between the clients in
+    proportion to their decodes then (a request's tokens spread evenly over its decode), so
+    the clients' lines add up to the fleet's (spread alone, a client's line overshot the
+    fleet's where its decodes slowed down)."""
     ax = ax or plt.gca()
     ts = res.timeseries
     ax.plot(ts.time, ts.tokens_per_s.rolling(smooth_s, min_periods=1).mean(),
             color="black" if per_client else OK, lw=1.6,
             label=label or ("fleet" if per_client else "generated tok/s"))
     if per_client and len(ts) > 1:
-        dt = float(res.scenario.timeseries_interval_s)
+        edges = ts.time.to_numpy(float)  # the samples' instants: the fleet line's intervals
         end = float(res.summary["simulated_s"])
-        edges = np.arange(0.0, end + dt, dt)
+        spread = _tokens_over_time(res.requests, edges, end)
+        made = np.diff(ts.tokens_out.to_numpy(float))
+        scale = np.divide(made, spread, out=np.zeros_like(spread), where=spread > 0)
         for c in res.scenario.clients:
             mine = res.requests[res.requests.client == c.name]
-            tok = pd.Series(_tokens_over_time(mine, edges, end) / dt)
-            ax.plot(edges[1:], tok.rolling(smooth_s, min_periods=1).mean(), lw=1.5,
+            tok = _tokens_over_time(mine, edges, end) * scale / np.diff(edges)
+            tok = pd.Series(np.concatenate([[0.0], tok]))  # (the sample at 0: none yet)
+            ax.plot(edges, tok.rolling(smooth_s, min_periods=1).mean(), lw=1.5,
                     color=client_color(res, c.name), label=c.name)
     handles = mark_flushes(res, ax, annotate=annotate)
     ax.set_ylabel("generated tokens / s")

@@ -145,3 +145,23 @@ def test_library_sweep_refuses_a_vary_it_would_misread(vary, says):
     with pytest.raises(pdsim.ScenarioError, match=says):
         pdsim.sweep(SCENARIOS / "healthy.yaml", vary=vary, seeds=[1], workers=1,
                     progress=False)
+
+
+def test_per_client_throughput_adds_up_to_the_fleet_line():
+    """Each client's line is its share of the fleet's tokens: spread evenly over each decode,
+    ci_bench_first drew 13.2k tok/s at t=10 s over a fleet line of 12.4k."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    drop = run_cached("drop_timeout")
+    ax = plots.throughput(drop, plt.figure().gca(), per_client=True)
+    lines = {ln.get_label(): ln for ln in ax.lines}
+    fleet = dict(zip(lines["fleet"].get_xdata(), lines["fleet"].get_ydata(), strict=True))
+    total = dict.fromkeys(fleet, 0.0)
+    for c in drop.scenario.clients:
+        for x, y in zip(*lines[c.name].get_data(), strict=True):
+            assert y <= fleet[x] + 1e-6, (c.name, x, y, fleet[x])
+            total[x] += y
+    assert np.allclose(list(total.values()), list(fleet.values()), rtol=1e-9, atol=1e-6)
+    assert max(total.values()) > 10_000  # (the lines are not all zero)
+    plt.close("all")
