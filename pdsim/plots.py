@@ -219,31 +219,35 @@ def outcomes(res: Result, ax: Axes | None = None, bin_s: float = 2.0,
 
 
 def kv_pool_note(res: Result) -> str:
-    """How big each rank's KV pool is (tokens and GB) and how full it got at its peak."""
+    """How big each rank's KV pool is (tokens and GB) and the busiest rank's peak (the
+    :func:`kv_use` curves are each role's ranks together, which peak lower)."""
     from pdsim import profiles
 
     kvb = profiles.model(res.scenario.fleet.model).kv_bytes_per_token
-    parts = []
+    size, peak = {}, {}
     for role, cfg in (("prefill", res.scenario.fleet.prefill),
                       ("decode", res.scenario.fleet.decode)):
         pools = [v for k, v in res.kv_pools.items() if k.startswith(role)]
         if not pools:
             continue
         tokens = pools[0]["capacity"] * cfg.page_size
-        peak = max(v["peak"] / v["capacity"] for v in pools)
-        parts.append(f"{role} {tokens / 1e6:.3g}M tokens ≈ {tokens * kvb / 1e9:.0f} GB, "
-                     f"peak {100 * peak:.0f}%")
-    return "pool per rank: " + "; ".join(parts)
+        size[role] = f"{tokens / 1e6:.3g}M tok ≈ {tokens * kvb / 1e9:.0f} GB"
+        peak[role] = f"{role} {100 * max(v['peak'] / v['capacity'] for v in pools):.0f}%"
+    sizes = (next(iter(size.values())) if len(set(size.values())) == 1
+             else ", ".join(f"{r} {v}" for r, v in size.items()))
+    return f"pool per rank {sizes}; busiest rank's peak: {', '.join(peak.values())}"
 
 
 def kv_use(res: Result, ax: Axes | None = None) -> Axes:
-    """KV pool in use, prefill and decode (share of the pools, in %)."""
+    """KV pool in use, prefill and decode (share of each role's pools, all ranks, in %)."""
     ax = ax or plt.gca()
     ts = res.timeseries
-    ax.plot(ts.time, 100 * ts.prefill_kv_used, color=PREFILL, lw=1.4, label="prefill KV")
-    ax.plot(ts.time, 100 * ts.decode_kv_used, color=DECODE, lw=1.4, label="decode KV")
+    ax.plot(ts.time, 100 * ts.prefill_kv_used, color=PREFILL, lw=1.4,
+            label="prefill KV (all ranks)")
+    ax.plot(ts.time, 100 * ts.decode_kv_used, color=DECODE, lw=1.4,
+            label="decode KV (all ranks)")
     mark_flushes(res, ax)
-    ax.set_ylabel("KV in use (% of pool)")
+    ax.set_ylabel("KV in use (% of pools)")
     ax.set_ylim(0, max(5.0, 105 * float(max(ts.prefill_kv_used.max(), ts.decode_kv_used.max(),
                                                0.01))))
     _legend(ax)

@@ -165,3 +165,22 @@ def test_per_client_throughput_adds_up_to_the_fleet_line():
     assert np.allclose(list(total.values()), list(fleet.values()), rtol=1e-9, atol=1e-6)
     assert max(total.values()) > 10_000  # (the lines are not all zero)
     plt.close("all")
+
+
+def test_the_kv_panel_title_names_the_peak_it_gives():
+    """The curves are each role's ranks together; the title's peak is the busiest rank's
+    (it said 'peak 7%' over a prefill curve that peaks at 4%)."""
+    import re
+
+    import matplotlib.pyplot as plt
+
+    drop = run_cached("drop_timeout")
+    ax = plots.kv_use(drop, plt.figure().gca())
+    assert {ln.get_label() for ln in ax.lines if "KV" in ln.get_label()} == {
+        "prefill KV (all ranks)", "decode KV (all ranks)"}
+    note = plots.kv_pool_note(drop)
+    for role in ("prefill", "decode"):
+        busiest = max(v["peak"] / v["capacity"] for k, v in drop.kv_pools.items()
+                      if k.startswith(role))
+        assert re.search(rf"busiest rank's peak: .*{role} {100 * busiest:.0f}%", note), note
+    plt.close("all")
