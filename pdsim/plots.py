@@ -372,7 +372,9 @@ def pair_matrix(res: Result, ax: Axes | None = None) -> Axes:
                 ax.add_patch(Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False,
                                        ec="black", lw=2.5))
     _title(ax, "failed / routed requests per pair")
-    plt.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="failed share")
+    # beside its matrix: a layout's colorbar goes to the margin of the matrix's column, which
+    # the latency legends below widen (it floated at the figure's edge)
+    ax.figure.colorbar(im, cax=ax.inset_axes([1.03, 0.0, 0.04, 1.0]), label="failed share")
     return ax
 
 
@@ -483,9 +485,9 @@ def postmortem(res: Result, title: str | None = None) -> plt.Figure:
 
     s = res.summary
     real = s["transfer_failures_by_reason"].get("flush_freed_pages", 0)
-    fig.suptitle(title or f"{res.scenario.name}: {real} flush-caused transfer failures → "
-                 f"{s['failed']} failed requests, {s['blacklisted_pairs_max']} of "
-                 f"{n_pairs(res)} pairs blacklisted", fontsize=13, fontweight="bold")
+    fig.suptitle(title or f"{res.scenario.name}: {real:,} flush-caused transfer failures → "
+                 f"{s['failed']:,} failed requests, {s['blacklisted_pairs_max']:,} of "
+                 f"{n_pairs(res):,} pairs blacklisted", fontsize=13, fontweight="bold")
     return fig
 
 

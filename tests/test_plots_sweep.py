@@ -184,3 +184,20 @@ def test_the_kv_panel_title_names_the_peak_it_gives():
                       if k.startswith(role))
         assert re.search(rf"busiest rank's peak: .*{role} {100 * busiest:.0f}%", note), note
     plt.close("all")
+
+
+def test_the_postmortem_colorbar_sits_by_its_matrix_and_counts_group_thousands(tmp_path):
+    """The pair matrix's colorbar floated at the figure's edge, a legend's width from its
+    matrix; the title printed 1360 where the report prints 1,360."""
+    import matplotlib.pyplot as plt
+
+    drop = run_cached("drop_timeout")
+    fig = plots.postmortem(drop)
+    fig.savefig(tmp_path / "pm.png", dpi=50)  # lays the figure out
+    matrix = next(ax for ax in fig.axes if ax.get_title(loc="left").startswith("failed /"))
+    bar = next(ax for ax in fig.axes + matrix.child_axes if ax.get_ylabel() == "failed share")
+    gap = bar.get_position().x0 - matrix.get_position().x1
+    assert 0 < gap < 0.02, gap
+    assert f"{drop.summary['failed']:,} failed requests" in fig._suptitle.get_text()
+    assert drop.summary["failed"] >= 1000  # (so the comma is there to see)
+    plt.close("all")
