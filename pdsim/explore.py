@@ -310,13 +310,23 @@ def _as_number(runs: pd.DataFrame, u: Unknown) -> pd.Series:
     return runs[u.path].map(lambda v: order.get(repr(v), np.nan)).astype(float)
 
 
+def _edge(x: float) -> str:
+    """A float bin edge in plain digits, 4 significant figures at most (18.75, not 18.8;
+    1062.5, not 1.06e+03)."""
+    if x == 0 or not math.isfinite(x):
+        return f"{x:g}"
+    text = f"{x:.{max(0, 3 - math.floor(math.log10(abs(x))))}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
 def _bins(u: Unknown, n: int = 8) -> list[tuple[str, object]]:
-    """(label, membership test) per bin of the unknown's range."""
+    """(label, membership test) per bin of the unknown's range: an integer unknown's bins
+    name the integers they hold (1,000–1,062), a float's its interval ([6.25, 12.5))."""
     if not u.numeric:
         return [(str(c), (lambda v, c=c: v == c)) for c in u.choices]
     lo, hi = u.low, u.high
     if u.integer and hi - lo + 1 <= n:
-        return [(str(k), (lambda v, k=k: v == k)) for k in range(math.ceil(lo), int(hi) + 1)]
+        return [(f"{k:,}", (lambda v, k=k: v == k)) for k in range(math.ceil(lo), int(hi) + 1)]
     if u.dist == "loguniform":
         edges = np.geomspace(lo, hi, n + 1)
     else:
@@ -325,7 +335,11 @@ def _bins(u: Unknown, n: int = 8) -> list[tuple[str, object]]:
     for i in range(n):
         a, b = edges[i], edges[i + 1]
         last = i == n - 1
-        label = f"[{a:.3g}, {b:.3g}{']' if last else ')'}"
+        if u.integer:  # the whole values v with a <= v < b (<= b in the last bin)
+            first, end = math.ceil(a), math.floor(b) if last else math.ceil(b) - 1
+            label = f"{first:,}" if first == end else f"{first:,}–{end:,}"
+        else:
+            label = f"[{_edge(a)}, {_edge(b)}{']' if last else ')'}"
         out.append((label, (lambda v, a=a, b=b, last=last: (v >= a) & ((v <= b) if last
                                                                      else (v < b)))))
     return out

@@ -218,3 +218,28 @@ def test_the_pair_plot_names_every_rows_unknown_on_its_y_axis(tmp_path):
         row = [axes[i * d + j].get_ylabel() for j in range(d) if j != i]
         assert u.path in row, (i, row)
     plt.close(fig)
+
+
+def test_bin_labels_print_integers_as_integers_and_floats_in_plain_digits():
+    """An integer unknown's bins name the whole values they hold (num_prompts read
+    '[1e+03, 1.06e+03)'), a float's its interval without an exponent."""
+    import numpy as np
+
+    from pdsim.explore import _bins
+
+    def unknown(low, high, integer, dist="uniform"):
+        return type("U", (), {"numeric": True, "integer": integer, "dist": dist,
+                              "low": low, "high": high})()
+
+    bins = _bins(unknown(1000, 1500, True))
+    assert [label for label, _ in bins][:2] == ["1,000–1,062", "1,063–1,124"]
+    assert bins[-1][0] == "1,438–1,500"
+    values = np.arange(1000, 1501)
+    for label, test in bins:  # each label names exactly the values its bin holds
+        first, last = (int(x.replace(",", "")) for x in label.split("–"))
+        assert list(values[test(values)]) == list(range(first, last + 1))
+    assert [label for label, _ in _bins(unknown(0, 50, False))][2:4] == [
+        "[12.5, 18.75)", "[18.75, 25)"]
+    assert [label for label, _ in _bins(unknown(1000, 1800, False))][0] == "[1000, 1100)"
+    assert [label for label, _ in _bins(unknown(6, 8, True))] == ["6", "7", "8"]
+    assert [label for label, _ in _bins(unknown(1000, 1004, True))][0] == "1,000"
