@@ -64,8 +64,8 @@ def figures_vs_unknowns(ex: Exploration) -> plt.Figure:
     figs = ex.figures
     unk = ex.unknowns
     nr, nc = max(1, len(figs)), len(unk)
-    fig, axes = plt.subplots(nr, nc, figsize=(max(5.5, 3.6 * nc + 0.6), 2.6 * nr + 0.8),
-                             squeeze=False)
+    fig, axes = plt.subplots(nr, nc, figsize=(max(5.5, 3.6 * nc + 0.6), 2.6 * nr + 1.0),
+                             squeeze=False, layout="constrained")
     runs = ex.runs
     joint = np.ones(len(runs), dtype=bool)
     for r in figs:
@@ -91,11 +91,11 @@ def figures_vs_unknowns(ex: Exploration) -> plt.Figure:
                 ax.set_xlabel(u.path)
             if j == 0:
                 ax.set_ylabel(textwrap.fill(r.label, 26), fontsize=8)
-    if figs:
-        axes[0][0].legend(fontsize=7, loc="best")
     fig.suptitle(f"{ex.scenario.name}: reported figures against each declared unknown\n"
                  f"({len(runs)} runs; band shaded, nominal dashed)", fontsize=10)
-    fig.tight_layout()
+    if figs:  # one legend under the panels, off every one (in the first it covered the band)
+        fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center",
+                   ncol=5, fontsize=7, frameon=False)
     return fig
 
 
@@ -110,8 +110,8 @@ def accepted_pairs(ex: Exploration) -> plt.Figure:
         joint &= _within(runs, r).to_numpy()
     if not ex.figures:
         joint[:] = False
-    fig, axes = plt.subplots(d, d, figsize=(max(5.5, 2.6 * d + 0.8), 2.6 * d + 0.8),
-                             squeeze=False)
+    fig, axes = plt.subplots(d, d, figsize=(max(5.5, 2.6 * d + 0.8), 2.6 * d + 1.0),
+                             squeeze=False, layout="constrained")
     xs = [_as_number(runs, u).to_numpy() for u in unk]
     for i in range(d):
         for j in range(d):
@@ -138,8 +138,8 @@ def accepted_pairs(ex: Exploration) -> plt.Figure:
     title = (f"{ex.scenario.name}: {n} of {len(runs)} runs\nreproduce every reported figure"
              if n else f"{ex.scenario.name}:\nno run reproduces every reported figure")
     fig.suptitle(title, fontsize=10)
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=2,
+               fontsize=7, frameon=False)  # (on the first histogram it covered its bars)
     return fig
 
 

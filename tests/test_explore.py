@@ -243,3 +243,24 @@ def test_bin_labels_print_integers_as_integers_and_floats_in_plain_digits():
     assert [label for label, _ in _bins(unknown(1000, 1800, False))][0] == "[1000, 1100)"
     assert [label for label, _ in _bins(unknown(6, 8, True))] == ["6", "7", "8"]
     assert [label for label, _ in _bins(unknown(1000, 1004, True))][0] == "1,000"
+
+
+def test_the_explore_figures_keep_their_legends_off_every_panel(tmp_path):
+    """loc='best' put the legend of figures_vs_unknowns over the band of its first panel
+    (and accepted_pairs' over its first histogram): each figure has one legend, outside the
+    panels, and none of the suptitle's lines under it."""
+    import matplotlib.pyplot as plt
+
+    from pdsim import explore_plots
+
+    ex = pdsim.explore(tiny(), samples=4, seeds=1, workers=1, out=tmp_path, progress=False)
+    for make in (explore_plots.figures_vs_unknowns, explore_plots.accepted_pairs):
+        fig = make(ex)
+        fig.savefig(tmp_path / "f.png", dpi=50)  # lays the figure out
+        assert all(ax.get_legend() is None for ax in fig.axes), make.__name__
+        assert len(fig.legends) == 1, make.__name__
+        box = fig.legends[0].get_window_extent()
+        for other in [ax.get_window_extent() for ax in fig.axes] + [
+                fig._suptitle.get_window_extent()]:
+            assert not box.overlaps(other), make.__name__
+        plt.close(fig)
