@@ -28,7 +28,8 @@ def test_postmortem_notebook_runs(monkeypatch):
     import matplotlib.pyplot as plt
 
     env = _execute("postmortem.ipynb", monkeypatch)
-    assert env["drop"].summary["failed"] > 0
+    s = env["drop"].summary  # the intro: each flush-caused failure became > 50 failed requests
+    assert s["failed"] > 50 * s["transfer_failures_by_reason"]["flush_freed_pages"] > 0
     assert len(env["df"]) == 30
     assert plt.get_fignums()
     plt.close("all")
