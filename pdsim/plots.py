@@ -9,8 +9,9 @@ notebook can put any of them in its own layout:
     fig, ax = plt.subplots(); plots.blacklist_timeline(res, ax)
 
 One colour scheme throughout: outcomes blue (completed) and orange (failed); flushes dark red
-when they freed pages under live transfers (harmful) and grey when nothing was in flight
-(harmless); clients in shades of purple; prefill teal, decode brown.
+when they freed pages of pending transfers (harmful: which ones a flush fails is the
+scenario's ``flush.dooms``, in flight or not yet started) and grey when no transfer was
+pending (harmless); clients in shades of purple; prefill teal, decode brown.
 """
 
 from __future__ import annotations
@@ -68,7 +69,8 @@ def _fit_title(ax: Axes) -> None:
 
 def flush_table(res: Result) -> pd.DataFrame:
     """One row per POST /flush_cache: who called it, when the ranks flushed, and how many
-    transfers were in flight on the pages they freed (``doomed``; ``harmful`` if any)."""
+    pending transfers the pages they freed doomed (``doomed``, by ``flush.dooms``: in flight,
+    or not yet started under ``source_and_unstarted``; ``harmful`` if any)."""
     ev = res.events
     calls = ev[ev.event == "router_flush"]
     answers = ev[ev.event == "router_flush_answer"]
@@ -103,12 +105,12 @@ def mark_flushes(res: Result, ax: Axes, annotate: bool = False) -> list[Line2D]:
         ax.axvline(f.t_flush, color=color, lw=1.4 if f.harmful else 1.0, ls=ls, zorder=1)
         key = "harmful" if f.harmful else "harmless"
         handles[key] = Line2D([], [], color=color, ls=ls, label=(
-            "flush freeing pages under live transfers" if f.harmful
-            else "flush with nothing in flight"))
+            "flush freeing pages of pending transfers" if f.harmful
+            else "flush with no transfer pending"))
         if annotate:  # in the headroom above the data; harmless ones a line lower
             why = ", ?timeout dropped" if f.timeout_dropped else ""
             text = (f"flush_cache ({f.caller}{why}):\n{f.doomed} transfers on freed pages"
-                    if f.harmful else f"flush ({f.caller}): nothing in flight")
+                    if f.harmful else f"flush ({f.caller}): no transfer pending")
             ax.annotate(text, xy=(f.t_flush, 0.98 if f.harmful else 0.84),
                         xycoords=("data", "axes fraction"), xytext=(5, 0),
                         textcoords="offset points", va="top",
