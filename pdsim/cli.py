@@ -345,6 +345,15 @@ def _profiles(args: argparse.Namespace) -> int:
     from pdsim import profiles
     from pdsim import scenario as scenario_mod
 
+    if not args.scenario:  # (these change what a scenario reads; a shipped profile has none)
+        for opt, given in (("--set", args.sets),
+                           ("--allow-outside-paths", args.allow_outside_paths)):
+            if given:
+                return _die(f"{opt} applies to a scenario's values; it needs --scenario FILE "
+                            f"(pdsim profiles NAME shows a profile as shipped)")
+    elif args.name:
+        return _die(f"profiles {echo(args.name)} --scenario: give a profile NAME or --scenario "
+                    f"FILE, not both")
     if args.scenario:
         try:
             sc = _load(args)

@@ -198,3 +198,18 @@ def test_a_contradictory_user_model_names_the_key_its_file_set():
         with pytest.raises(pdsim.ScenarioError, match=r"invalid value at 'model\.attention' "
                            r"\(.*my\.yaml.*\): attention gqa needs kv_heads >= 1"):
             pdsim.load(f)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["H20", "--set", "a=1"], "--set applies to a scenario's values; it needs --scenario FILE"),
+    (["--set", "gpu.hbm_tbps=3"], "--set applies to a scenario's values"),
+    (["H20", "--allow-outside-paths"], "--allow-outside-paths applies to a scenario's values"),
+    (["H20", "--scenario", "scenarios/healthy.yaml"],
+     "profiles 'H20' --scenario: give a profile NAME or --scenario FILE, not both"),
+])
+def test_cli_profiles_refuses_options_it_would_ignore(capsys, argv, says):
+    """`profiles H20 --set a=1` printed H20 as shipped, the --set (and --allow-outside-paths)
+    silently dropped; with --scenario, NAME was dropped."""
+    assert main(["profiles", *argv]) == 2
+    cap = capsys.readouterr()
+    assert cap.out == "" and cap.err.count("\n") == 1 and says in cap.err, cap.err
