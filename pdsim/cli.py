@@ -719,6 +719,13 @@ def _parse_policy(spec: str) -> dict:
         if not sep or not key or not raw:
             raise UsageError(f"--policy expects NAME[:KEY=V1,V2...], got {echo(spec)}")
         what = f"--policy {clip(name, 40)}:{clip(key, 40)}"
+        if key == "policy":  # (it replaced NAME)
+            raise UsageError(f"{what}: the policy is NAME, before the first colon")
+        if key in out:  # (the later one replaced the earlier)
+            raise UsageError(f"{what}: given twice; give its values once, KEY=V1,V2,...")
+        if any(not v.strip() for v in raw.split(",")):  # (YAML would read it as null)
+            raise UsageError(f"{what}: an empty value in {echo(raw)}; give V1,V2,... with a "
+                             f"value between each pair of commas")
         values = [scenario_mod.parse_yaml(v, what) for v in raw.split(",")]
         out[key] = values if len(values) > 1 else values[0]
     return out

@@ -209,6 +209,14 @@ def test_decode_nic_down_takes_work_it_cannot_receive_and_each_write_waits_the_t
       + ",".join(map(str, range(1, 400)))], "runs; at most 100,000"),
     (["--workers", "0"], "--workers 0: give at least 1"),
     (["--policy", "ttl:ttl_s=-1"], "policy ttl(ttl_s=-1): invalid value at 'blacklist.ttl_s'"),
+    # (the last value won silently; an empty one said "a valid number (got None)")
+    (["--policy", "ttl:ttl_s=1:ttl_s=2"], "--policy ttl:ttl_s: given twice; give its values "
+     "once, KEY=V1,V2,..."),
+    (["--policy", "ttl:policy=never"], "--policy ttl:policy: the policy is NAME, before the "
+     "first colon"),
+    (["--policy", "ttl:ttl_s=1,,2"], "--policy ttl:ttl_s: an empty value in '1,,2'; give "
+     "V1,V2,... with a value between each pair of commas"),
+    (["--policy", "ttl:ttl_s=1, "], "--policy ttl:ttl_s: an empty value in '1, '"),
     (["--plots", "--out", "{tmp}/o", "--timeline", "nope"], "--timeline 'nope': not a fault"),
     (["--plots", "--out", "{tmp}/o", "--param", "nope"], "--param 'nope': not a parameter"),
     (["--plots"], "add --out"),
