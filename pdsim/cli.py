@@ -526,6 +526,23 @@ def _check_readme(path: str) -> None:
                          f"where the table goes)")
 
 
+def _same_value(a: object, b: object) -> bool:
+    """Two YAML values of one key are the same value: 1 and 1.0 are, 1 and true are not
+    (Python's == says they are: True == 1)."""
+    def kind(v: object) -> str:
+        return ("bool" if isinstance(v, bool) else "number" if isinstance(v, int | float)
+                else type(v).__name__)
+
+    if kind(a) != kind(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same_value, a, b))
+    if isinstance(a, dict):
+        return len(a) == len(b) and all(any(_same_value(k, k2) and _same_value(v, v2)
+                                            for k2, v2 in b.items()) for k, v in a.items())
+    return a == b
+
+
 def _parse_vary(items: list[str]) -> dict[str, list]:
     from pdsim import scenario as scenario_mod
 
@@ -542,7 +559,14 @@ def _parse_vary(items: list[str]) -> dict[str, list]:
             if not v.strip():  # (YAML would read it as null)
                 raise UsageError(f"{what}: an empty value in {echo(raw)}; give V1,V2,... "
                                  f"with a value between each pair of commas")
-            vary[key].append(scenario_mod.parse_yaml(v, what))
+            value = scenario_mod.parse_yaml(v, what)
+            for was, prev in zip(raw.split(","), vary[key], strict=False):
+                if _same_value(value, prev):  # (the grid ran it twice, one merged table row)
+                    again = ("given twice" if was.strip() == v.strip() else
+                             f"is {echo(was.strip())} again (the same value)")
+                    raise UsageError(f"{what}: {echo(v.strip())} {again} in {echo(raw)}; give "
+                                     f"each value once")
+            vary[key].append(value)
         if key == "seed":  # (each run's seed, from --seeds, replaced it)
             raise UsageError(f"{what}: the seeds are --seeds N (1..N per grid point); vary "
                              f"another key")
@@ -731,6 +755,19 @@ def _parse_policy(spec: str) -> dict:
     return out
 
 
+def _names(raw: str, opt: str) -> list[str]:
+    """A comma-separated list (whatif --faults, --format): no empty item (it was dropped) and
+    none twice (a fault given twice ran twice; a format, wrote its tables twice)."""
+    items = [x.strip() for x in raw.split(",")]
+    for i, x in enumerate(items):
+        if not x:
+            raise UsageError(f"{opt}: an empty name in {echo(raw)}; give NAME,NAME,... with a "
+                             f"name between each pair of commas")
+        if x in items[:i]:
+            raise UsageError(f"{opt}: {echo(x)} given twice in {echo(raw)}; give each once")
+    return items
+
+
 def _faults_file(path: str) -> dict:
     """``whatif --faults-file``: read like a scenario file (regular file, size limit, the
     bounded YAML parser), not followed anywhere else."""
@@ -776,7 +813,7 @@ def _whatif(args: argparse.Namespace) -> int:
         elif args.faults == "all":
             faults = None
         else:
-            faults = [f.strip() for f in args.faults.split(",") if f.strip()]
+            faults = _names(args.faults, "--faults")
         _check_whatif_args(args, [p if isinstance(p, dict) else {"policy": p}
                                   for p in policies],
                            len(FAULTS.presets) if faults is None else len(faults))
@@ -796,7 +833,7 @@ def _whatif(args: argparse.Namespace) -> int:
         if args.param and args.param not in keys:
             raise UsageError(f"--param {echo(args.param)}: not a parameter given with --policy"
                              f"{'; give one of: ' + ', '.join(keys) if keys else ''}")
-        formats = [f.strip() for f in (args.format or "csv").split(",") if f.strip()]
+        formats = _names(args.format or "csv", "--format")
         for fmt in formats:
             if fmt not in ("csv", "parquet", "json"):
                 raise ValueError(f"--format {fmt!r}: csv, parquet or json")

@@ -8,7 +8,7 @@ from conftest import SCENARIOS, run_cached
 
 import pdsim
 from pdsim import plots
-from pdsim.cli import main
+from pdsim.cli import UsageError, main
 
 matplotlib.use("Agg")
 
@@ -121,11 +121,31 @@ def test_probe_recovery_shows_as_pairs_coming_off_the_blacklist():
     assert (iv.end - iv.start <= 30 + 0.01).all()
 
 
+def test_sweep_vary_values_compare_by_type_and_value():
+    """1 == True and 0 == False in Python, but not as YAML values of a key; 1 and 1.0 are."""
+    from pdsim.cli import _parse_vary
+
+    assert _parse_vary(["x=1,true,0,false,'1',[1],[true]"]) == {
+        "x": [1, True, 0, False, "1", [1], [True]]}
+    assert [type(v) for v in _parse_vary(["x=1,true"])["x"]] == [int, bool]
+    for raw in ("1,1.0", "true,True", "[1],[1.0]", "{a: 1},{a: 1.0}", "~,null"):
+        with pytest.raises(UsageError, match="again|given twice"):
+            _parse_vary([f"x={raw}"])
+
+
 @pytest.mark.parametrize("args, says", [
     (["--client", "nope"], "--client 'nope': no such client; the scenario has bench"),
     (["--vary", "seed=1,2"], "--vary seed: the seeds are --seeds N"),
     (["--vary", "clients.0.num_prompts=20,30", "--vary", "clients.0.num_prompts=40"],
      "--vary clients.0.num_prompts: given twice"),
+    # a value given twice ran twice and its rows merged into one table row, without a note;
+    # values compare as YAML reads them: 1 and 1.0 are one value, 1 and true are not
+    (["--vary", "horizon_s=1,1"], "--vary horizon_s: '1' given twice in '1,1'; give each "
+     "value once"),
+    (["--vary", "horizon_s=1, 2,1.0"], "--vary horizon_s: '1.0' is '1' again (the same value) "
+     "in '1, 2,1.0'"),
+    (["--vary", "blacklist.policy=never,'never'"], "--vary blacklist.policy: \"'never'\" is "
+     "'never' again"),
 ])
 def test_sweep_cli_refuses_before_running(monkeypatch, capsys, args, says):
     """--client was checked after every run; --vary seed was replaced by each run's seed (the

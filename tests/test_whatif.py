@@ -217,6 +217,12 @@ def test_decode_nic_down_takes_work_it_cannot_receive_and_each_write_waits_the_t
     (["--policy", "ttl:ttl_s=1,,2"], "--policy ttl:ttl_s: an empty value in '1,,2'; give "
      "V1,V2,... with a value between each pair of commas"),
     (["--policy", "ttl:ttl_s=1, "], "--policy ttl:ttl_s: an empty value in '1, '"),
+    # (a fault given twice ran twice; a format wrote its tables twice; an empty one was dropped)
+    (["--faults", "flush_race, flush_race"], "--faults: 'flush_race' given twice in "
+     "'flush_race, flush_race'; give each once"),
+    (["--faults", "flush_race,,decode_hang"], "--faults: an empty name in"),
+    (["--out", "{tmp}/o", "--format", "csv,csv"], "--format: 'csv' given twice in 'csv,csv'"),
+    (["--out", "{tmp}/o", "--format", ","], "--format: an empty name in ','"),
     (["--plots", "--out", "{tmp}/o", "--timeline", "nope"], "--timeline 'nope': not a fault"),
     (["--plots", "--out", "{tmp}/o", "--param", "nope"], "--param 'nope': not a parameter"),
     (["--plots"], "add --out"),
