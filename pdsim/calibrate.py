@@ -19,6 +19,7 @@ result is a profile file with one ``calibrations:`` entry that a scenario loads 
 
 from __future__ import annotations
 
+import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from pdsim import predictor, profiles
+from pdsim.safeio import UserFileError, clip, decode_utf8, echo, read_user_file, show_path
 
 # what can be fitted, with bounds (fractions stay in (0, 1])
 BOUNDS = {
@@ -42,6 +44,10 @@ BOUNDS = {
 }
 STEP_COLS = {"phase", "batch_size", "input_len", "step_ms"}
 SERVING_COLS = {"input_len", "output_len", "max_concurrency"}
+
+
+MAX_TABLE_BYTES = 4 << 20  # a calibration table is a few kB
+MAX_TABLE_ROWS = 10_000  # step rows: ~2 s of fitting per 1,000; serving rows simulate each
 
 
 class CalibrationError(ValueError):
@@ -82,14 +88,28 @@ class Fit:
 
 
 def read_table(path: str | Path) -> pd.DataFrame:
-    p = Path(path)
-    if not p.is_file():
-        raise CalibrationError(f"calibration table not found: {path}")
+    """The CSV at ``path``, read as a scenario file is (pdsim.safeio: a regular file, at most
+    :data:`MAX_TABLE_BYTES`, UTF-8), so that a folder, a device, a huge or a binary file is
+    refused in one line that says which, before pandas sees a byte."""
+    what = "calibration table"
     try:
-        df = pd.read_csv(p)
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as err:
-        raise CalibrationError(f"{path}: not a CSV table ({type(err).__name__})") from None
-    return check_table(df, str(path))
+        text = decode_utf8(read_user_file(path, what, MAX_TABLE_BYTES),
+                           f"{what} {show_path(path)}")
+    except UserFileError as err:
+        raise CalibrationError(str(err)) from None
+    try:
+        df = pd.read_csv(io.StringIO(text), nrows=MAX_TABLE_ROWS + 1)
+    except pd.errors.EmptyDataError:
+        raise CalibrationError(f"{what} {show_path(path)}: empty; give a CSV table with a "
+                               f"header row") from None
+    except (pd.errors.ParserError, ValueError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise CalibrationError(f"{what} {show_path(path)}: not a CSV table ({clip(first, 120)})"
+                               ) from None
+    if len(df) > MAX_TABLE_ROWS:  # (each row is predicted at every step of the fit)
+        raise CalibrationError(f"{what} {show_path(path)}: more than {MAX_TABLE_ROWS:,} rows; "
+                               f"give at most {MAX_TABLE_ROWS:,}")
+    return check_table(df, f"{what} {show_path(path)}")
 
 
 def check_table(df: pd.DataFrame, where: str = "table") -> pd.DataFrame:
@@ -100,7 +120,7 @@ def check_table(df: pd.DataFrame, where: str = "table") -> pd.DataFrame:
         raise CalibrationError(
             f"{where}: needs step columns ({', '.join(sorted(STEP_COLS))}) or serving columns "
             f"({', '.join(sorted(SERVING_COLS))}, and ttft_ms and/or tpot_ms); got "
-            f"{', '.join(map(str, df.columns))}")
+            f"{clip(', '.join(map(str, df.columns)), 200)}")
     if df.empty:
         raise CalibrationError(f"{where}: no rows")
     num = df.select_dtypes("number")
@@ -108,7 +128,7 @@ def check_table(df: pd.DataFrame, where: str = "table") -> pd.DataFrame:
         raise CalibrationError(f"{where}: non-finite numbers in the table")
     if step and "phase" in df and not df.phase.dropna().isin(["prefill", "decode"]).all():
         bad = df.phase[~df.phase.isin(["prefill", "decode"])].iloc[0]
-        raise CalibrationError(f"{where}: phase must be prefill or decode, got {bad!r}")
+        raise CalibrationError(f"{where}: phase must be prefill or decode, got {echo(bad)}")
     return df
 
 

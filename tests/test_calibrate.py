@@ -4,6 +4,7 @@ published table, and writes a profile a scenario loads."""
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -85,6 +86,42 @@ def test_calibrate_bad_tables_are_one_line(tmp_path, capsys, text, needle):
     assert "not found" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name, make, says", [
+    ("/dev/zero", None, "calibration table: /dev/zero is on the special filesystem /dev; only "
+     "regular files are read"),
+    ("adir", lambda p: p.mkdir(), "calibration table: {tmp}/adir is a directory, not a file"),
+    ("fifo.csv", lambda p: os.mkfifo(p), "calibration table: {tmp}/fifo.csv is not a regular "
+     "file (a device, FIFO or socket)"),
+    ("big.csv", lambda p: p.write_text("a" * 2000), "calibration table: {tmp}/big.csv is "
+     "2,000 bytes; the limit is 1,000 bytes"),
+    ("long.csv", lambda p: p.write_text("phase,batch_size,input_len,step_ms\n"
+                                        + "prefill,1,128,5\n" * 6),
+     "calibration table {tmp}/long.csv: more than 5 rows; give at most 5"),
+    ("bin.csv", lambda p: p.write_bytes(b"\x00\xff" * 50), "calibration table {tmp}/bin.csv: "
+     "not UTF-8 text (looks binary"),
+    ("quote.csv", lambda p: p.write_text('a,b\n"x\n'), "calibration table {tmp}/quote.csv: "
+     "not a CSV table (Error tokenizing data"),
+    ("empty.csv", lambda p: p.write_text(""), "calibration table {tmp}/empty.csv: empty; give "
+     "a CSV table with a header row"),
+    ("cols.csv", lambda p: p.write_text("phase,batch_size\nprefill,1\n"),
+     "calibration table {tmp}/cols.csv: needs step columns"),
+])
+def test_calibrate_reads_its_table_as_a_bounded_regular_file(tmp_path, monkeypatch, capsys,
+                                                             name, make, says):
+    """The table was read by pandas from whatever the path named: a folder, /dev/zero or a
+    FIFO said 'calibration table not found', and nothing bounded its size or rows."""
+    monkeypatch.chdir(tmp_path)  # (DATA.profile.yaml and the plot default to beside DATA)
+    monkeypatch.setattr(calibrate, "MAX_TABLE_BYTES", 1000, raising=False)
+    monkeypatch.setattr(calibrate, "MAX_TABLE_ROWS", 5, raising=False)
+    path = Path(name) if name.startswith("/") else tmp_path / name
+    if make:
+        make(path)
+    assert main(["calibrate", str(path), "--gpu", "H100", "--model", "llama-3.1-8b",
+                 "--out", str(tmp_path / "o.yaml"), "--plot", str(tmp_path / "o.png")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says.format(tmp=tmp_path) in err, err
+
+
 @pytest.mark.parametrize("opt, value, needle", [
     ("--out", "nodir/x.yaml", "--out {tmp}/nodir/x.yaml: directory {tmp}/nodir does not exist"),
     ("--out", "adir", "--out {tmp}/adir: is a directory"),
@@ -108,3 +145,12 @@ def test_calibrate_output_paths_are_checked_before_the_fit(tmp_path, capsys, opt
     assert err.count("\n") == 1 and needle.format(tmp=tmp_path) in err, err
     assert not other_file.exists() and sorted(p.name for p in tmp_path.iterdir()) == [
         "adir", "steps.csv"]
+
+
+def test_calibrate_table_limits_are_the_documented_ones(capsys):
+    """--help and the README state them; the CLI does not import calibrate (pandas) to say so."""
+    said = f"{calibrate.MAX_TABLE_BYTES >> 20} MB and {calibrate.MAX_TABLE_ROWS:,} rows"
+    assert said in " ".join((ROOT / "README.md").read_text().split())
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--help"])
+    assert said in " ".join(capsys.readouterr().out.split())
