@@ -290,8 +290,10 @@ def _parser() -> argparse.ArgumentParser:
                         formatter_class=RAW)
     for sp in (r, v, sw, ex, sc, wi, fl):
         sp.add_argument("--plugin", dest="plugins", action="append", default=[],
-                        metavar="MODULE|FILE.py", help="import a module that registers "
-                        "policies or faults (pdsim.registry) before reading the scenario")
+                        metavar="MODULE|FILE.py", help="import a .py file, or a module or "
+                        "package by name as `import MODULE` finds it (not a folder), that "
+                        "registers policies or faults (pdsim.registry) before reading the "
+                        "scenario")
     pr = sub.add_parser(
         "profiles", help="list the GPU, model and engine profiles and their sources",
         description="Without arguments: the shipped profiles. NAME: one profile, every value "

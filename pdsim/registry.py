@@ -34,6 +34,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import InitErrorDetails, PydanticCustomError, core_schema
 
+from pdsim.safeio import clip
+
 
 class Params(BaseModel):
     """Base of every registered parameter model: unknown keys are errors, defaults validated."""
@@ -309,8 +311,12 @@ FAULTS = Registry("fault kind", "kind", builtins="pdsim.faults")
 
 
 def load_plugin(spec: str) -> None:
-    """Import a module that registers entries: a dotted module name or a ``.py`` file path
-    (read only because the user named it)."""
+    """Import a module that registers entries: a ``.py`` file path (read only because the user
+    named it), or a module or package name as ``import NAME`` finds it on the Python path.
+
+    A folder is not a plugin: a name that only a folder without ``__init__.py`` matches (a
+    namespace package: no code, so nothing registered) is refused, and so is a folder path
+    that is no module, rather than imported as nothing or reported as a missing module."""
     if spec.endswith(".py"):
         path = Path(spec)
         if not path.is_file():
@@ -332,10 +338,18 @@ def load_plugin(spec: str) -> None:
         return
     if not spec or spec.startswith("."):  # (import_module: ValueError, TypeError)
         raise ValueError(f"plugin {spec!r}: give a module name (pkg.module) or a .py file")
+    folder = ("; give a .py file or a module on the Python path, not a folder"
+              if Path(spec).is_dir() else "")
     try:
-        importlib.import_module(spec)
+        module = importlib.import_module(spec)
     except ImportError as err:
-        raise ValueError(f"plugin {spec!r} not importable: {err}") from None
+        raise ValueError(f"plugin {spec!r} not importable: {err}{folder}") from None
     except Exception as err:  # a user's module: one line, as a .py file's (not a pdsim bug)
         raise ValueError(f"plugin {spec!r} failed to import: {type(err).__name__}: "
                          f"{err}") from None
+    if getattr(module, "__file__", None) is None and hasattr(module, "__path__"):
+        sys.modules.pop(spec, None)  # (nothing ran: a namespace package is only its folders)
+        where = clip(", ".join(map(str, module.__path__)), 160)
+        raise ValueError(f"plugin {spec!r} is a folder without __init__.py ({where}): importing "
+                         f"it runs no code and registers nothing; give a .py file, or a module "
+                         f"or package (with __init__.py) on the Python path")

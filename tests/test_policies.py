@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import simpy
@@ -439,3 +440,38 @@ def test_a_plugin_module_that_fails_is_one_line(tmp_path, monkeypatch, capsys, s
     assert main(["validate", "--plugin", spec, "scenarios/healthy.yaml"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err, err
+
+
+def test_a_folder_is_not_a_plugin_but_a_package_is(tmp_path, monkeypatch, capsys):
+    """--plugin NAME imports NAME as `import NAME` would. A folder without __init__.py on the
+    path (the cwd, under python -c or PYTHONPATH=.) imported as an empty namespace package:
+    nothing registered, nothing said. A folder path said only 'No module named'. A package
+    (a folder with __init__.py) is a module and loads."""
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "adir" / "notes.py").write_text("raise RuntimeError('never imported')\n")
+    pkg = tmp_path / "pdsim_h1_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "from pdsim import blacklist\n"
+        "from pdsim.registry import BLACKLIST_POLICIES\n\n"
+        "@BLACKLIST_POLICIES.register('pkg_never')\n"
+        "class PkgNever(blacklist.Never):\n"
+        "    'Blacklists nothing (a test plugin package).'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["validate", "--plugin", "adir", "scenarios/healthy.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and (
+        f"plugin 'adir' is a folder without __init__.py ({tmp_path / 'adir'}): importing it "
+        f"runs no code and registers nothing; give a .py file") in err, err
+    assert "adir" not in sys.modules
+    folder = str(tmp_path / "pdsim_h1_pkg")  # a path, not a name: not importable as given
+    assert main(["validate", "--plugin", folder, "scenarios/healthy.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"plugin {folder!r} not importable: No module named" in err
+    assert "; give a .py file or a module on the Python path, not a folder" in err, err
+    try:
+        assert main(["validate", "--plugin", "pdsim_h1_pkg", "scenarios/healthy.yaml",
+                     "--set", "blacklist.policy=pkg_never"]) == 0
+    finally:
+        BLACKLIST_POLICIES.unregister("pkg_never")
+        sys.modules.pop("pdsim_h1_pkg", None)
