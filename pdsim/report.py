@@ -417,7 +417,9 @@ def horizon_warning(res: Result) -> list[str]:
     unsent = sum(m.get("unsent", 0) for m in s["clients"].values())
     h = res.scenario.horizon_s
     return [f"WARNING: the run stopped at its horizon (horizon_s={h:g}) before the clients "
-            f"finished: {running} requests still in flight, {unsent} prompts/questions not sent "
+            f"finished: {running} request{'' if running == 1 else 's'} still in flight, "
+            f"{unsent} prompt{'' if unsent == 1 else 's'}/question{'' if unsent == 1 else 's'} "
+            f"not sent "
             f"({'; '.join(per)}).",
             f"  The figures above leave them out: raise the horizon (--set horizon_s={2 * h:g}) "
             f"or lower the load."]
