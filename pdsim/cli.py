@@ -20,6 +20,7 @@ from pdsim.safeio import UserFileError, clip, echo, read_user_file, show_path
 if TYPE_CHECKING:  # pdsim.scenario (pydantic) is imported after the parse: --help needs none
     from pdsim.scenario import Scenario
 
+PROGRESS_AFTER_S = 2.0  # pdsim run on a terminal: a run still going after this shows a bar
 MAX_SEEDS = 10_000  # sweep/explore/whatif --seeds
 
 
@@ -188,7 +189,11 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="print only the summary as JSON")
     r.add_argument("--verbose", "-v", action="store_true",
                    help="timeline in full: every ret != 0 failure and blacklisted pair")
-    r.add_argument("--progress", action="store_true", help="show a progress bar on stderr")
+    bar = r.add_mutually_exclusive_group()
+    bar.add_argument("--progress", action="store_true",
+                     help="a bar of simulated seconds on stderr from the start (on a terminal "
+                     "one shows anyway once a run has taken 2 s)")
+    bar.add_argument("--no-progress", action="store_true", help="no bar, even on a terminal")
     _outside_flag(r)
     r.add_argument("--perfetto", metavar="FILE", help="record every batch step and KV write and "
                    "write a Chrome trace-event JSON to FILE: open it in https://ui.perfetto.dev")
@@ -1024,7 +1029,9 @@ def _main(argv: list[str] | None) -> int:
         except ImportError:
             return _die("--format parquet needs pyarrow: pip install -e '.[parquet]'")
     try:
-        res = run(sc, progress=args.progress, record_steps=bool(args.perfetto))
+        progress = (True if args.progress else False if args.no_progress
+                    else PROGRESS_AFTER_S if sys.stderr.isatty() else False)
+        res = run(sc, progress=progress, record_steps=bool(args.perfetto))
     except (ValueError, FileNotFoundError) as err:
         return _die(str(err))
     if args.out:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import threading
 import time
 from collections import namedtuple
 from collections.abc import Generator, Iterator
@@ -397,9 +398,12 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
 
 
 def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | None = None,
-        progress: bool = False, record_steps: bool = False, *,
+        progress: bool | float = False, record_steps: bool = False, *,
         allow_outside_paths: bool = False) -> Result:
     """Simulate ``scenario`` (a path, dict or :class:`Scenario`) and return its Result.
+
+    ``progress``: a bar of simulated seconds on stderr, ``True`` at once, or a number of
+    wall seconds after which a run still going shows one (``pdsim run`` on a terminal: 2).
 
     ``record_steps``: keep every batch step and KV write for a Perfetto trace
     (:mod:`pdsim.perfetto`); it changes nothing that is simulated. ``allow_outside_paths``:
@@ -411,7 +415,8 @@ def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | N
         return _simulate(sc, Recorder() if record_steps else None, progress)
 
 
-def _simulate(sc: scenario_mod.Scenario, recorder: Recorder | None, progress: bool) -> Result:
+def _simulate(sc: scenario_mod.Scenario, recorder: Recorder | None,
+              progress: bool | float) -> Result:
     """Build the fleet, run it and make its Result (which keeps no reference to the fleet)."""
     wall0 = time.perf_counter()
     fleet = Fleet(sc, recorder)
@@ -422,10 +427,11 @@ def _simulate(sc: scenario_mod.Scenario, recorder: Recorder | None, progress: bo
     stalled = env.event()
     env.process(_sampler(fleet, sc.timeseries_interval_s, rows, horizon, stalled))
     stop = env.any_of([all_done, horizon, stalled])
-    if progress:
-        _run_with_progress(env, stop, sc.horizon_s)
-    else:
+    if progress is False:
         env.run(until=stop)
+    else:
+        with _Progress(env, sc.horizon_s, 0.0 if progress is True else float(progress)):
+            env.run(until=stop)
     for stepper in fleet.steppers:
         stepper.close()
     plain = _records(fleet)
@@ -507,27 +513,42 @@ def what_if(sc: scenario_mod.Scenario) -> str:
     return ""
 
 
-def _run_with_progress(env: simpy.Environment, stop: simpy.Event, horizon: float) -> None:
-    """``env.run(until=stop)`` with a progress bar in simulated seconds.
+class _Progress:
+    """A bar of simulated seconds, drawn by a thread that reads the clock four times a
+    second (after ``delay`` wall seconds: a run that ends sooner shows none). The run's own
+    loop is the plain one: nothing is scheduled or stepped for the bar, so a run with it is
+    the run without it, and as fast."""
 
-    It steps the same event queue itself and schedules nothing: no timer event, no condition
-    around ``stop`` (a SimPy condition that triggers removes the callbacks of the conditions
-    nested in it, which once left ``stop`` deaf and ran every progress run to the horizon).
-    """
-    from simpy.core import EmptySchedule, StopSimulation
+    def __init__(self, env: simpy.Environment, horizon: float, delay: float) -> None:
+        self._env, self._total, self._delay = env, round(horizon), delay
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="pdsim-progress", daemon=True)
+        self._bar: Any = None
 
-    from pdsim.backends import progress_bar
+    def __enter__(self) -> _Progress:
+        self._thread.start()
+        return self
 
-    if stop.processed:
-        return
-    stop.callbacks.append(StopSimulation.callback)
-    with progress_bar(round(horizon), unit="sim s") as bar:
-        shown = 0
-        try:
-            while True:
-                env.step()
-                if env.now >= shown + 1:
-                    shown = int(env.now)
-                    bar.update(min(shown, bar.total) - bar.n)
-        except (StopSimulation, EmptySchedule):
-            pass
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        if self._bar is not None:
+            if exc[0] is None:
+                self._show()  # (where the run ended)
+            self._bar.close()
+
+    def _watch(self) -> None:
+        from pdsim.backends import progress_bar
+
+        if self._delay and self._done.wait(self._delay):
+            return
+        self._bar = progress_bar(self._total, min(int(self._env.now), self._total),
+                                 unit="sim s")
+        while not self._done.wait(0.25):
+            self._show()
+
+    def _show(self) -> None:
+        bar = self._bar
+        n = min(int(self._env.now), self._total)
+        if n > bar.n:
+            bar.update(n - bar.n)

@@ -28,8 +28,8 @@ def test_outputs_match_golden_hashes(name):
 
 @pytest.mark.parametrize("name", [n for n in golden.EXTRA if n.startswith("tie_")])
 def test_tie_cases_with_progress_match_golden(name):
-    """``pdsim run --progress`` steps the environment one entry at a time (``Environment.step``,
-    which keeps its own copy of the loop's order within an instant): on the cases built on
+    """``pdsim run --progress`` once stepped the environment itself and changed outputs
+    (issue #9); its bar is now drawn from a thread reading the clock: on the cases built on
     ties it must give the recorded outputs too."""
     seed = golden.EXTRA[name]["seed"]
     got = golden.digest(golden.pdsim.run(golden.EXTRA[name], progress=True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -260,3 +261,41 @@ def test_the_library_refuses_what_is_not_a_scenario_with_a_scenario_error():
         wide = [wide, wide]
     with pytest.raises(pdsim.ScenarioError, match="more than 50,000 values"):
         pdsim.run(dict(base, bogus=wide))
+
+
+def test_a_bar_shows_only_for_a_run_still_going_after_its_delay(capsys):
+    """``progress`` as a number: a run still going after that many wall seconds shows a bar
+    (``pdsim run`` on a terminal: 2 s), one that ends sooner shows none; either way the run
+    is the run without a bar (the bar is drawn from a thread reading the clock)."""
+    sets = ["clients.0.num_prompts=200", "clients.1.num_prompts=200"]
+    plain = pdsim.run(SCENARIOS / "drop_timeout.yaml", sets=sets)
+    capsys.readouterr()
+    late = pdsim.run(SCENARIOS / "drop_timeout.yaml", sets=sets, progress=60)
+    assert capsys.readouterr().err == ""
+    soon = pdsim.run(SCENARIOS / "drop_timeout.yaml", sets=sets, progress=1e-6)
+    err = capsys.readouterr().err
+    total = round(plain.scenario.horizon_s)
+    assert f"/{total} [" in err and "sim s" in err, err
+    assert _frames(late) == _frames(plain) == _frames(soon)
+
+
+@pytest.mark.parametrize("tty, flags, want", [
+    (True, [], 2.0), (False, [], False), (True, ["--no-progress"], False),
+    (False, ["--progress"], True)])
+def test_pdsim_run_shows_a_late_bar_on_a_terminal(monkeypatch, tty, flags, want):
+    """A long `pdsim run` on a terminal showed nothing until it ended (hours, for a big
+    scenario): a run still going after 2 s now shows its bar; --no-progress never does."""
+    import pdsim.sim
+
+    seen = []
+    real = pdsim.sim.run
+
+    def spy(*a, **kw):
+        seen.append(kw["progress"])
+        return real(*a, **kw)
+
+    monkeypatch.setattr(pdsim.sim, "run", spy)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: tty)
+    assert main(["run", "scenarios/healthy.yaml", "--json", *flags,
+                 "--set", "clients.0.num_prompts=20"]) == 0
+    assert seen == [want]
