@@ -71,7 +71,8 @@ COLUMNS: dict[str, str] = {
     "regret_pct": "goodput of the best policy at the same fault and seed minus this one's, "
                   "in % of that seed's healthy goodput (this policy's own healthy run when it "
                   "has them); the median over seeds (paired: every policy meets the same "
-                  "seed's arrivals and faults)",
+                  "seed's arrivals and faults), leaving out a seed whose healthy run completed "
+                  "nothing",
     "rank": "rank of the policy for this fault by regret (1: least; ties share a rank)",
 }
 STATS_NOTE = ("each metric: median over seeds, and _lo/_hi the 10th/90th percentiles over seeds "
@@ -367,7 +368,9 @@ class WhatIf:
                     srt = np.sort(v)
                     row[f"{m}_lo"] = float(srt[int(0.1 * (len(v) - 1))])
                     row[f"{m}_hi"] = math.inf
-            row["regret_pct"] = float(np.median(g._regret))
+            known = g._regret.to_numpy(float)
+            known = known[~np.isnan(known)]  # (a seed whose healthy run completed nothing)
+            row["regret_pct"] = float(np.median(known)) if len(known) else math.nan
             rows.append(row)
         t = pd.DataFrame(rows)
         if t.empty:
@@ -387,7 +390,8 @@ class WhatIf:
         g = t.groupby("policy", sort=False)
         r = pd.DataFrame({
             "worst_regret_pct": g.regret_pct.max(),
-            "worst_fault": g.apply(lambda x: x.loc[x.regret_pct.idxmax(), "fault"],
+            "worst_fault": g.apply(lambda x: x.loc[x.regret_pct.idxmax(), "fault"]
+                                   if x.regret_pct.notna().any() else "n/a",
                                    include_groups=False),
             "mean_regret_pct": g.regret_pct.mean(),
             "mean_goodput_lost_pct": g.goodput_lost_pct.mean(),
@@ -396,7 +400,8 @@ class WhatIf:
         # a policy with no regret at any fault has no worst fault (idxmax named the first)
         r.loc[r.worst_regret_pct <= 0, "worst_fault"] = "none"
         r = r.sort_values(["worst_regret_pct", "mean_regret_pct"], kind="stable")
-        key = list(zip(r.worst_regret_pct, r.mean_regret_pct, strict=True))
+        key = [tuple(math.inf if math.isnan(v) else v for v in k)  # (unknown: last, tied)
+               for k in zip(r.worst_regret_pct, r.mean_regret_pct, strict=True)]
         r.insert(0, "overall_rank", [key.index(k) + 1 for k in key])  # ties share a rank
         return r.reset_index()
 

@@ -398,3 +398,23 @@ def test_plots_default_to_the_fault_where_policies_differ():
     assert w.telling_fault() == "apart"
     level = runs.assign(goodput_tok_s=100.0)
     assert WhatIf(level, w.healthy, w.policies, w.faults).telling_fault() == "same"
+
+
+def test_a_seed_whose_healthy_run_completed_nothing_leaves_regret_to_the_others():
+    """A healthy run with no goodput (nothing finished before a short horizon) made its
+    seed's regret NaN, every median NaN, and the ranking raise after every run had finished
+    ('Encountered all NA values'): the other seeds now give the regret, and a policy with no
+    seed to measure ranks last with no worst fault."""
+    from pdsim.whatif import METRICS, WhatIf
+
+    good = {"a": (0.0, 100.0, 100.0), "b": (0.0, 80.0, 90.0)}
+    runs = pd.DataFrame([{**dict.fromkeys(METRICS, 0.0), "policy": p, "fault": "f", "seed": s,
+                          "goodput_tok_s": g[s - 1]} for p, g in good.items() for s in (1, 2, 3)])
+    healthy = pd.DataFrame({"seed": [1, 2, 3], "goodput_tok_s": [0.0, 100.0, 100.0]})
+    w = WhatIf(runs, healthy, [(p, {"policy": p}) for p in good], {"f": []})
+    assert w.table.set_index("policy").regret_pct.to_dict() == {"a": 0.0, "b": 15.0}
+    assert list(w.ranking.policy) == ["a", "b"]
+    nothing = WhatIf(runs, healthy.assign(goodput_tok_s=0.0), w.policies, w.faults)
+    assert nothing.table.regret_pct.isna().all()
+    assert set(nothing.ranking.worst_fault) == {"n/a"}
+    assert "n/a" in nothing.render()  # (the ranking's worst fault; it raised before)
