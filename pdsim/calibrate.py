@@ -92,6 +92,9 @@ def read_table(path: str | Path) -> pd.DataFrame:
     :data:`MAX_TABLE_BYTES`, UTF-8), so that a folder, a device, a huge or a binary file is
     refused in one line that says which, before pandas sees a byte."""
     what = "calibration table"
+    if not str(path):
+        raise CalibrationError(f"{what}: an empty path; give a CSV file (pdsim calibrate "
+                               f"--help shows its columns)")
     try:
         text = decode_utf8(read_user_file(path, what, MAX_TABLE_BYTES),
                            f"{what} {show_path(path)}")

@@ -419,17 +419,18 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     from pdsim import calibrate
 
-    stem = Path(args.data).with_suffix("")
-    out = Path(args.out or f"{stem}.profile.yaml")
-    plot = Path(args.plot or f"{stem}.residuals.png")
-    try:  # the output paths before the fit, not after it
+    try:  # the table first (a path with no file name, '', '.', '/', has no stem to name
+        # the outputs after), then the output paths, all before the fit
+        rows = calibrate.read_table(args.data)
+        stem = Path(args.data).with_suffix("")
+        out = Path(args.out or f"{stem}.profile.yaml")
+        plot = Path(args.plot or f"{stem}.residuals.png")
         _check_output_file(str(out), "--out")
         _check_output_file(str(plot), "--plot")
         kinds = calibrate.plot_formats()
         if plot.suffix[1:].lower() not in kinds:
             raise UsageError(f"--plot {show_path(plot)}: give a file name ending in an image "
                              f"format ({', '.join('.' + k for k in sorted(kinds))})")
-        rows = calibrate.read_table(args.data)
         keys = [k.strip() for k in args.fit.split(",")] if args.fit else None
         fit = calibrate.fit(rows, args.gpu, args.model, args.engine, keys,
                             tuple(args.profiles), source=args.data)

@@ -154,3 +154,15 @@ def test_calibrate_table_limits_are_the_documented_ones(capsys):
     with pytest.raises(SystemExit):
         main(["calibrate", "--help"])
     assert said in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("data, says", [
+    ("", "calibration table: an empty path; give a CSV file"),
+    ("/", "calibration table: / is a directory, not a file"),
+    (".", "calibration table: . is a directory, not a file")])
+def test_calibrate_a_table_path_without_a_file_name_is_one_line(capsys, data, says):
+    """The outputs are named after the table's stem: '', '.' and '/' have none, and taking
+    it before reading the table was an internal error (exit 70)."""
+    assert main(["calibrate", data, "--gpu", "H100", "--model", "deepseek-v3"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"pdsim: error: {says}\n" or (err.count("\n") == 1 and says in err), err
