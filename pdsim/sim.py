@@ -252,23 +252,33 @@ def _sampler(fleet: Fleet, interval: float, rows: list, horizon: simpy.Event,
         yield env.timeout(interval)
 
 
+STALL_RANKS = 5  # ranks a stalled run's event names (those that explain it first)
+
+
 def _stall_detail(fleet: Fleet, stuck: int) -> str:
     """What a stalled run's event says: the unfinished requests, where they wait, and, for
-    retracted requests too large for their rank's whole KV pool, what to change."""
+    retracted requests too large for their rank's whole KV pool, what to change. At most
+    :data:`STALL_RANKS` ranks, those with such requests first, then those holding the most
+    (a stalled fleet of thousands of ranks made a line of hundreds of kB)."""
     where = []
     for rank in fleet.ranks:
         if rank.is_fully_idle():
             continue
-        queues = " ".join(t for t in rank.busy_summary().split() if not t.endswith("=0"))
-        line = f"{rank.name}.r{rank.index} {queues}"
+        queues = [t for t in rank.busy_summary().split() if not t.endswith("=0")]
+        line = f"{rank.name}.r{rank.index} {' '.join(queues)}"
         n, need = rank.unfit() if rank.role == "decode" else (0, 0)
         if n:
             pool = rank.alloc.capacity * rank.alloc.page_size
             line += (f", of which {n} its whole KV pool of {pool:,} tokens cannot take back "
                      f"(one needs {need:,}): raise fleet.decode.kv_pool_tokens or "
                      f"mem_fraction_static, or shorten the requests")
-        where.append(line)
-    at = f": {'; '.join(where)}" if where else ""
+        held = sum(int(t.partition("=")[2]) for t in queues)
+        where.append((-n, -held, len(where), line))
+    where.sort()
+    shown = [w[3] for w in where[:STALL_RANKS]]
+    if len(where) > STALL_RANKS:
+        shown.append(f"and {len(where) - STALL_RANKS:,} more ranks")
+    at = f": {'; '.join(shown)}" if shown else ""
     return (f"nothing left to simulate before the horizon; {stuck} "
             f"request{'' if stuck == 1 else 's'} unfinished{at}")
 

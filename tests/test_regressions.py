@@ -299,3 +299,20 @@ def test_pdsim_run_shows_a_late_bar_on_a_terminal(monkeypatch, tty, flags, want)
     assert main(["run", "scenarios/healthy.yaml", "--json", *flags,
                  "--set", "clients.0.num_prompts=20"]) == 0
     assert seen == [want]
+
+
+def test_a_stalled_fleet_names_a_few_ranks_those_that_explain_it_first():
+    """A stall across a large fleet listed every busy rank in one line (41,703 characters at
+    128 servers a role): at most STALL_RANKS, the ranks holding a request their pool cannot
+    take back first, then a count of the rest."""
+    from pdsim.sim import STALL_RANKS
+
+    res = pdsim.run(SCENARIOS / "whatif_base.yaml", [
+        "clients.0.num_prompts=400", "clients.0.request_rate=inf",
+        "fleet.decode.kv_pool_tokens=3000", "fleet.prefill.servers=4", "fleet.decode.servers=8"])
+    assert res.summary.get("stalled_at_s") is not None
+    where = horizon_warning(res)[0].split("where they wait: ", 1)[1].split("; ")
+    assert len(where) == STALL_RANKS + 1 and where[-1].startswith("and ")
+    assert where[-1].endswith("more ranks. The figures above leave them out.")
+    unfit = ["cannot take back" in w for w in where[:STALL_RANKS]]
+    assert unfit[0] and unfit == sorted(unfit, reverse=True)  # those ranks first
