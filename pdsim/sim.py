@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import threading
 import time
 from collections import namedtuple
@@ -437,10 +438,11 @@ def _simulate(sc: scenario_mod.Scenario, recorder: Recorder | None,
     stalled = env.event()
     env.process(_sampler(fleet, sc.timeseries_interval_s, rows, horizon, stalled))
     stop = env.any_of([all_done, horizon, stalled])
-    if progress is False:
+    delay = _bar_delay(progress)
+    if delay is None:
         env.run(until=stop)
     else:
-        with _Progress(env, sc.horizon_s, 0.0 if progress is True else float(progress)):
+        with _Progress(env, sc.horizon_s, delay):
             env.run(until=stop)
     for stepper in fleet.steppers:
         stepper.close()
@@ -521,6 +523,21 @@ def what_if(sc: scenario_mod.Scenario) -> str:
             return (f"{Path(sc._source).name} extends {clip(str(own['extends']), 80)} and "
                     f"inherits its reported figures")
     return ""
+
+
+def _bar_delay(progress: object) -> float | None:
+    """``run``'s ``progress`` as the wall seconds before a bar shows (None: no bar): a bool
+    (numpy's too) or None says whether, at once; a number of seconds, when."""
+    if progress is None or isinstance(progress, (bool, np.bool_)):
+        return 0.0 if progress else None
+    try:
+        delay = float(progress)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        delay = math.nan
+    if not 0 <= delay < math.inf:
+        raise ValueError(f"progress={progress!r}: give True, False or a number of seconds "
+                         f">= 0 after which a run still going shows its bar")
+    return delay
 
 
 class _Progress:

@@ -316,3 +316,21 @@ def test_a_stalled_fleet_names_a_few_ranks_those_that_explain_it_first():
     assert where[-1].endswith("more ranks. The figures above leave them out.")
     unfit = ["cannot take back" in w for w in where[:STALL_RANKS]]
     assert unfit[0] and unfit == sorted(unfit, reverse=True)  # those ranks first
+
+
+@pytest.mark.parametrize("progress, delay", [
+    (None, None), (False, None), (True, 0.0), (2, 2.0), (0.5, 0.5)])
+def test_run_progress_takes_a_bool_none_or_seconds(progress, delay):
+    """``progress=None`` (falsy, as before) was a TypeError once a number meant a delay."""
+    import numpy as np
+
+    from pdsim.sim import _bar_delay
+
+    assert _bar_delay(progress) == delay
+    assert _bar_delay(np.bool_(bool(progress))) == (0.0 if progress else None)
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), "soon", [1]])
+def test_run_progress_refuses_what_is_no_delay(bad):
+    with pytest.raises(ValueError, match="progress=.*give True, False or a number of seconds"):
+        pdsim.run(SCENARIOS / "healthy.yaml", ["clients.0.num_prompts=5"], progress=bad)
