@@ -320,8 +320,8 @@ def _parser() -> argparse.ArgumentParser:
         "optional request_rate, num_prompts, tp). Example: pdsim calibrate steps.csv --gpu H100 "
         "--model llama-3.1-8b --out h100_llama.yaml, then `profiles: [h100_llama.yaml]` in a "
         "scenario.")
-    ca.add_argument("data", help="CSV table of measurements (a regular UTF-8 file; at most "
-                    "4 MB and 10,000 rows)")
+    ca.add_argument("data", help="CSV table of measurements (a regular, uncompressed UTF-8 "
+                    "file; at most 4 MB and 10,000 rows)")
     ca.add_argument("--gpu", required=True, help="GPU profile name")
     ca.add_argument("--model", required=True, help="model profile name")
     ca.add_argument("--engine", default="sglang", help="engine profile name (default sglang)")
