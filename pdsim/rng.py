@@ -23,14 +23,13 @@ def seeds_of(seed: int, overrides: dict[str, int | None] | None = None) -> dict[
 
 class Streams:
     def __init__(self, seed: int, overrides: dict[str, int | None] | None = None) -> None:
-        self._seed = seed
-        self._overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+        self._seeds = seeds_of(seed, overrides)
         self._cache: dict[str, np.random.Generator] = {}
 
     def __getitem__(self, name: str) -> np.random.Generator:
         gen = self._cache.get(name)
         if gen is None:
-            seed = self._overrides.get(name, self._seed)
-            gen = np.random.default_rng(np.random.SeedSequence([seed, zlib.crc32(name.encode())]))
-            self._cache[name] = gen
+            gen = np.random.default_rng(np.random.SeedSequence(
+                [self._seeds[name], zlib.crc32(name.encode())]))  # (a name not in SUBSYSTEMS:
+            self._cache[name] = gen  # a KeyError, not a stream no run.json names)
         return gen
