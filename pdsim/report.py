@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from pdsim.scenario import BenchClientConfig, EvalClientConfig, ReferenceFigure
+from pdsim.scenario import BenchClientConfig, EvalClientConfig, ReferenceFigure, Scenario
 from pdsim.sim import Result
 from pdsim.transfer import DEAD_MSG
 from pdsim.unknowns import block as unknowns_lines
@@ -399,6 +399,10 @@ def horizon_warning(res: Result) -> list[str]:
         why = (f"; where they wait: {where}." if where else
                " (a request larger than a KV pool, or one waiting on a timeout past the "
                "horizon).")
+        if not running:  # (a client starting past the horizon: not_reached_warning says so)
+            return [f"WARNING: the run stopped at {s['stalled_at_s']:g} s, before its horizon "
+                    f"(horizon_s={res.scenario.horizon_s:g}): nothing was left to simulate "
+                    f"before it."]
         return [f"WARNING: the run stopped at {s['stalled_at_s']:g} s, before its horizon "
                 f"(horizon_s={res.scenario.horizon_s:g}): nothing was left to simulate and "
                 f"{running} request{'' if running == 1 else 's'} can never finish{why} The "
@@ -425,6 +429,36 @@ def horizon_warning(res: Result) -> list[str]:
             f"or lower the load."]
 
 
+def not_reached(sc: Scenario, end: float) -> list[str]:
+    """What the scenario schedules after the run's end (``end``), so never happened: a run
+    ends when its clients are done, and a fault or flush timed past that would otherwise
+    leave a report that reads as "no harm done"."""
+    out = [f"operator_flushes.{i} at {op.at_s:g} s" for i, op in enumerate(sc.operator_flushes)
+           if op.at_s > end]
+    for i, f in enumerate(sc.faults):
+        start = f.window(sc.horizon_s)[0]
+        if start > end:
+            out.append(f"faults.{i} {f.kind} at {start:g} s")
+    out += [f"clients.{i} {c.name!r} starting at {c.start_s:g} s"
+            for i, c in enumerate(sc.clients) if c.start_s > end]
+    return out
+
+
+def not_reached_warning(res: Result) -> list[str]:
+    """Faults, operator flushes and clients timed after the run ended say so: they never
+    happened, so the figures above show nothing of them."""
+    missed = not_reached(res.scenario, res.summary["simulated_s"])
+    if not missed:
+        return []
+    end = res.summary["simulated_s"]
+    why = ("its horizon" if res.summary.get("stopped_at_horizon") else
+           "nothing was left to simulate" if res.summary.get("stalled_at_s") is not None
+           else "its clients were done")
+    return [f"WARNING: never happened, the run ended at {end:g} s ({why}): {'; '.join(missed)}.",
+            "  Nothing above shows them: start them earlier, or keep the load going past them "
+            "(more num_prompts, a later horizon_s)."]
+
+
 def render(res: Result, verbose: bool = False) -> str:
     """The whole human report of a run (what ``pdsim run`` prints)."""
     s = res.summary
@@ -440,4 +474,5 @@ def render(res: Result, verbose: bool = False) -> str:
     lines += reference_block(s, sc.reference, res.what_if, sc.name, bool(res.unknowns))
     lines.append("=" * W)
     lines += horizon_warning(res)
+    lines += not_reached_warning(res)
     return "\n".join(lines)

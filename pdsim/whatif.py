@@ -434,6 +434,7 @@ class WhatIf:
         elif len(h):
             lines.append(f"healthy (no faults): goodput {np.median(h.goodput_tok_s):,.0f} tok/s "
                          f"(median of {len(h)} seed(s))")
+        lines += self._not_started()
         show = show.round(1)
         for c in ("lost %", "dead writes", "p99 TTFT s", "healthy bl max s", "regret %"):
             show[c] = show[c] + 0.0  # (-0.0 prints as 0.0)
@@ -448,6 +449,23 @@ class WhatIf:
         lines.append(legend().replace("columns:", "columns (of the tables --out writes; the "
                                       "table above shows the main ones, renamed):", 1))
         return "\n".join(lines)
+
+    def _not_started(self) -> list[str]:
+        """A fault set that starts after its runs ended never happened: its rows measure a
+        healthy run, which reads as a policy that copes."""
+        r = self.runs
+        if r.empty or "fault_start_s" not in r:
+            return []
+        late = r[r.fault_start_s > r.simulated_s]
+        out = []
+        for fault, g in late.groupby("fault", sort=False):
+            out.append(f"WARNING: fault {fault} never started in {len(g)} of "
+                       f"{int((r.fault == fault).sum())} runs: they ended by "
+                       f"{g.simulated_s.max():g} s, before its "
+                       f"start at {g.fault_start_s.min():g} s, so its rows show no harm. Keep "
+                       f"the base's load going past it (--set clients.0.num_prompts=...) or "
+                       f"start it earlier (--faults-file).")
+        return out
 
     # --- export --------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import simpy
-from conftest import SCENARIOS
+from conftest import SCENARIOS, small_fleet
 
 import pdsim
 from pdsim import blacklist
@@ -334,3 +334,30 @@ def test_run_progress_takes_a_bool_none_or_seconds(progress, delay):
 def test_run_progress_refuses_what_is_no_delay(bad):
     with pytest.raises(ValueError, match="progress=.*give True, False or a number of seconds"):
         pdsim.run(SCENARIOS / "healthy.yaml", ["clients.0.num_prompts=5"], progress=bad)
+
+
+def test_faults_and_flushes_timed_after_the_run_ended_are_reported_not_silently_dropped():
+    """A run ends when its clients are done: a decode crash or an operator flush timed after
+    that never happened, and the report read as 'no harm done' (a what-if of the library's
+    60 s faults on a base whose load ends sooner showed 0% lost for every policy)."""
+    from pdsim.report import not_reached, not_reached_warning, render
+
+    sc = small_fleet(operator_flushes=[{"at_s": 1.0}, {"at_s": 500.0}],
+                     faults=[{"kind": "decode_crash", "decode_server": 0, "at_s": 400.0}])
+    sc["clients"][0]["num_prompts"] = 20
+    res = pdsim.run(sc)
+    end = res.summary["simulated_s"]
+    assert end < 400 and not res.summary["stopped_at_horizon"]
+    assert not_reached(res.scenario, end) == ["operator_flushes.1 at 500 s",
+                                              "faults.0 decode_crash at 400 s"]
+    text = render(res)
+    assert (f"WARNING: never happened, the run ended at {end:g} s (its clients were done): "
+            "operator_flushes.1 at 500 s; faults.0 decode_crash at 400 s.") in text, text
+    late = small_fleet(horizon_s=100)
+    late["clients"][0].update(num_prompts=5, start_s=200.0)
+    res = pdsim.run(late)
+    assert not_reached(res.scenario, res.summary["simulated_s"]) == [
+        "clients.0 'bench' starting at 200 s"]
+    warnings = horizon_warning(res) + not_reached_warning(res)
+    assert "can never finish" not in " ".join(warnings), warnings  # no request is stuck
+    assert not_reached_warning(pdsim.run(small_fleet(operator_flushes=[{"at_s": 1.0}]))) == []

@@ -418,3 +418,14 @@ def test_a_seed_whose_healthy_run_completed_nothing_leaves_regret_to_the_others(
     assert nothing.table.regret_pct.isna().all()
     assert set(nothing.ranking.worst_fault) == {"n/a"}
     assert "n/a" in nothing.render()  # (the ranking's worst fault; it raised before)
+
+
+def test_a_fault_that_starts_after_the_base_load_ended_is_flagged():
+    """The library's faults start at 60 s: on a base whose clients are done sooner they never
+    happened, and every policy read as losing nothing."""
+    late = {"late_crash": [{"kind": "decode_crash", "decode_server": 0, "at_s": 300.0}],
+            "errs": ERRS}
+    wi = whatif(_base(), ["permanent"], late, seeds=[1], workers=1, progress=False)
+    text = wi.render()
+    assert "WARNING: fault late_crash never started in 1 of 1 runs" in text, text
+    assert "fault errs never started" not in text
