@@ -386,8 +386,10 @@ class BenchClientConfig(Strict):
         None, le=MAX_REQUESTS,
         description="Prompts to send; default: 1000 for a random dataset (bench_serving's "
         "default), every row of a trace (a smaller value replays the trace's first rows)")
-    request_rate: Annotated[float, _NUM] | Literal["inf", "trace"] = Field(
-        "inf", description="req/s, inf or trace")
+    request_rate: Annotated[float, _NUM] | Literal["inf", "trace"] | None = Field(
+        None, description="req/s, inf or trace (a trace's own timestamps); default: trace for "
+        "a trace dataset (bench_serving replays a Mooncake trace by its timestamps whatever "
+        "--request-rate says), inf otherwise (bench_serving's default)")
     max_concurrency: PosInt | None = Field(None, le=MAX_REQUESTS)
     warmup_requests: NonNegInt = Field(1, le=10_000)
     warmup_output_len: Tokens = 32
@@ -405,6 +407,8 @@ class BenchClientConfig(Strict):
     def _default_prompts(self) -> BenchClientConfig:
         if self.num_prompts is None and self.dataset.kind == "random":
             self.num_prompts = 1000
+        if self.request_rate is None:
+            self.request_rate = "trace" if self.dataset.kind == "trace" else "inf"
         return self
 
     def trace_limit(self) -> int | None:

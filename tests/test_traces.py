@@ -310,3 +310,20 @@ def test_a_line_of_too_many_values_is_refused_before_it_is_decoded(tmp_path, mon
         else:
             with pytest.raises(trace.TraceError, match=re.escape(error)):
                 trace._parse(trace._key(path), 10)
+
+
+def test_a_trace_without_request_rate_is_replayed_by_its_timestamps(tmp_path):
+    """bench_serving replays a Mooncake trace by its timestamps whatever --request-rate says;
+    pdsim's default (inf) sent every row at once, so a trace written without request_rate
+    lost its arrival pattern. The default is now 'trace' for a trace dataset (inf for random),
+    and an explicit rate still applies."""
+    path = _tiny_trace(tmp_path / "t.jsonl")
+    d = _trace_fleet(path)
+    del d["clients"][0]["request_rate"]
+    res = pdsim.run(d, allow_outside_paths=True)
+    assert res.scenario.clients[0].request_rate == "trace"
+    arrivals = res.requests.sort_values("rid").t_arrival
+    assert arrivals.max() - arrivals.min() == pytest.approx(200 * 24 / 1000)
+    burst = pdsim.run(_trace_fleet(path, request_rate="inf"), allow_outside_paths=True)
+    assert burst.requests.t_arrival.max() == burst.requests.t_arrival.min()
+    assert pdsim.load(small_fleet()).clients[0].request_rate == "inf"
