@@ -32,9 +32,15 @@ def pool_pages(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
             op = predictor.OperatorPredictor(gpu, model, engine or profiles.engine(), lay)
         weights = op.weights_per_gpu()
         free = gpu.hbm_gb * 1e9 * role_cfg.mem_fraction_static - weights
-        if free <= 0:
+        if free <= 0:  # (say what the budget was and what moves it: SGLang would OOM)
+            static = gpu.hbm_gb * role_cfg.mem_fraction_static
+            layout = " with dp attention" if role_cfg.dp_attention else ""
             raise ValueError(f"{model.name} weights ({weights / 1e9:.0f} GB per GPU at tp "
-                             f"{role_cfg.tp}) do not fit in {gpu.name} memory")
+                             f"{role_cfg.tp}{layout}) do not fit in {gpu.name} memory: "
+                             f"mem_fraction_static {role_cfg.mem_fraction_static:g} of "
+                             f"{gpu.hbm_gb:g} GB is {static:.0f} GB and leaves no KV pool; "
+                             f"spread them over more GPUs (a larger tp), pick a GPU with "
+                             f"more memory or raise mem_fraction_static")
         tokens = int(free / (model.layers * op.kv_layer_bytes))
     return max(1, tokens // role_cfg.page_size)
 

@@ -599,3 +599,27 @@ def test_a_fleet_that_fails_both_load_checks_names_its_pool_first():
     d["fleet"]["gpu"] = "A100"  # fits, not fitted
     with pytest.raises(pdsim.ScenarioError, match="at 'predictor': .* no fitted coefficients"):
         pdsim.load(d)
+
+
+def test_weights_that_do_not_fit_say_the_budget_and_what_moves_it():
+    """The error said only 'do not fit in H100 memory': not that the budget is
+    mem_fraction_static of HBM, nor what to change (DeepSeek-V3 on 8xH100 is a common try)."""
+    from conftest import small_fleet
+
+    import pdsim
+
+    d = small_fleet()
+    d["fleet"].update(gpu="H100", model="deepseek-v3")
+    d["fleet"]["prefill"] = {"tp": 8}
+    d["fleet"]["decode"] = {"tp": 8, "dp": 8, "dp_attention": True}
+    with pytest.raises(pdsim.ScenarioError) as err:
+        pdsim.load(d)
+    msg = str(err.value)
+    assert ("at 'fleet.prefill': deepseek-v3 weights (87 GB per GPU at tp 8) do not fit in H100 "
+            "memory: mem_fraction_static 0.8 of 80 GB is 64 GB and leaves no KV pool; spread "
+            "them over more GPUs (a larger tp), pick a GPU with more memory or raise "
+            "mem_fraction_static") in msg, msg
+    d["fleet"]["prefill"]["tp"] = 16
+    with pytest.raises(pdsim.ScenarioError, match=r"\(96 GB per GPU at tp 8 with dp attention\)"):
+        pdsim.load(d)
+
