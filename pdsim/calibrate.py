@@ -66,6 +66,17 @@ class Fit:
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def at_bounds(self) -> dict[str, str]:
+        """Fitted values that ended on a bound of their range ("upper bound 1"): the fit
+        wanted to go further, so the model cannot reach the rows with that value alone."""
+        out = {}
+        for k, v in self.params.items():
+            lo, hi = self.extra.get("bounds", {}).get(k, BOUNDS.get(k, (-math.inf, math.inf)))
+            for side, b in (("upper", hi), ("lower", lo)):
+                if abs(v - b) <= 1e-6 * max(1.0, abs(b)):
+                    out[k] = f"{side} bound {b:g}"
+        return out
+
     @property
     def median_abs_error(self) -> float:
         return float(self.rows.error.abs().median())
@@ -316,7 +327,8 @@ def fit(rows: pd.DataFrame, gpu: str, model: str, engine: str = "sglang",
     sim = simulate(params)
     table = pd.DataFrame({"row": idx, "metric": names, "measured": measured,
                           "fitted": sim, "error": sim / measured - 1})
-    return Fit(gpu, model, engine, params, start, table, float(sol.cost), source)
+    return Fit(gpu, model, engine, params, start, table, float(sol.cost), source,
+               {"bounds": lim})
 
 
 def residual_plot(f: Fit, path: str | Path) -> Path:

@@ -444,8 +444,15 @@ def _calibrate(args: argparse.Namespace) -> int:
                     f"{show_path(err.filename or out)}")
     print(f"fitted {len(fit.params)} value(s) of {args.gpu} / {args.model} / {args.engine} to "
           f"{len(fit.rows)} measurement(s):")
+    ends = fit.at_bounds()
     for k, v in fit.params.items():
-        print(f"  {k:<28}{fit.start[k]:>10.4g} -> {v:.4g}")
+        note = f"   at its {ends[k]}" if k in ends else ""
+        print(f"  {k:<28}{fit.start[k]:>10.4g} -> {v:.4g}{note}")
+    if ends:
+        print(f"note: the fit pushed {', '.join(ends)} to the end of the allowed range, and "
+              f"other values made up the rest: the model cannot reach these rows through "
+              f"{'it' if len(ends) == 1 else 'them'}. Check the rows' layout columns (tp, dp, "
+              f"ep, ...) and the GPU and model profile values, or --fit other values.")
     print()
     print(calibrate.text_residuals(fit))
     print(f"\nmedian |error| {fit.median_abs_error:.1%}")

@@ -70,6 +70,25 @@ def test_cli_writes_a_profile_a_scenario_loads(tmp_path, capsys):
     assert str(prof) in res.origins["engine.decode_step_ms"][1]
 
 
+def test_a_value_fitted_to_the_end_of_its_range_is_flagged(tmp_path, capsys):
+    """Prefill rows faster than the GPU's peak allows drove gemm_eff to 1 (100% of peak)
+    and the CLI printed '0.7 -> 1' as if it were a measurement; it now says the value sits
+    on its bound and what to check. A fit inside its ranges says nothing."""
+    data = _synthetic()
+    data = data[data.phase == "prefill"].assign(step_ms=lambda d: d.step_ms * 0.2)
+    fit = calibrate.fit(data, "H100", "llama-3.1-8b", keys=["gpu.gemm_eff"])
+    assert fit.params["gpu.gemm_eff"] == pytest.approx(1.0)
+    assert fit.at_bounds() == {"gpu.gemm_eff": "upper bound 1"}
+    assert calibrate.fit(_synthetic(), "H100", "llama-3.1-8b").at_bounds() == {}
+    path = tmp_path / "fast.csv"
+    data.to_csv(path, index=False)
+    assert main(["calibrate", str(path), "--gpu", "H100", "--model", "llama-3.1-8b",
+                 "--fit", "gpu.gemm_eff"]) == 0
+    out = capsys.readouterr().out
+    assert "-> 1   at its upper bound 1" in out, out
+    assert "note: the fit pushed gpu.gemm_eff to the end of the allowed range" in out, out
+
+
 @pytest.mark.parametrize("text, needle", [
     ("a,b\n1,2\n", "needs step columns"),
     ("phase,batch_size,input_len,step_ms\nverify,1,1,1\n", "prefill or decode"),
