@@ -283,7 +283,10 @@ def fit(rows: pd.DataFrame, gpu: str, model: str, engine: str = "sglang",
     try:
         res = profiles.resolve(gpu, model, engine, files)
     except profiles.ProfileError as err:
-        raise CalibrationError(str(err).replace("fleet.", "--")) from None
+        msg = str(err).replace("fleet.", "--")
+        if not files and ": unknown " in msg:  # (the CLI's users pass their own with a flag)
+            msg += "; one of your own: --profiles FILE that defines it"
+        raise CalibrationError(msg) from None
     keys = keys or default_params(rows)
     unknown = [k for k in keys if k not in BOUNDS]
     if unknown:

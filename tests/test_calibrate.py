@@ -89,6 +89,18 @@ def test_a_value_fitted_to_the_end_of_its_range_is_flagged(tmp_path, capsys):
     assert "note: the fit pushed gpu.gemm_eff to the end of the allowed range" in out, out
 
 
+def test_an_unknown_gpu_points_to_profiles_for_ones_own(tmp_path, capsys):
+    """'unknown GPU profile H100-lab; allowed: ...' did not say how to fit a GPU of one's
+    own, which is what calibrate is for: --profiles FILE."""
+    f = tmp_path / "t.csv"
+    f.write_text("phase,batch_size,input_len,step_ms\nprefill,1,1024,30\n")
+    assert main(["calibrate", str(f), "--gpu", "H100-lab", "--model", "llama-3.1-8b"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("pdsim: error: invalid value at '--gpu': unknown GPU profile "
+                          "'H100-lab'; allowed: ") and len(err.splitlines()) == 1, err
+    assert err.endswith("; one of your own: --profiles FILE that defines it"), err
+
+
 @pytest.mark.parametrize("text, needle", [
     ("a,b\n1,2\n", "needs step columns"),
     ("phase,batch_size,input_len,step_ms\nverify,1,1,1\n", "prefill or decode"),
