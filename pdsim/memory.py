@@ -54,6 +54,7 @@ def _fleet_builds(sc: Scenario, ctx: Context) -> None:
     except profiles.ProfileError as err:
         raise ScenarioError(str(err)) from None
     for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode)):
+        _heads_split(role, cfg, prof.model)
         gather = cfg.dp if cfg.dp_attention else 1
         try:  # (built first, for pool_pages to reuse; its error is reported second)
             pred, bad = predictor.build(sc.predictor, prof.gpu, prof.model, cfg.tp, gather,
@@ -67,3 +68,21 @@ def _fleet_builds(sc: Scenario, ctx: Context) -> None:
             raise Invalid(f"fleet.{role}", str(err)) from None
         if bad is not None:
             raise Invalid("predictor", str(bad)) from None
+
+
+def _heads_split(role: str, cfg: RoleConfig, model: profiles.Model) -> None:
+    """The attention heads split evenly over a rank's attention GPUs, as SGLang asserts at
+    start-up (num_attention_heads % attention tp == 0; GQA KV heads split evenly, or are
+    replicated a whole number of times when there are fewer than GPUs)."""
+    attn_tp = cfg.tp // cfg.dp if cfg.dp_attention else cfg.tp
+    over = (f"attention tp {attn_tp} (tp {cfg.tp} / dp {cfg.dp} with dp attention)"
+            if cfg.dp_attention else f"tp {cfg.tp}")
+    kv = model.kv_heads if model.attention == "gqa" else 0
+    if model.heads % attn_tp:
+        why = f"its {model.heads} attention heads do not split evenly over {over}"
+    elif kv and (kv % attn_tp if kv >= attn_tp else attn_tp % kv):
+        why = f"its {kv} KV heads neither split nor replicate evenly over {over}"
+    else:
+        return
+    raise Invalid(f"fleet.{role}.tp", f"{model.name}: {why} (SGLang refuses it at start-up); "
+                  f"pick a tp that divides the heads", cfg.tp)

@@ -130,3 +130,24 @@ def test_scenario_extends_keeps_everything_given(tmp_path):
     assert sc.name == "child"
     assert sc.fleet.prefill.dp == 3 and sc.fleet.decode.dp == 2
     assert sc.clients[0].num_prompts == 5
+
+
+@pytest.mark.parametrize("model, role, tp, dp, says", [
+    ("llama-3.1-8b", "prefill", 3, 1, "its 32 attention heads do not split evenly over tp 3"),
+    ("llama-3.1-8b", "decode", 64, 1, "its 32 attention heads do not split evenly over tp 64"),
+    ("qwen2.5-7b", "prefill", 7, 1, "its 4 KV heads neither split nor replicate evenly over tp 7"),
+    ("dsv3-ci-test", "decode", 24, 2, "its 128 attention heads do not split evenly over "
+     "attention tp 12 (tp 24 / dp 2 with dp attention)"),
+])
+def test_a_tp_the_attention_heads_do_not_split_over_is_refused(model, role, tp, dp, says):
+    """SGLang asserts at start-up that the attention heads (and GQA KV heads, or their
+    replicas) split evenly over the attention GPUs; pdsim ran tp 3 for Llama-3.1-8B."""
+    d = _with("fleet.model", model)
+    d["fleet"][role] = {"tp": tp, "dp": dp, "dp_attention": dp > 1}
+    with pytest.raises(ScenarioError) as err:
+        from_dict(d)
+    msg = str(err.value)
+    assert f"at 'fleet.{role}.tp': {model}: {says} (SGLang refuses it at start-up)" in msg, msg
+    for ok in (1, 2, 8, 16):  # (16 > 8 KV heads: each replicated twice)
+        from_dict(_with("fleet.model", "llama-3.1-8b") | {"fleet": {
+            "gpu": "H100", "model": "llama-3.1-8b", "prefill": {"tp": ok}}})
