@@ -151,6 +151,11 @@ class Model(_Profile):
                     hint = "; an MLA profile?" if self.kv_lora_rank else ""
                     return (f, "attention"), (f"attention gqa needs {f} >= 1 ({f} is "
                                               f"{getattr(self, f)}{hint})")
+            if self.heads % self.kv_heads:  # (each KV head serves a whole group of heads)
+                return ("kv_heads", "heads"), (
+                    f"attention gqa needs heads ({self.heads}) to be a multiple of kv_heads "
+                    f"({self.kv_heads}): num_attention_heads / num_key_value_heads query heads "
+                    f"share each KV head")
         else:
             for f in ("kv_lora_rank", "v_head_dim"):
                 if getattr(self, f) < 1:

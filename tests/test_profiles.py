@@ -200,6 +200,20 @@ def test_a_contradictory_user_model_names_the_key_its_file_set():
             pdsim.load(f)
 
 
+def test_a_gqa_model_whose_heads_are_not_a_multiple_of_its_kv_heads_is_refused(tmp_path):
+    """heads 60 over kv_heads 8 (a typo for 64) loaded and ran: no Hugging Face GQA model has
+    it, since each KV head serves a whole group of query heads."""
+    f = tmp_path / "my.yaml"
+    f.write_text("models:\n  my-llama: {extends: llama-3.1-8b, heads: 60}\n")
+    with pytest.raises(profiles.ProfileError, match=r"invalid value at 'model\.heads' "
+                       r"\(.*my\.yaml\): attention gqa needs heads \(60\) to be a multiple "
+                       r"of kv_heads \(8\)"):
+        profiles.resolve("H100", "my-llama", files=(str(f),))
+    with pytest.raises(profiles.ProfileError, match=r"'model\.heads' \(scenario override\)"):
+        profiles.resolve("H100", "llama-3.1-8b", overrides={"model": {"heads": 12}})
+    profiles.resolve("H100", "llama-3.1-8b", overrides={"model": {"heads": 40}})  # 5 per KV head
+
+
 @pytest.mark.parametrize("argv, says", [
     (["H20", "--set", "a=1"], "--set applies to a scenario's values; it needs --scenario FILE"),
     (["--set", "gpu.hbm_tbps=3"], "--set applies to a scenario's values"),
