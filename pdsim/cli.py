@@ -1021,6 +1021,14 @@ def _main(argv: list[str] | None) -> int:
     if args.cmd == "validate":
         print(f"{show_path(args.scenario)}: ok ({sc.name}, {len(sc.clients)} client(s), "
               f"horizon {sc.horizon_s:g} s)")
+        from pdsim.memory import kv_pools
+
+        pools = kv_pools(sc)
+        how = {role: "kv_pool_tokens" if cfg.kv_pool_tokens is not None else
+               f"mem_fraction_static {cfg.mem_fraction_static:g} after weights"
+               for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode))}
+        print("KV pool per DP rank (SGLang's max_total_num_tokens): " + ", ".join(
+            f"{role} {tokens:,} tokens ({how[role]})" for role, tokens in pools.items()))
         if sc.unknowns:  # each range end (or choice) was validated as a value of its own
             print(f"{len(sc.unknowns)} declared unknown(s); run uses the nominal, explore "
                   f"samples the range (its ends validated):")

@@ -49,10 +49,17 @@ def pool_pages(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
 def _fleet_builds(sc: Scenario, ctx: Context) -> None:
     """What building the fleet would reject, checked at load time (so ``validate`` sees it):
     the profiles resolve (files, names, overrides), the weights fit, the predictor builds."""
+    kv_pools(sc, ctx)
+
+
+def kv_pools(sc: Scenario, ctx: Context | None = None) -> dict[str, int]:
+    """KV pool tokens of one DP rank of each role (SGLang's ``max_total_num_tokens``), as the
+    fleet builds them (``pool_pages``), raising what building the fleet would reject."""
     try:
         prof = profiles.for_scenario(sc, ctx)
     except profiles.ProfileError as err:
         raise ScenarioError(str(err)) from None
+    pools = {}
     for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode)):
         _heads_split(role, cfg, prof.model)
         gather = cfg.dp if cfg.dp_attention else 1
@@ -63,11 +70,12 @@ def _fleet_builds(sc: Scenario, ctx: Context) -> None:
         except ValueError as err:
             pred, bad = None, err
         try:
-            pool_pages(cfg, prof.gpu, prof.model, prof.engine, pred)
+            pools[role] = pool_pages(cfg, prof.gpu, prof.model, prof.engine, pred) * cfg.page_size
         except ValueError as err:
             raise Invalid(f"fleet.{role}", str(err)) from None
         if bad is not None:
             raise Invalid("predictor", str(bad)) from None
+    return pools
 
 
 def _heads_split(role: str, cfg: RoleConfig, model: profiles.Model) -> None:

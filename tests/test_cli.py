@@ -208,3 +208,19 @@ def test_run_json_names_the_seed_of_every_stream():
     meta = json.loads(res.describe()["run.json"])
     assert meta["seed"] == 1
     assert meta["seeds"] == {"arrivals": 1, "lengths": 1, "routing": 7, "faults": 1}
+
+
+def test_validate_prints_the_kv_pool_each_rank_gets(capsys):
+    """SGLang logs max_total_num_tokens at start-up; pdsim derived it and showed it nowhere.
+    validate prints each role's pool per DP rank, the one a run builds."""
+    import pdsim
+
+    sc = ["--set", "fleet.decode.kv_pool_tokens=123456"]
+    assert main(["validate", "scenarios/healthy.yaml", *sc]) == 0
+    line = capsys.readouterr().out.splitlines()[1]
+    res = pdsim.run("scenarios/healthy.yaml", [sc[1], "clients.0.num_prompts=5"])
+    pages = {r.split("-")[0]: p["capacity"] for r, p in res.kv_pools.items()}
+    prefill = pages["prefill"] * res.scenario.fleet.prefill.page_size
+    assert line == (f"KV pool per DP rank (SGLang's max_total_num_tokens): prefill "
+                    f"{prefill:,} tokens (mem_fraction_static 0.8 after weights), decode "
+                    f"123,456 tokens (kv_pool_tokens)")
