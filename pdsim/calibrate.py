@@ -94,7 +94,8 @@ class Fit:
         head = (f"# Written by `pdsim calibrate`: a calibration of the operator predictor for\n"
                 f"# {self.gpu} / {self.model} / {self.engine}. Load it from a scenario with\n"
                 f"#   profiles: [{Path(self.source).stem if self.source else 'this'}"
-                f".profile.yaml]\n")
+                f".profile.yaml]\n# after the profile files that define the GPU or model, if "
+                f"they are your own.\n")
         return head + yaml.safe_dump({"calibrations": [entry]}, sort_keys=False)
 
 

@@ -456,7 +456,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     print()
     print(calibrate.text_residuals(fit))
     print(f"\nmedian |error| {fit.median_abs_error:.1%}")
-    print(f"wrote {out} (load it with `profiles: [{out.name}]`)", file=sys.stderr)
+    files = ", ".join([*args.profiles, out.name])  # (its GPU or model may be in those)
+    print(f"wrote {out} (load it with `profiles: [{files}]`)", file=sys.stderr)
     print(f"wrote {plot}", file=sys.stderr)
     return 0
 

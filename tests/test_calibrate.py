@@ -197,3 +197,15 @@ def test_calibrate_a_table_path_without_a_file_name_is_one_line(capsys, data, sa
     assert main(["calibrate", data, "--gpu", "H100", "--model", "deepseek-v3"]) == 2
     err = capsys.readouterr().err
     assert err == f"pdsim: error: {says}\n" or (err.count("\n") == 1 and says in err), err
+
+
+def test_the_load_hint_names_the_profile_files_the_fit_needs(tmp_path, capsys):
+    """Fitting one's own GPU: the hint said `profiles: [h.profile.yaml]`, a scenario with which
+    fails on the unknown GPU; the files that define it come first."""
+    data = tmp_path / "h.csv"
+    data.write_text((ROOT / "validation" / "pr5624_bench_one_batch.csv").read_text())
+    (tmp_path / "lab.yaml").write_text("gpus: {H20-lab: {extends: H20}}\n")
+    assert main(["calibrate", str(data), "--gpu", "H20-lab", "--model", "dsv3-ci-test",
+                 "--fit", "engine.decode_step_ms", "--profiles", str(tmp_path / "lab.yaml")]) == 0
+    err = capsys.readouterr().err
+    assert f"(load it with `profiles: [{tmp_path / 'lab.yaml'}, h.profile.yaml]`)" in err, err
