@@ -188,8 +188,8 @@ class DecodeUnreachableParams(FaultParams):
     its session meet a silent peer; its scheduler keeps running and pre-allocating."""
 
     decode_rank: NonNegInt = Field(description="Global decode rank index (server*dp + rank)")
-    at_s: Instant
-    duration_s: Seconds
+    at_s: Instant = Field(description="When the endpoint stops answering (simulated s)")
+    duration_s: Seconds = Field(description="How long it stays silent")
 
     def check(self, ctx: Context) -> None:
         d = ctx.scenario.fleet.decode
@@ -209,9 +209,9 @@ class PartitionParams(FaultParams):
     its sessions from that prefill's blacklists).
     """
 
-    prefill_server: NonNegInt = 0
-    at_s: Instant
-    duration_s: Seconds
+    prefill_server: NonNegInt = Field(0, description="The prefill server cut off; default 0")
+    at_s: Instant = Field(description="When the partition starts (simulated s)")
+    duration_s: Seconds = Field(description="How long it lasts")
     heartbeat_interval_s: Interval = Field(5.0, description="SGLANG_DISAGGREGATION_HEARTBEAT_"
                                            "INTERVAL")
     heartbeat_misses: PosInt = Field(2, le=MAX_COUNT, description="SGLANG_DISAGGREGATION_"
@@ -232,7 +232,7 @@ class TransferErrorsParams(FaultParams):
     """Random ``ret != 0`` on KV writes in a window, drawn from the ``faults`` random stream."""
 
     probability: Fraction = Field(description="Chance that one write returns ret != 0")
-    from_s: Instant = 0.0
+    from_s: Instant = Field(0.0, description="Start of the window (simulated s); default 0")
     to_s: Seconds | None = Field(None, description="End of the window; null: until the run "
                                  "ends")
 
@@ -254,8 +254,8 @@ class DecodeCrashParams(FaultParams):
     Mooncake engine binds a new RPC port, so the session id (``host:rpc_port``) is new.
     """
 
-    decode_server: NonNegInt = 0
-    at_s: Instant
+    decode_server: NonNegInt = Field(0, description="The decode server that dies; default 0")
+    at_s: Instant = Field(description="When it dies (simulated s)")
     restart_after_s: Seconds | None = Field(
         60.0, description="Seconds until the server serves again (new sessions); null: never")
 
@@ -276,10 +276,12 @@ class DecodeHangParams(FaultParams):
     the blacklist sees nothing).
     """
 
-    decode_server: NonNegInt = 0
-    at_s: Instant
-    duration_s: Seconds
-    kv_writes: Literal["time_out", "land"] = "time_out"
+    decode_server: NonNegInt = Field(0, description="The decode server that stalls; default 0")
+    at_s: Instant = Field(description="When the stall starts (simulated s)")
+    duration_s: Seconds = Field(description="How long it lasts")
+    kv_writes: Literal["time_out", "land"] = Field(
+        "time_out", description="time_out: KV writes and probes meet a silent peer; land: "
+        "one-sided RDMA writes still land; default time_out")
 
     def check(self, ctx: Context) -> None:
         _decode_server(ctx, self.decode_server)
@@ -290,11 +292,13 @@ class NicFlapsParams(FaultParams):
     ``every_s``: writes in flight meet a silent path (``ret != 0`` when an outage outlasts the
     QP's retries); heartbeats (on the management network) are unaffected."""
 
-    prefill_server: NonNegInt = 0
-    at_s: Instant
-    flaps: PosInt = Field(5, le=MAX_COUNT)
-    every_s: Interval = 10.0
-    down_s: Seconds = 2.0
+    prefill_server: NonNegInt = Field(0, description="The prefill server whose link flaps; "
+                                      "default 0")
+    at_s: Instant = Field(description="When the first flap starts (simulated s)")
+    flaps: PosInt = Field(5, le=MAX_COUNT, description="Times the link goes down; default 5")
+    every_s: Interval = Field(10.0, description="Seconds from one flap's start to the next's; "
+                              "default 10")
+    down_s: Seconds = Field(2.0, description="Seconds the link stays down each time; default 2")
 
     def check(self, ctx: Context) -> None:
         _prefill_server(ctx, self.prefill_server)
@@ -313,10 +317,12 @@ class NicDegradedParams(FaultParams):
     """A prefill server's NICs drop to ``bandwidth_fraction`` of their rate (a PFC pause storm,
     a link renegotiated down), so writes outlast the transfer timeout (``transfer_timeout``)."""
 
-    prefill_server: NonNegInt = 0
-    at_s: Instant
-    duration_s: Seconds
-    bandwidth_fraction: Annotated[float, Field(ge=1e-9, le=1, allow_inf_nan=False), _NUM] = 1e-5
+    prefill_server: NonNegInt = Field(0, description="The prefill server whose NICs degrade; "
+                                      "default 0")
+    at_s: Instant = Field(description="When the NICs degrade (simulated s)")
+    duration_s: Seconds = Field(description="How long they stay degraded")
+    bandwidth_fraction: Annotated[float, Field(ge=1e-9, le=1, allow_inf_nan=False), _NUM] = Field(
+        1e-5, description="Share of the line rate left; default 1e-5")
 
     def check(self, ctx: Context) -> None:
         _prefill_server(ctx, self.prefill_server)
@@ -327,7 +333,7 @@ class FlushRaceParams(FaultParams):
     dropped by mini_lb 0.3.2) under load; with ``flush.semantics: skip_idle_check`` every rank
     frees KV under its in-flight transfers."""
 
-    at_s: Instant
+    at_s: Instant = Field(description="When the bare flush reaches the router (simulated s)")
 
 
 # --- install functions ---------------------------------------------------------------------

@@ -115,23 +115,26 @@ class Model(_Profile):
 
     attention: Literal["gqa", "mla"] = Field(description="gqa (incl. MHA) or mla")
     layers: PosInt = Field(description="num_hidden_layers")
-    hidden_size: PosInt
+    hidden_size: PosInt = Field(description="hidden_size (model width)")
     heads: PosInt = Field(description="num_attention_heads")
     kv_heads: NonNegInt = Field(0, description="num_key_value_heads (GQA)")
     head_dim: NonNegInt = Field(0, description="GQA head dimension")
     q_lora_rank: NonNegInt = Field(0, description="MLA query compression (0: none)")
     kv_lora_rank: NonNegInt = Field(0, description="MLA latent KV width")
-    qk_nope_head_dim: NonNegInt = Field(0)
-    qk_rope_head_dim: NonNegInt = Field(0)
-    v_head_dim: NonNegInt = Field(0)
+    qk_nope_head_dim: NonNegInt = Field(0, description="MLA per-head query/key width without "
+                                        "RoPE (qk_nope_head_dim)")
+    qk_rope_head_dim: NonNegInt = Field(0, description="MLA per-head query/key RoPE width "
+                                        "(qk_rope_head_dim)")
+    v_head_dim: NonNegInt = Field(0, description="MLA per-head value width (v_head_dim)")
     intermediate_size: NonNegInt = Field(0, description="Dense MLP width")
     dense_layers: NonNegInt = Field(0, description="MoE models: leading dense layers "
                                     "(first_k_dense_replace); dense models: ignored")
     experts: NonNegInt = Field(0, description="n_routed_experts (0: dense model)")
     experts_per_token: NonNegInt = Field(0, description="num_experts_per_tok")
-    moe_intermediate_size: NonNegInt = Field(0)
+    moe_intermediate_size: NonNegInt = Field(0, description="MoE: one expert's MLP width "
+                                             "(moe_intermediate_size)")
     shared_experts: NonNegInt = Field(0, description="n_shared_experts")
-    vocab_size: PosInt
+    vocab_size: PosInt = Field(description="vocab_size (the LM head's width)")
     weight_dtype: Dtype = Field("bf16", description="Linear-layer weights: bf16, fp8 or int4 "
                                 "(W4A16: computes at the BF16 rate)")
     kv_dtype: Literal["bf16", "fp8"] = Field("bf16", description="KV cache dtype")

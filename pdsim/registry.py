@@ -271,7 +271,10 @@ class Registry:
         if self.presets:
             alts.append({"type": "object", "title": "preset",
                          "description": "a named preset; other keys override its values",
-                         "properties": {"preset": {"enum": list(self.presets)}},
+                         "properties": {"preset": {
+                             "enum": list(self.presets),
+                             "description": f"Name of a {self.kind} preset (its keys, then "
+                                            f"these, apply)"}},
                          "required": ["preset"]})
         return {"oneOf": alts, "description": f"{self.kind}: one of "
                 f"{', '.join(self._entries)}; '{self.key}' selects it", HOIST: self.key}

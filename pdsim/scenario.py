@@ -179,26 +179,38 @@ class Strict(BaseModel):
 
 class RoleConfig(Strict):
     servers: PosInt = Field(1, le=MAX_SERVERS,
-                            description="Servers of this role (each one SGLang process group)")
-    dp: PosInt = Field(1, le=MAX_DP, description="DP ranks per server (one scheduler each)")
-    tp: PosInt = Field(1, le=MAX_TP, description="Tensor-parallel size of the server")
-    dp_attention: bool = Field(False, description="--enable-dp-attention")
+                            description="Servers of this role, each one SGLang server (its own "
+                            "DP ranks, KV pools and prefix caches); default 1")
+    dp: PosInt = Field(1, le=MAX_DP, description="DP ranks per server (--dp-size), each with its "
+                       "own scheduler, KV pool and prefix cache; default 1")
+    tp: PosInt = Field(1, le=MAX_TP, description="Tensor-parallel size of the server (--tp-size); "
+                       "default 1")
+    dp_attention: bool = Field(False, description="DP attention (--enable-dp-attention); default "
+                               "false")
     lockstep: bool | None = Field(
         None, description="DP ranks run each forward together (idle ranks run idle batches); "
         "default: on with dp_attention, off without")
     balance: Literal["round_robin", "total_tokens", "follow_bootstrap_room"] = Field(
-        "round_robin", description="DP load-balance method of the server"
+        "round_robin", description="How a server spreads requests over its DP ranks "
+        "(--load-balance-method); default round_robin"
     )
-    max_running_requests: PosInt = Field(256, le=MAX_RUNNING, description="Per DP rank")
+    max_running_requests: PosInt = Field(
+        256, le=MAX_RUNNING, description="Requests running at once on each DP rank; default "
+        "256. SGLang's --max-running-requests is this without DP attention, and dp times this "
+        "with it (its model runner divides the flag by dp)")
     kv_pool_tokens: PosInt | None = Field(
         None, le=MAX_KV_TOKENS,
-        description="KV pool size per rank in tokens; default: derived from GPU memory"
+        description="KV pool of each DP rank in tokens (SGLang logs it as max_total_num_tokens); "
+        "default: what mem_fraction_static of GPU memory leaves after the weights"
     )
-    mem_fraction_static: Fraction = Field(0.8, description="Used when kv_pool_tokens is unset")
-    page_size: PosInt = Field(1, le=MAX_PAGE_TOKENS, description="Tokens per KV page")
+    mem_fraction_static: Fraction = Field(
+        0.8, description="Share of each GPU's memory for weights plus KV pool "
+        "(--mem-fraction-static), used when kv_pool_tokens is unset; default 0.8")
+    page_size: PosInt = Field(1, le=MAX_PAGE_TOKENS,
+                              description="Tokens per KV page (--page-size); default 1")
     ep: PosInt = Field(1, le=MAX_TP, description="Expert-parallel size (--ep-size with DeepEP): "
-                       "routed experts split over ep GPUs, tokens sent by all-to-all; 1: MoE "
-                       "weights tensor-parallel")
+                       "routed experts split over ep GPUs, tokens sent by all-to-all; default 1: "
+                       "MoE weights tensor-parallel")
 
     @model_validator(mode="after")
     def _dp_fits_tp(self) -> RoleConfig:
@@ -220,24 +232,31 @@ class PrefillConfig(RoleConfig):
         "attention each rank gets size // dp). Unset: SGLang's default from GPU memory (8192 "
         "for 60-160 GB parts such as H20/H100/H200)"
     )
-    prefix_cache: bool = Field(True, description="Radix (prefix) cache on the prefill")
+    prefix_cache: bool = Field(True, description="Radix (prefix) cache on each prefill rank "
+                               "(false: SGLang's --disable-radix-cache); default true")
     prefix_block_tokens: PosInt = Field(512, le=MAX_PAGE_TOKENS,
-                                        description="Tokens per prefix-cache block")
+                                        description="Tokens per prefix-cache block, what one "
+                                        "trace hash_id stands for (512 in the Mooncake traces); "
+                                        "default 512")
 
 
 class DecodeConfig(RoleConfig):
     retract_reserve_tokens: NonNegInt = Field(
-        0, le=MAX_TOKENS, description="Tokens of growth reserved per request at admission"
+        0, le=MAX_TOKENS, description="Tokens of growth reserved per request at admission; "
+        "default 0"
     )
 
 
 class FleetConfig(Strict):
     gpu: str = Field(description="GPU profile name (pdsim profiles; or one a profile file adds)")
     model: str = Field(description="Model profile name")
-    prefill: PrefillConfig = PrefillConfig()
-    decode: DecodeConfig = DecodeConfig()
+    prefill: PrefillConfig = Field(PrefillConfig(), description="The prefill servers "
+                                   "(--disaggregation-mode prefill); default: one, dp 1, tp 1")
+    decode: DecodeConfig = Field(DecodeConfig(), description="The decode servers "
+                                 "(--disaggregation-mode decode); default: one, dp 1, tp 1")
     engine: str = Field("sglang", max_length=MAX_NAME_CHARS,
-                        description="Engine profile name (CPU-side and per-request costs)")
+                        description="Engine profile name (CPU-side and per-request costs); "
+                        "default sglang")
 
 
 # --- router, transfer, blacklist, flush, predictor -------------------------------------------
@@ -248,7 +267,9 @@ class RouterConfig(Strict):
     flush_handler: Literal["mini_lb_0.3.2", "mini_lb_fixed", "model_gateway", "rust_router"] = (
         Field("mini_lb_0.3.2", description="What the router's POST /flush_cache does")
     )
-    request_timeout_s: Seconds = 1800.0
+    request_timeout_s: Seconds = Field(
+        1800.0, description="How long the router waits for a request's response before "
+        "failing it; default 1800 s")
     fanout_concurrency: PosInt = Field(32, le=MAX_COUNT,
                                        description="Rust routers: concurrent flush fan-out")
     worker_timeout_s: Seconds = Field(5.0, description="sgl-model-gateway per-worker timeout")
@@ -275,8 +296,12 @@ class TransferConfig(Strict):
         "before the QP errors: IB local ACK timeout 4.096 us x 2^14 x (retry_cnt 7 + 1) "
         "(Mooncake rdma_endpoint.cpp TIMEOUT=14, RETRY_CNT=7). A crashed peer's writes fail "
         "after this (its reconnect is refused); shorter outages cost nothing")
-    bootstrap_timeout_s: Seconds = 300.0
-    waiting_timeout_s: Seconds = 300.0
+    bootstrap_timeout_s: Seconds = Field(
+        300.0, description="SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT: a prefill fails a request "
+        "whose decode has not bootstrapped its room by then; default 300 s")
+    waiting_timeout_s: Seconds = Field(
+        300.0, description="SGLANG_DISAGGREGATION_WAITING_TIMEOUT: a decode fails a request "
+        "whose KV has not arrived by then; default 300 s")
     base_port: PosInt = Field(17000, le=65535, description="First decode session rpc port")
 
 
@@ -342,22 +367,32 @@ class PredictorConfig(Strict):
 
 
 class RandomDataset(Strict):
-    kind: Literal["random"] = "random"
-    input_len: Tokens = 1024
-    output_len: Tokens = 1024
-    range_ratio: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False), _NUM] = 0.0
+    kind: Literal["random"] = Field("random", description="random: lengths drawn as "
+                                    "bench_serving's --dataset-name random does (the default)")
+    input_len: Tokens = Field(1024, description="Longest prompt in tokens (bench_serving "
+                              "--random-input-len); default 1024")
+    output_len: Tokens = Field(1024, description="Longest output in tokens (bench_serving "
+                               "--random-output-len); default 1024")
+    range_ratio: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False), _NUM] = Field(
+        0.0, description="Shortest length as a share of the longest (bench_serving "
+        "--random-range-ratio); default 0")
     output_distribution: Literal["uniform", "geometric"] = Field(
         "uniform", description="uniform: bench_serving's [len*ratio, len]; geometric: mean "
         "output_len (memoryless, for queueing checks)")
 
 
 class TraceDataset(Strict):
-    kind: Literal["trace"]
+    kind: Literal["trace"] = Field(description="trace: replay a Mooncake trace file "
+                                   "(bench_serving --dataset-name mooncake)")
     path: str = Field(description="Mooncake-format JSONL (timestamp ms, input/output_length), "
                       "relative to the scenario file; must stay in its directory tree")
-    limit: PosInt | None = Field(None, le=MAX_REQUESTS)
-    time_scale: PosFloat = Field(1.0, le=1e6, description="Multiply inter-arrival times")
-    max_input_len: Tokens | None = None
+    limit: PosInt | None = Field(None, le=MAX_REQUESTS,
+                                 description="Replay only the trace's first rows (with "
+                                 "num_prompts, the smaller wins); default: every row")
+    time_scale: PosFloat = Field(1.0, le=1e6, description="Multiply inter-arrival times "
+                                 "(bench_serving --mooncake-slowdown-factor); default 1")
+    max_input_len: Tokens | None = Field(None, description="Cap each row's input_length at "
+                                         "this many tokens; default: no cap")
     _resolved: Path | None = PrivateAttr(None)
     _rows: int | None = PrivateAttr(None)
 
@@ -372,16 +407,25 @@ Dataset = Annotated[RandomDataset | TraceDataset, Field(discriminator="kind")]
 
 class ClientFlush(Strict):
     mode: Literal["none", "bare", "raise_for_status", "timeout"] = Field(
-        "none", description="bench_serving flush_server_cache after warmup"
+        "none", description="POST /flush_cache after the warmup, as bench_serving does with "
+        "--flush-cache (or SGLANG_IS_IN_CI): none; bare (no timeout, status ignored); "
+        "raise_for_status (an HTTP error aborts the client); timeout (?timeout=timeout_s); "
+        "default none"
     )
-    timeout_s: Seconds = 60.0
+    timeout_s: Seconds = Field(60.0, description="The flush's ?timeout= in seconds, with mode "
+                               "timeout; default 60")
 
 
 class BenchClientConfig(Strict):
-    kind: Literal["bench"]
-    name: Name = "bench"
-    start_s: Instant = 0.0
-    dataset: Dataset = RandomDataset()
+    kind: Literal["bench"] = Field(description="bench: python -m sglang.bench_serving "
+                                   "--backend sglang")
+    name: Name = Field("bench", description="Client name, unique among the clients, keying "
+                       "its results; default bench")
+    start_s: Instant = Field(0.0, description="Simulated time the client starts (its warmup) "
+                             "at; default 0")
+    dataset: Dataset = Field(RandomDataset(), description="Prompt lengths: random "
+                             "(bench_serving's random dataset) or trace (a Mooncake trace); "
+                             "default random")
     num_prompts: PosInt | None = Field(
         None, le=MAX_REQUESTS,
         description="Prompts to send; default: 1000 for a random dataset (bench_serving's "
@@ -390,11 +434,19 @@ class BenchClientConfig(Strict):
         None, description="req/s, inf or trace (a trace's own timestamps); default: trace for "
         "a trace dataset (bench_serving replays a Mooncake trace by its timestamps whatever "
         "--request-rate says), inf otherwise (bench_serving's default)")
-    max_concurrency: PosInt | None = Field(None, le=MAX_REQUESTS)
-    warmup_requests: NonNegInt = Field(1, le=10_000)
-    warmup_output_len: Tokens = 32
-    flush: ClientFlush = ClientFlush()
-    stream: bool = True
+    max_concurrency: PosInt | None = Field(
+        None, le=MAX_REQUESTS, description="Most requests in flight at once, the rest waiting "
+        "FIFO (bench_serving --max-concurrency); default: no limit")
+    warmup_requests: NonNegInt = Field(
+        1, le=10_000, description="Warmup requests sent at once before the run, each the first "
+        "prompt (bench_serving --warmup-requests); default 1")
+    warmup_output_len: Tokens = Field(
+        32, description="A warmup request's output is min(first prompt's, this) (bench_serving "
+        "caps it at 32); default 32")
+    flush: ClientFlush = Field(ClientFlush(), description="The cache flush after the warmup; "
+                               "default none")
+    stream: bool = Field(True, description="Streamed responses (false: bench_serving "
+                         "--disable-stream); default true")
 
     @field_validator("request_rate")
     @classmethod
@@ -438,20 +490,28 @@ class BenchClientConfig(Strict):
 
 
 class EvalClientConfig(Strict):
-    kind: Literal["eval"]
-    name: Name = "eval"
-    start_s: Instant = 0.0
-    questions: PosInt = Field(1400, le=MAX_REQUESTS)
-    threads: PosInt = Field(128, le=MAX_THREADS)
-    dataset: RandomDataset = RandomDataset(input_len=256, output_len=256, range_ratio=0.5)
-    max_tokens: Tokens = 512
+    kind: Literal["eval"] = Field(description="eval: a gsm8k-style closed-loop eval "
+                                  "(python -m sglang.test.run_eval), non-streaming, with retries")
+    name: Name = Field("eval", description="Client name, unique among the clients, keying its "
+                       "results; default eval")
+    start_s: Instant = Field(0.0, description="Simulated time the eval starts at; default 0")
+    questions: PosInt = Field(1400, le=MAX_REQUESTS, description="Questions asked (run_eval "
+                              "--num-examples); default 1400")
+    threads: PosInt = Field(128, le=MAX_THREADS, description="Questions in flight at once, one "
+                            "per thread (run_eval --num-threads); default 128")
+    dataset: RandomDataset = Field(
+        RandomDataset(input_len=256, output_len=256, range_ratio=0.5),
+        description="Question and answer lengths, drawn as a random dataset; default 256/256 "
+        "tokens, range_ratio 0.5")
+    max_tokens: Tokens = Field(512, description="Cap on each answer's tokens (run_eval "
+                               "--max-tokens); default 512")
     tries: PosInt = Field(6, le=MAX_TRIES,
                           description="Sampler tries; after failed try k it sleeps 2^k s "
-                          "(after the last one too, then answers empty)")
+                          "(after the last one too, then answers empty); default 6")
     sdk_retries: NonNegInt = Field(2, le=MAX_TRIES,
-                                   description="HTTP SDK retries on status >= 500")
+                                   description="HTTP SDK retries on status >= 500; default 2")
     sdk_backoff_s: Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False), _NUM] = Field(
-        0.5, description="SDK initial backoff, doubled per retry")
+        0.5, description="SDK initial backoff, doubled per retry; default 0.5 s")
 
     def most_requests(self) -> int:
         return self.questions * self.tries * (self.sdk_retries + 1)
@@ -466,8 +526,11 @@ entry; each kind's model checks its indices against the fleet (``check(ctx)``)."
 
 
 class OperatorFlush(Strict):
-    at_s: Instant
-    timeout_s: Seconds | None = Field(None, description="None: bare POST /flush_cache")
+    at_s: Instant = Field(description="Simulated time an operator POSTs /flush_cache to the "
+                          "router")
+    timeout_s: Seconds | None = Field(None, description="The flush's ?timeout= in seconds "
+                                      "(what the router does with it: router.flush_handler); "
+                                      "default null: a bare POST /flush_cache")
 
 
 Finite = Annotated[float, Field(allow_inf_nan=False), _NUM]
@@ -479,15 +542,15 @@ class ReferenceFigure(Strict):
     Only the report reads these; nothing in the model does.
     """
 
-    label: Name
-    reported: Finite
+    label: Name = Field(description="What the figure is, as the report prints it")
+    reported: Finite = Field(description="The value reported for the real incident")
     metric: Name | None = Field(None, description="Dotted path into the summary, e.g. "
                                 "clients.bench.empty_share; none: shown for context only")
     tolerance: Annotated[float, Field(gt=0, allow_inf_nan=False), _NUM] | None = Field(
         None, description="Allowed absolute difference")
     rel_tolerance: Annotated[float, Field(gt=0, allow_inf_nan=False), _NUM] | None = Field(
         None, description="Allowed relative difference")
-    source: Text = ""
+    source: Text = Field("", description="Where the figure was reported; default empty")
 
     @property
     def limit(self) -> float | None:
@@ -507,10 +570,14 @@ class ReferenceFigure(Strict):
 
 
 class Seeds(Strict):
-    arrivals: Seed | None = None
-    lengths: Seed | None = None
-    routing: Seed | None = None
-    faults: Seed | None = None
+    arrivals: Seed | None = Field(None, description="Seed of the bench clients' Poisson "
+                                  "arrival gaps; default: seed")
+    lengths: Seed | None = Field(None, description="Seed of random prompt and output lengths "
+                                 "(bench and eval); default: seed")
+    routing: Seed | None = Field(None, description="Seed of the router's random prefill/decode "
+                                 "pairing; default: seed")
+    faults: Seed | None = Field(None, description="Seed of random fault draws (transfer_errors); "
+                                "default: seed")
 
 
 GPUOverrides = profiles.GPUOverrides
@@ -519,22 +586,30 @@ EngineOverrides = profiles.EngineOverrides
 
 
 class Scenario(Strict):
-    name: Name = "scenario"
-    description: Text = ""
-    seed: Seed = Field(0, description=f"Root seed, 0..2^64-1 ({MAX_SEED})")
-    seeds: Seeds = Seeds()
-    horizon_s: Seconds = Field(3600.0, description="Simulated seconds at most")
+    name: Name = Field("scenario", description="Scenario name, shown in the report and "
+                       "outputs; default scenario")
+    description: Text = Field("", description="Free text on what the scenario is; default "
+                              "empty")
+    seed: Seed = Field(0, description=f"Root seed, 0..2^64-1 ({MAX_SEED}); default 0")
+    seeds: Seeds = Field(Seeds(), description="Per-subsystem seeds, each replacing seed for one "
+                         "random stream (changing one leaves the others); default: all seed")
+    horizon_s: Seconds = Field(3600.0, description="Simulated seconds at most; default 3600")
     timeseries_interval_s: Interval = Field(
         1.0, description=f"Time-series period; horizon_s / timeseries_interval_s <= "
-        f"{MAX_TICKS:,}")
-    fleet: FleetConfig
-    router: RouterConfig = RouterConfig()
-    transfer: TransferConfig = TransferConfig()
+        f"{MAX_TICKS:,}; default 1 s")
+    fleet: FleetConfig = Field(description="GPU and model profiles and the prefill and decode "
+                               "servers")
+    router: RouterConfig = Field(RouterConfig(), description="The router in front of the "
+                                 "servers (mini_lb-style random PD pairing)")
+    transfer: TransferConfig = Field(TransferConfig(), description="The Mooncake KV transfer "
+                                     "engine of each prefill rank")
     blacklist: BlacklistConfig = Field(
         default_factory=lambda: BLACKLIST_POLICIES.validate({}),
         description="Peer blacklist policy of the transfer engines (pdsim.blacklist)")
-    flush: FlushConfig = FlushConfig()
-    predictor: PredictorConfig = PredictorConfig()
+    flush: FlushConfig = Field(FlushConfig(), description="What POST /flush_cache does on a "
+                               "server and to the transfers in flight")
+    predictor: PredictorConfig = Field(PredictorConfig(), description="How a forward's step "
+                                       "time is predicted; default operator")
     profiles: list[str] = Field(
         default_factory=list, max_length=MAX_LIST,
         description="Profile files (relative to this scenario) adding or changing GPU, model and "
@@ -548,8 +623,12 @@ class Scenario(Strict):
     engine: EngineOverrides = Field(  # type: ignore[valid-type]
         default_factory=EngineOverrides, description="Override engine profile values, e.g. "
         "bootstrap_ms: 5")
-    clients: Annotated[list[ClientConfig], Field(min_length=1, max_length=MAX_LIST)]
-    operator_flushes: list[OperatorFlush] = Field(default_factory=list, max_length=MAX_LIST)
+    clients: Annotated[list[ClientConfig], Field(min_length=1, max_length=MAX_LIST)] = Field(
+        description="Load generators, at least one: bench (sglang.bench_serving) or eval "
+        "(gsm8k-style, sglang.test.run_eval)")
+    operator_flushes: list[OperatorFlush] = Field(
+        default_factory=list, max_length=MAX_LIST,
+        description="Flushes an operator sends to the router at set times; default none")
     faults: list[Fault] = Field(default_factory=list, max_length=MAX_LIST,
                                 description="Faults (pdsim.faults; `pdsim faults` lists kinds "
                                 "and presets)")

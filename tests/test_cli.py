@@ -91,6 +91,32 @@ def test_shipped_editor_schema_is_current():
             "# yaml-language-server: $schema=./scenario.schema.json"), path.name
 
 
+def test_every_schema_field_is_described():
+    """An editor shows a key's description on hover and completion: every field an editor can
+    reach (top level, $defs, registry entries such as faults and blacklist policies) has one."""
+    from pdsim.scenario import json_schema
+
+    bare = []
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            props = node.get("properties")
+            if isinstance(props, dict):
+                bare.extend(f"{path}.{key}" for key, sub in props.items()
+                            if not (isinstance(sub, dict)
+                                    and str(sub.get("description", "")).strip()))
+            for key, sub in node.items():
+                walk(sub, f"{path}/{key}")
+        elif isinstance(node, list):
+            for i, sub in enumerate(node):
+                walk(sub, f"{path}[{i}]")
+
+    schema = json_schema()
+    walk(schema, "")
+    assert "$defs" in schema and len(schema["$defs"]) > 10  # (the walk reached the models)
+    assert not bare, f"{len(bare)} fields without a description: {', '.join(bare)}"
+
+
 def test_profiles_listing(capsys):
     assert main(["profiles"]) == 0
     out = capsys.readouterr().out
