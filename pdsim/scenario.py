@@ -182,11 +182,17 @@ class RoleConfig(Strict):
                             description="Servers of this role, each one SGLang server (its own "
                             "DP ranks, KV pools and prefix caches); default 1")
     dp: PosInt = Field(1, le=MAX_DP, description="DP ranks per server (--dp-size), each with its "
-                       "own scheduler, KV pool and prefix cache; default 1")
-    tp: PosInt = Field(1, le=MAX_TP, description="Tensor-parallel size of the server (--tp-size); "
+                       "own scheduler, KV pool and prefix cache; with dp_attention they share "
+                       "the server's tp GPUs, without it each rank has tp GPUs of its own; "
                        "default 1")
-    dp_attention: bool = Field(False, description="DP attention (--enable-dp-attention); default "
-                               "false")
+    tp: PosInt = Field(1, le=MAX_TP, description="Tensor-parallel size (--tp-size). With "
+                       "dp_attention: the server's GPUs, attention running over tp/dp of them "
+                       "per DP rank and MLP/MoE over all tp. Without: each DP rank's GPUs, so a "
+                       "server has dp x tp (SGLang's --dp N --tp M takes N*M GPUs); default 1")
+    dp_attention: bool = Field(False, description="DP attention (--enable-dp-attention): the "
+                               "server's dp ranks share its tp GPUs, each running attention on "
+                               "its own requests over tp/dp of them; tp must be a multiple of "
+                               "dp; default false")
     lockstep: bool | None = Field(
         None, description="DP ranks run each forward together (idle ranks run idle batches); "
         "default: on with dp_attention, off without")

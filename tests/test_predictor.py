@@ -222,3 +222,21 @@ def test_a_decode_series_is_decode_step_by_step_to_the_bit(pred):
         got = list(islice(pred.decode_series(batch, attn, ctx, grow), 300))
         assert got == [pred.decode(batch, ctx + grow * j, attn) for j in range(300)]
         assert all(type(x) is float for x in got)
+
+
+def test_tp_is_the_servers_gpus_with_dp_attention_and_each_ranks_without():
+    """What the schema and README say tp means: with dp_attention the server has tp GPUs and
+    each of its dp ranks runs attention over tp/dp of them; without it each DP rank has tp GPUs
+    of its own (SGLang's --dp N --tp M: N*M GPUs), so adding ranks changes no rank's layout."""
+    from pdsim.memory import pool_pages
+    from pdsim.scenario import DecodeConfig
+
+    assert Layout(tp=8, dp=8, dp_attention=True).attn_tp == 1
+    assert Layout(tp=8, dp=2, dp_attention=True).attn_tp == 4
+    assert Layout(tp=8, dp=2).attn_tp == Layout(tp=8).attn_tp == 8
+    model = profiles.model("llama-3.1-8b")
+    one = pool_pages(DecodeConfig(tp=2), H100, model, ENGINE)
+    assert pool_pages(DecodeConfig(tp=2, dp=4), H100, model, ENGINE) == one
+    # DP attention at tp 2, dp 2: a rank's attention runs on one GPU, which holds all its KV
+    # heads (not half, as over a rank's own two GPUs), so it fits fewer tokens
+    assert pool_pages(DecodeConfig(tp=2, dp=2, dp_attention=True), H100, model, ENGINE) < one
