@@ -86,6 +86,7 @@ class Result:
     # batch-step ends, links of zero-delay callback chains, timers (pdsim.clock); a
     # performance figure like sim_wall_s
     sim_entries: int = 0
+    end_s: float = math.nan  # the clock when the run ended (the summary's simulated_s, rounded)
     # (the tables' makers, each a partial of a module function over the run's records, and
     # the tables made: see _Table)
     _builders: dict = field(default_factory=dict, repr=False, compare=False)
@@ -460,13 +461,14 @@ def _simulate(sc: scenario_mod.Scenario, recorder: Recorder | None,
     answers = [dict(a, client=c.name) for c in fleet.clients for a in getattr(c, "answers", [])]
     pools = {f"{r.name}.r{r.index}": {"capacity": r.alloc.capacity, "peak": r.alloc.peak,
                                       "used": r.alloc.used} for r in fleet.ranks}
+    end = float(env.now)
     fleet.release()
     builders = {"requests": partial(frame_of, plain, REQUEST_COLUMNS),
                 "events": partial(records_frame, log_rows, EVENT_COLUMNS),
                 "timeseries": partial(_timeseries, rows),
                 "answers": partial(_answers, answers)}
     return Result(sc, summary, fleet.router.flush_calls, wall, pools, what_if(sc), recorder,
-                  sim_entries, builders, _request_columns=cols, _event_records=log_rows)
+                  sim_entries, end, builders, _request_columns=cols, _event_records=log_rows)
 
 
 def _answers(answers: list[dict]) -> pd.DataFrame:

@@ -346,12 +346,12 @@ def test_faults_and_flushes_timed_after_the_run_ended_are_reported_not_silently_
                      faults=[{"kind": "decode_crash", "decode_server": 0, "at_s": 400.0}])
     sc["clients"][0]["num_prompts"] = 20
     res = pdsim.run(sc)
-    end = res.summary["simulated_s"]
+    end = res.end_s
     assert end < 400 and not res.summary["stopped_at_horizon"]
     assert not_reached(res.scenario, end) == ["operator_flushes.1 at 500 s",
                                               "faults.0 decode_crash at 400 s"]
     text = render(res)
-    assert (f"WARNING: never happened, the run ended at {end:g} s (its clients were done): "
+    assert (f"WARNING: never happened, the run ended at {end:.6g} s (its clients were done): "
             "operator_flushes.1 at 500 s; faults.0 decode_crash at 400 s.") in text, text
     late = small_fleet(horizon_s=100)
     late["clients"][0].update(num_prompts=5, start_s=200.0)
@@ -361,3 +361,23 @@ def test_faults_and_flushes_timed_after_the_run_ended_are_reported_not_silently_
     warnings = horizon_warning(res) + not_reached_warning(res)
     assert "can never finish" not in " ".join(warnings), warnings  # no request is stuck
     assert not_reached_warning(pdsim.run(small_fleet(operator_flushes=[{"at_s": 1.0}]))) == []
+
+
+def test_a_fault_just_before_the_runs_end_happened_though_the_summary_rounds_the_end():
+    """The summary's simulated_s has 3 decimals: a crash between it and the true end (3.44025 s
+    in a run ending at 3.4405 s) happened, and the warning said it never did."""
+    from pdsim.report import not_reached_warning
+
+    for n in range(40, 60):
+        d = small_fleet()
+        d["clients"][0].update(num_prompts=n, max_concurrency=16)
+        end = pdsim.run(d).end_s
+        if round(end, 3) < end - 1e-5:
+            break
+    else:
+        pytest.fail("no run ended off the summary's 3 decimals")
+    d["faults"] = [{"kind": "decode_crash", "decode_server": 0, "restart_after_s": 1,
+                    "at_s": (round(end, 3) + end) / 2}]
+    res = pdsim.run(d)
+    assert (res.events.event == "fault_start").any()  # it happened
+    assert not_reached_warning(res) == []
