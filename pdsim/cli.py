@@ -1074,7 +1074,7 @@ def _main(argv: list[str] | None) -> int:
         print(json.dumps(summary, indent=2, sort_keys=True))
         for line in report.horizon_warning(res):  # the JSON has it too: stopped_at_horizon
             print(line, file=sys.stderr)
-        for line in report.not_reached_warning(res):  # and not_reached
+        for line in report.not_reached_warning(res):  # (on stderr only: no summary key)
             print(line, file=sys.stderr)
     else:
         print(report.render(res, verbose=args.verbose))

@@ -87,10 +87,12 @@ def _heads_split(role: str, cfg: RoleConfig, model: profiles.Model) -> None:
             if cfg.dp_attention else f"tp {cfg.tp}")
     kv = model.kv_heads if model.attention == "gqa" else 0
     if model.heads % attn_tp:
-        why = f"its {model.heads} attention heads do not split evenly over {over}"
+        why = (f"its {model.heads} attention heads do not split evenly over {over}; pick a "
+               f"tp that divides them")
     elif kv and (kv % attn_tp if kv >= attn_tp else attn_tp % kv):
-        why = f"its {kv} KV heads neither split nor replicate evenly over {over}"
+        why = (f"its {kv} KV heads neither split nor replicate evenly over {over}; pick an "
+               f"attention tp that divides {kv} or is a multiple of it")
     else:
         return
-    raise Invalid(f"fleet.{role}.tp", f"{model.name}: {why} (SGLang refuses it at start-up); "
-                  f"pick a tp that divides the heads", cfg.tp)
+    raise Invalid(f"fleet.{role}.tp", f"{model.name}: {why} (SGLang refuses it at start-up)",
+                  cfg.tp)

@@ -133,11 +133,14 @@ def test_scenario_extends_keeps_everything_given(tmp_path):
 
 
 @pytest.mark.parametrize("model, role, tp, dp, says", [
-    ("llama-3.1-8b", "prefill", 3, 1, "its 32 attention heads do not split evenly over tp 3"),
-    ("llama-3.1-8b", "decode", 64, 1, "its 32 attention heads do not split evenly over tp 64"),
-    ("qwen2.5-7b", "prefill", 7, 1, "its 4 KV heads neither split nor replicate evenly over tp 7"),
+    ("llama-3.1-8b", "prefill", 3, 1, "its 32 attention heads do not split evenly over tp 3; "
+     "pick a tp that divides them"),
+    ("llama-3.1-8b", "decode", 64, 1, "its 32 attention heads do not split evenly over tp 64; "
+     "pick a tp that divides them"),
+    ("qwen2.5-7b", "prefill", 7, 1, "its 4 KV heads neither split nor replicate evenly over tp "
+     "7; pick an attention tp that divides 4 or is a multiple of it"),  # (7 divides 28 heads)
     ("dsv3-ci-test", "decode", 24, 2, "its 128 attention heads do not split evenly over "
-     "attention tp 12 (tp 24 / dp 2 with dp attention)"),
+     "attention tp 12 (tp 24 / dp 2 with dp attention); pick a tp that divides them"),
 ])
 def test_a_tp_the_attention_heads_do_not_split_over_is_refused(model, role, tp, dp, says):
     """SGLang asserts at start-up that the attention heads (and GQA KV heads, or their
