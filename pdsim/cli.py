@@ -1025,8 +1025,9 @@ def _main(argv: list[str] | None) -> int:
         from pdsim.memory import kv_pools
 
         pools = kv_pools(sc)
-        how = {role: "kv_pool_tokens" if cfg.kv_pool_tokens is not None else
-               f"mem_fraction_static {cfg.mem_fraction_static:g} after weights"
+        how = {role: ("kv_pool_tokens" if cfg.kv_pool_tokens is not None else
+                      f"mem_fraction_static {cfg.mem_fraction_static:g} after weights")
+               + (f", in whole {cfg.page_size}-token pages" if cfg.page_size > 1 else "")
                for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode))}
         print("KV pool per DP rank (SGLang's max_total_num_tokens): " + ", ".join(
             f"{role} {tokens:,} tokens ({how[role]})" for role, tokens in pools.items()))

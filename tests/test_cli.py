@@ -241,12 +241,13 @@ def test_validate_prints_the_kv_pool_each_rank_gets(capsys):
     validate prints each role's pool per DP rank, the one a run builds."""
     import pdsim
 
-    sc = ["--set", "fleet.decode.kv_pool_tokens=123456"]
-    assert main(["validate", "scenarios/healthy.yaml", *sc]) == 0
+    sets = ["fleet.decode.kv_pool_tokens=123456", "fleet.prefill.page_size=64"]
+    assert main(["validate", "scenarios/healthy.yaml", *[a for s in sets for a in ("--set", s)]]
+                ) == 0
     line = capsys.readouterr().out.splitlines()[1]
-    res = pdsim.run("scenarios/healthy.yaml", [sc[1], "clients.0.num_prompts=5"])
+    res = pdsim.run("scenarios/healthy.yaml", [*sets, "clients.0.num_prompts=5"])
     pages = {r.split("-")[0]: p["capacity"] for r, p in res.kv_pools.items()}
-    prefill = pages["prefill"] * res.scenario.fleet.prefill.page_size
+    prefill = pages["prefill"] * 64  # (tokens, not pages)
     assert line == (f"KV pool per DP rank (SGLang's max_total_num_tokens): prefill "
-                    f"{prefill:,} tokens (mem_fraction_static 0.8 after weights), decode "
-                    f"123,456 tokens (kv_pool_tokens)")
+                    f"{prefill:,} tokens (mem_fraction_static 0.8 after weights, in whole "
+                    f"64-token pages), decode 123,456 tokens (kv_pool_tokens)")
