@@ -456,8 +456,15 @@ def _calibrate(args: argparse.Namespace) -> int:
     print()
     print(calibrate.text_residuals(fit))
     print(f"\nmedian |error| {fit.median_abs_error:.1%}")
-    files = ", ".join([*args.profiles, out.name])  # (its GPU or model may be in those)
-    print(f"wrote {out} (load it with `profiles: [{files}]`)", file=sys.stderr)
+    import os
+
+    # (its GPU or model may be defined in --profiles' files; a scenario names files relative
+    # to itself: say it for a scenario beside the written profile)
+    rel = [os.path.relpath(f, out.parent or ".") for f in args.profiles]
+    outside = ("; a file outside that folder needs --allow-outside-paths, or a copy inside"
+               if any(r.startswith("..") for r in rel) else "")
+    print(f"wrote {out} (load it from a scenario in {show_path(out.parent)} with `profiles: "
+          f"[{', '.join([*rel, out.name])}]`{outside})", file=sys.stderr)
     print(f"wrote {plot}", file=sys.stderr)
     return 0
 
