@@ -1040,7 +1040,8 @@ def _main(argv: list[str] | None) -> int:
             f"{role} {tokens:,} tokens ({how[role]})" for role, tokens in pools.items()))
         if sc.unknowns:  # each range end (or choice) was validated as a value of its own
             print(f"{len(sc.unknowns)} declared unknown(s); run uses the nominal, explore "
-                  f"samples the range (its ends validated):")
+                  f"samples the range (validated at its ends, and at every value of a short "
+                  f"integer range):")
             for u in sc.unknowns:
                 print(f"  {u.path}: {u.describe()}, nominal {u.nominal}")
         return 0

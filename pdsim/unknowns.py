@@ -26,6 +26,7 @@ DISTRIBUTIONS = ("uniform", "loguniform", "choice")
 KEYS = (*DISTRIBUTIONS, "nominal", "why")
 # Inputs exploration must not sample: seeds are varied by --seeds; the reference is the report.
 FORBIDDEN = ("seed", "seeds", "reference", "name", "description")
+MAX_CHECKED_INTS = 64  # an integer range this short is validated at every value, not its ends
 
 
 class UnknownError(ValueError):
@@ -124,12 +125,21 @@ class Unknown:
         return int(min(max(round(x), math.ceil(a)), math.floor(b))) if self.integer else x
 
     def ends(self) -> list:
-        """The values every sample lies between (or the choices): validated at load time."""
+        """The values every sample lies between (or the choices)."""
         if self.dist == "choice":
             return list(self.choices)
         if self.integer:
             return [math.ceil(self.low), math.floor(self.high)]
         return [self.low, self.high]
+
+    def checked(self) -> list:
+        """The values validated at load time: the ends (or the choices), and every value of an
+        integer range of at most :data:`MAX_CHECKED_INTS` (a rule such as heads % tp refuses
+        values between two valid ends: kv_heads 4..8 over tp 8 refuses 5, 6 and 7)."""
+        ends = self.ends()
+        if self.integer and ends[1] - ends[0] < MAX_CHECKED_INTS:
+            return list(range(ends[0], ends[1] + 1))
+        return ends
 
     @property
     def numeric(self) -> bool:
@@ -251,7 +261,8 @@ def finish(data: dict, unknowns: list[Unknown], validated: Any,
     """Type each unknown from the validated nominal scenario, then validate every range end.
 
     An integer field gets integer samples. Each unknown is checked at both ends of its range
-    (each choice), the others at nominal, so that a sample cannot fail validation at run time;
+    (each choice; every value of a short integer range, ``Unknown.checked``), the others at
+    nominal, so that a sample cannot fail validation at run time;
     combinations of ends are not tried (a cross-field rule between two unknowns can still fail,
     with the same one-line error, when that run starts). Sorted by path: where a scenario
     declares an unknown (its own file or one it extends) does not change the order, so a run
@@ -264,14 +275,16 @@ def finish(data: dict, unknowns: list[Unknown], validated: Any,
         typed.append(Unknown(u.path, u.dist, u.nominal, u.low, u.high, u.choices, u.why,
                              integer))
     for u in typed:
-        for end in u.ends():
+        for end in u.checked():
             if end == u.nominal and type(end) is type(u.nominal):
                 continue
             try:
                 validate(_replaced(data, _parts(u.path), end))  # (validation only reads)
             except ValueError as err:
+                hint = ("; list the allowed values with choice: [...]"
+                        if u.integer and end not in u.ends() else "")
                 raise UnknownError(f"invalid value at '{u.path}': {u.describe()} includes "
-                                   f"{_fmt(end)}, which is rejected: {err}") from None
+                                   f"{_fmt(end)}, which is rejected{hint}: {err}") from None
     return sorted(typed, key=lambda u: u.path)
 
 

@@ -177,3 +177,24 @@ def test_a_range_end_is_validated_on_a_copy_of_its_path_only():
     got = unknowns._replaced(data, ["a", 0, "b"], 9)
     assert got["e"] is data["e"] and got["a"][0]["c"] is data["a"][0]["c"]
     assert got["a"] is not data["a"] and got["a"][0] is not data["a"][0]
+
+
+def test_a_short_integer_range_is_validated_at_every_value(tmp_path, capsys):
+    """Only the ends were validated: kv_heads 4..8 over tp 8 passed validate, then explore
+    stopped part-way at a sample of 7 (32 heads are no multiple of 7), its compute spent."""
+    from pdsim.unknowns import MAX_CHECKED_INTS
+
+    d = {"fleet": {"gpu": "H100", "model": "llama-3.1-8b", "prefill": {"tp": 8},
+                   "decode": {"tp": 8}},
+         "model": {"kv_heads": {"uniform": [4, 8], "nominal": 8, "why": "not known"}},
+         "clients": [{"kind": "bench", "num_prompts": 5}]}
+    (tmp_path / "s.yaml").write_text(json.dumps(d))
+    assert main(["validate", str(tmp_path / "s.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pdsim: error: invalid value at 'model.kv_heads': uniform [4, 8] "
+                          "(integer) includes 5, which is rejected; list the allowed values "
+                          "with choice: [...]: ") and err.count("\n") == 1, err
+    d["model"]["kv_heads"] = {"choice": [4, 8], "nominal": 8, "why": "not known"}
+    (tmp_path / "s.yaml").write_text(json.dumps(d))
+    assert main(["validate", str(tmp_path / "s.yaml")]) == 0
+    assert MAX_CHECKED_INTS == 64  # (the README says so)
