@@ -20,7 +20,8 @@ import yaml
 
 from pdsim import backends
 from pdsim import scenario as scenario_mod
-from pdsim.safeio import echo
+from pdsim.safeio import clip, echo
+from pdsim.unknowns import get_path
 
 SKIP = {"flushes", "clients", "transfer_failures_by_reason", "failed_by_reason",
         "unknowns_at_nominal"}
@@ -43,6 +44,13 @@ def _one(args: tuple[dict, list[str], dict]) -> dict:
     data, sets, labels = args
     res = run(data, sets=sets)
     return {**labels, **_flatten(res.summary)}  # (no wall time: the same rows every time)
+
+
+def _same(a: object, b: object) -> bool:
+    """The same value as given (1 and 1.0 are; 1 and True, or 10 and "10", are not)."""
+    return type(a) is type(b) and a == b or (
+        isinstance(a, (int, float)) and isinstance(b, (int, float))
+        and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
 
 
 def _yaml_scalar(v: object) -> str:
@@ -81,7 +89,14 @@ def sweep(scenario: str | Path | dict, vary: dict[str, Iterable], seeds: Iterabl
                                          "another key")
     data = scenario_mod.as_data(scenario, allow_outside_paths)  # keeps where paths resolve
     jobs = [([*sets, *g], labels) for g, labels in grid(vary, list(seeds))]
-    for run_sets, _labels in jobs:  # fail fast, before any process starts, on a bad override
-        scenario_mod.load(data, run_sets)
+    read: dict[tuple[str, str], object] = {}  # (key, the value as validated) -> as given
+    for run_sets, labels in jobs:  # fail fast, before any process starts, on a bad override
+        sc = scenario_mod.load(data, run_sets)
+        for key in vary:  # two values that validate alike would run the same grid point twice
+            given = read.setdefault((key, repr(get_path(sc, key))), labels[key])
+            if not _same(given, labels[key]):
+                raise scenario_mod.ScenarioError(
+                    f"vary {clip(key, 80)}: {echo(given)} and {echo(labels[key])} are the same "
+                    f"value once validated; give it once")
     tasks = [(data, run_sets, labels) for run_sets, labels in jobs]
     return pd.DataFrame(backends.run_all(_one, tasks, workers, progress, backend, address))

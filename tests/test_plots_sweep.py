@@ -165,6 +165,9 @@ def test_sweep_cli_refuses_before_running(monkeypatch, capsys, args, says):
     ({"seed": [1, 2]}, "vary: the seeds are the seeds argument"),
     ("blacklist.policy", "vary: a dict of dotted key -> list of values"),
     ({"blacklist.policy": "never"}, "vary: a dict of dotted key -> list of values"),
+    # (10 and "10" differ as given, but validate to one value: the grid point ran twice)
+    ({"clients.0.num_prompts": [10, "10"]}, "vary clients.0.num_prompts: 10 and '10' are the "
+     "same value once validated; give it once"),
 ])
 def test_library_sweep_refuses_a_vary_it_would_misread(vary, says):
     """A string of values ran each of its characters; a str vary was a TypeError."""
