@@ -497,7 +497,8 @@ def render(ex: Exploration) -> str:
     samples = ex.runs["sample"].nunique() if n else 0
     lines = [f"{ex.scenario.name}: {n} runs = {samples} samples ({ex.design}) x "
              f"{len(ex.seeds)} seed(s) {ex.seeds}; {ex.resumed} already stored, {ex.ran} run now"]
-    lines.append("Declared unknowns:")
+    lines.append("Declared unknowns (explore samples each range; '= x' is the nominal "
+                 "pdsim run uses, not a value explored):")
     lines += [f"  {line}" for line in unknowns.block(ex.unknowns)]
     if ex.out is not None:
         lines.append(f"Runs: {ex.out / 'runs.parquet'}")

@@ -264,3 +264,16 @@ def test_the_explore_figures_keep_their_legends_off_every_panel(tmp_path):
                 fig._suptitle.get_window_extent()]:
             assert not box.overlaps(other), make.__name__
         plt.close(fig)
+
+
+def test_the_explore_printout_says_the_unknowns_are_sampled_not_run_at_their_nominal(tmp_path,
+                                                                                       capsys):
+    """explore listed 'Declared unknowns:' as 'path = nominal', which reads as the value it ran
+    at; it samples the ranges, and the nominal is what pdsim run uses (audit finding)."""
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny()))
+    assert main(["explore", str(tmp_path / "tiny.yaml"), "--samples", "4", "--seeds", "1",
+                 "--workers", "1", "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    head = [ln for ln in out.splitlines() if ln.startswith("Declared unknowns")]
+    assert head == ["Declared unknowns (explore samples each range; '= x' is the nominal "
+                    "pdsim run uses, not a value explored):"]
