@@ -38,6 +38,7 @@ from pdsim.scenario import ReferenceFigure, Scenario, ScenarioError
 from pdsim.unknowns import Unknown
 
 KEY = ["scenario_hash", "design", "sample", "seed"]
+MIN_RUNS_S1 = 32  # RBD-FAST's bootstrap needs ~8M runs: below, a numeric S1 is not estimated
 WALL = ["sim_wall_s"]  # the only columns that differ between identical explorations
 DESIGNS = ("sobol", "lhs")
 _NOT_SIMULATED = ("name", "description", "reference")
@@ -452,7 +453,7 @@ def _sensitivity(runs: pd.DataFrame, unk: list[Unknown], figs: list[ReferenceFig
             within_var = pd.Series(y[ok]).groupby(runs["sample"].to_numpy()[ok]).var(ddof=0)
             noise = float(within_var.mean() / total)
         s1 = [np.nan] * len(unk)
-        if total > 0 and numeric and ok.sum() >= 32:  # RBD-FAST's bootstrap needs ~8M runs
+        if total > 0 and numeric and ok.sum() >= MIN_RUNS_S1:
             problem = {"num_vars": len(numeric), "names": [unk[j].path for j in numeric],
                        "bounds": [[0.0, 1.0]] * len(numeric)}
             with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -555,7 +556,24 @@ def render(ex: Exploration) -> str:
         noise = s.groupby("figure", sort=False).seed_noise.first()
         out["seed noise"] = [_g(x, 2) for x in noise.reindex(out.index)]
         lines.append(out.to_string())
+        lines += _sensitivity_notes(ex)
     return "\n".join(lines)
+
+
+def _sensitivity_notes(ex: Exploration) -> list[str]:
+    """Why a cell prints '-', and how far a Spearman rho of few runs can be read."""
+    n, notes = len(ex.runs), []
+    if n < MIN_RUNS_S1 and any(u.numeric for u in ex.unknowns):
+        notes.append(f"S1 '-': RBD-FAST needs at least {MIN_RUNS_S1} runs (here {n}); "
+                     f"--samples x --seeds of {MIN_RUNS_S1} or more")
+    if not ex.runs["sample"].duplicated().any():
+        notes.append("seed noise '-': needs --seeds 2 or more")
+    if n < MIN_RUNS_S1:
+        limit = 2 / np.sqrt(max(n - 1, 1))
+        notes.append(f"rho over {n} runs: " + (
+            "too few runs to tell any rho from noise" if limit >= 1 else
+            f"|rho| below about 2/sqrt(runs - 1) = {limit:.2f} is within noise"))
+    return notes
 
 
 def write_tables(ex: Exploration, out: Path) -> list[Path]:

@@ -277,3 +277,27 @@ def test_the_explore_printout_says_the_unknowns_are_sampled_not_run_at_their_nom
     head = [ln for ln in out.splitlines() if ln.startswith("Declared unknowns")]
     assert head == ["Declared unknowns (explore samples each range; '= x' is the nominal "
                     "pdsim run uses, not a value explored):"]
+
+
+def test_a_small_exploration_says_why_its_sensitivity_cells_are_empty_and_rho_is_noise(
+        tmp_path, capsys):
+    """With 4 runs and one seed every numeric S1 and the seed noise printed '-' unexplained,
+    next to Spearman rhos of 4 runs that read as findings (8 runs of drop_timeout gave
+    model.experts rho 0.74, whose 256 runs give S1 0; audit finding)."""
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(tiny()))
+    assert main(["explore", str(tmp_path / "tiny.yaml"), "--samples", "4", "--seeds", "1",
+                 "--workers", "1", "--out", str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out.split("Sensitivity:", 1)[1]
+    assert "S1 '-': RBD-FAST needs at least 32 runs (here 4)" in out
+    assert "seed noise '-': needs --seeds 2 or more" in out
+    assert "rho over 4 runs: too few runs to tell any rho from noise" in out
+    from pdsim.explore import _sensitivity_notes
+
+    ex = pdsim.explore(tiny(), samples=4, seeds=2, workers=1, out=tmp_path / "o2",
+                       progress=False)
+    ex.runs = pd.concat([ex.runs] * 3, ignore_index=True)  # 24 rows
+    notes = _sensitivity_notes(ex)
+    assert notes[0].startswith("S1 '-': RBD-FAST needs at least 32 runs (here 24)")
+    assert not any(n.startswith("seed noise") for n in notes)  # two seeds per sample
+    assert notes[-1] == ("rho over 24 runs: |rho| below about 2/sqrt(runs - 1) = 0.42 is "
+                         "within noise")
