@@ -352,10 +352,12 @@ AT_NOMINAL = ("Simulated at the declared unknowns' nominal values (above): chose
 
 
 def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "",
-                    scenario: str = "", at_nominal: bool = False) -> list[str]:
+                    scenario: str = "", at_nominal: bool = False,
+                    declared: frozenset[str] = frozenset()) -> list[str]:
     """The scenario's reported figures beside the run's. For a what-if run (``what_if`` says
     why) they are context only: labelled so, with no within/outside verdict. ``at_nominal``:
-    the run took declared unknowns at their chosen values, which the verdicts then rest on."""
+    the run took declared unknowns at their chosen values, which the verdicts then rest on;
+    a figure ``fitted_by`` unknowns still declared (``declared``: their paths) says "(fitted)"."""
     if not refs:
         return []
     if what_if:
@@ -368,7 +370,7 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
         out = [_head("Compared with the reported figures", "="),
                *(textwrap.wrap(AT_NOMINAL, 92) if at_nominal else []),
                f"{'figure':<52}{'simulated':>10}{'reported':>10}"]
-    missing = []
+    missing, fits = [], []
     for r in refs:
         sim = _get(summary, r.metric, _MISSING) if r.metric else None
         if sim is _MISSING or sim is not None and (isinstance(sim, bool)
@@ -378,11 +380,18 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
         tol = band(r)
         ok = None if what_if else r.within(sim)
         verdict = "" if ok is None else ("within" if ok else "outside")
+        if verdict and r.fitted_by and set(r.fitted_by) <= declared:
+            verdict += " (fitted)"
+            fits += [p for p in r.fitted_by if p not in fits]
         if r.metric in missing:
             verdict = "not a figure of the summary"
         shown = "" if sim is None else f"{sim:,.3f}".rstrip("0").rstrip(".")
         label = r.label if len(r.label) <= 51 else r.label[:50] + "…"
         out.append(f"{label:<52}{shown:>10}{r.reported:>10,g}{tol:<7} {verdict}".rstrip())
+    if fits:
+        out += textwrap.wrap(f"(fitted): the nominal values of {', '.join(fits)} were chosen "
+                             f"to give the figures marked so: their verdicts check that fit, "
+                             f"they are not predictions.", 92)
     if missing:
         out.append(f"not a figure of this run's summary: {', '.join(missing)} (pdsim run "
                    f"--json lists its keys; a client's are under clients.<name>.)")
@@ -473,7 +482,8 @@ def render(res: Result, verbose: bool = False) -> str:
     lines += fleet_block(s, pairs, sc.flush.dooms)
     lines += timeline(told(res.event_rows()), pairs, verbose=verbose)
     lines += unknowns_block(res)
-    lines += reference_block(s, sc.reference, res.what_if, sc.name, bool(res.unknowns))
+    lines += reference_block(s, sc.reference, res.what_if, sc.name, bool(res.unknowns),
+                             frozenset(u.path for u in res.unknowns))
     lines.append("=" * W)
     lines += horizon_warning(res)
     lines += not_reached_warning(res)

@@ -557,6 +557,11 @@ class ReferenceFigure(Strict):
     rel_tolerance: Annotated[float, Field(gt=0, allow_inf_nan=False), _NUM] | None = Field(
         None, description="Allowed relative difference")
     source: Text = Field("", description="Where the figure was reported; default empty")
+    fitted_by: list[Name] = Field(
+        default_factory=list, max_length=MAX_LIST,
+        description="Declared unknowns (dotted paths) whose nominal values were chosen to give "
+                    "this figure: while they stay at nominal its verdict checks the fit, not a "
+                    "prediction, and the report says so; default none")
 
     @property
     def limit(self) -> float | None:

@@ -195,3 +195,21 @@ def test_verdicts_on_a_run_at_chosen_nominal_values_say_they_rest_on_them():
     assert "nominal values (above): chosen inputs" in " ".join(block.split())
     plain = report.reference_block(res.summary, res.scenario.reference)
     assert not any("chosen inputs" in line for line in plain)
+
+
+def test_a_figure_fitted_by_chosen_inputs_says_so_beside_its_verdict():
+    """drop_timeout's start of the second run and flush.dooms were chosen to give F1 and F2:
+    their 'within' checked a fit and read as a prediction. While those inputs stay declared
+    (at nominal) the verdict says '(fitted)' and names them; pinned by --set, it does not."""
+    from conftest import SCENARIOS, run_cached
+
+    lines = render(run_cached("drop_timeout")).splitlines()
+    f1 = next(ln for ln in lines if ln.startswith("flush-caused transfer failures"))
+    f4 = next(ln for ln in lines if ln.startswith("generated-token throughput"))
+    assert f1.endswith("within (fitted)") and "(fitted)" not in f4
+    assert any(ln.startswith("(fitted): the nominal values of clients.1.start_s, flush.dooms "
+                             "were chosen") for ln in lines)
+    pinned = pdsim.run(SCENARIOS / "drop_timeout.yaml",
+                       ["clients.1.start_s=6", "flush.dooms=source_and_unstarted",
+                        "clients.0.num_prompts=200", "clients.1.num_prompts=200"])
+    assert "(fitted)" not in render(pinned)
