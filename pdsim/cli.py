@@ -550,25 +550,9 @@ def _check_readme(path: str) -> None:
                          f"where the table goes)")
 
 
-def _same_value(a: object, b: object) -> bool:
-    """Two YAML values of one key are the same value: 1 and 1.0 are, 1 and true are not
-    (Python's == says they are: True == 1)."""
-    def kind(v: object) -> str:
-        return ("bool" if isinstance(v, bool) else "number" if isinstance(v, int | float)
-                else type(v).__name__)
-
-    if kind(a) != kind(b):
-        return False
-    if isinstance(a, list):
-        return len(a) == len(b) and all(map(_same_value, a, b))
-    if isinstance(a, dict):
-        return len(a) == len(b) and all(any(_same_value(k, k2) and _same_value(v, v2)
-                                            for k2, v2 in b.items()) for k, v in a.items())
-    return a == b
-
-
 def _parse_vary(items: list[str]) -> dict[str, list]:
     from pdsim import scenario as scenario_mod
+    from pdsim.sweep import same_value
 
     vary: dict[str, list] = {}
     for item in items:
@@ -585,7 +569,7 @@ def _parse_vary(items: list[str]) -> dict[str, list]:
                                  f"with a value between each pair of commas")
             value = scenario_mod.parse_yaml(v, what)
             for was, prev in zip(raw.split(","), vary[key], strict=False):
-                if _same_value(value, prev):  # (the grid ran it twice, one merged table row)
+                if same_value(value, prev):  # (the grid ran it twice, one merged table row)
                     again = ("given twice" if was.strip() == v.strip() else
                              f"is {echo(was.strip())} again (the same value)")
                     raise UsageError(f"{what}: {echo(v.strip())} {again} in {echo(raw)}; give "

@@ -46,11 +46,21 @@ def _one(args: tuple[dict, list[str], dict]) -> dict:
     return {**labels, **_flatten(res.summary)}  # (no wall time: the same rows every time)
 
 
-def _same(a: object, b: object) -> bool:
-    """The same value as given (1 and 1.0 are; 1 and True, or 10 and "10", are not)."""
-    return type(a) is type(b) and a == b or (
-        isinstance(a, (int, float)) and isinstance(b, (int, float))
-        and not isinstance(a, bool) and not isinstance(b, bool) and a == b)
+def same_value(a: object, b: object) -> bool:
+    """Two values of one varied key are the same value: 1 and 1.0 are; 1 and true, or 10 and
+    "10", are not (Python's == says True == 1)."""
+    def kind(v: object) -> str:
+        return ("bool" if isinstance(v, bool) else "number" if isinstance(v, int | float)
+                else type(v).__name__)
+
+    if kind(a) != kind(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(same_value, a, b))
+    if isinstance(a, dict):
+        return len(a) == len(b) and all(any(same_value(k, k2) and same_value(v, v2)
+                                            for k2, v2 in b.items()) for k, v in a.items())
+    return a == b
 
 
 def _yaml_scalar(v: object) -> str:
@@ -84,6 +94,12 @@ def sweep(scenario: str | Path | dict, vary: dict[str, Iterable], seeds: Iterabl
         raise scenario_mod.ScenarioError(
             f"vary: a dict of dotted key -> list of values, e.g. {{'blacklist.policy': "
             f"['permanent', 'never']}} (got {echo(vary)})")
+    for key, values in vary.items():  # (a value given twice ran its grid point twice)
+        values = list(values)
+        for i, v in enumerate(values):
+            if any(same_value(v, w) for w in values[:i]):
+                raise scenario_mod.ScenarioError(
+                    f"vary {clip(key, 80)}: {echo(v)} given twice; give each value once")
     if "seed" in vary:  # (each run's seed, from seeds, replaced it)
         raise scenario_mod.ScenarioError("vary: the seeds are the seeds argument; vary "
                                          "another key")
@@ -94,7 +110,7 @@ def sweep(scenario: str | Path | dict, vary: dict[str, Iterable], seeds: Iterabl
         sc = scenario_mod.load(data, run_sets)
         for key in vary:  # two values that validate alike would run the same grid point twice
             given = read.setdefault((key, repr(get_path(sc, key))), labels[key])
-            if not _same(given, labels[key]):
+            if not same_value(given, labels[key]):
                 raise scenario_mod.ScenarioError(
                     f"vary {clip(key, 80)}: {echo(given)} and {echo(labels[key])} are the same "
                     f"value once validated; give it once")

@@ -168,6 +168,8 @@ def test_sweep_cli_refuses_before_running(monkeypatch, capsys, args, says):
     # (10 and "10" differ as given, but validate to one value: the grid point ran twice)
     ({"clients.0.num_prompts": [10, "10"]}, "vary clients.0.num_prompts: 10 and '10' are the "
      "same value once validated; give it once"),
+    # (given twice as the library's caller wrote it: the CLI refused it, the library ran it)
+    ({"clients.0.num_prompts": [10, 10.0]}, "vary clients.0.num_prompts: 10.0 given twice"),
 ])
 def test_library_sweep_refuses_a_vary_it_would_misread(vary, says):
     """A string of values ran each of its characters; a str vary was a TypeError."""
