@@ -32,12 +32,12 @@ Workloads:
   beside them): this is what a user waits for. Its own line, after the table.
 
 ``events`` are SimPy events (Event objects scheduled). What pdsim schedules as plain entries of
-its second heap instead (``pdsim.clock.Environment``) is counted apart, per request, as
+its second heap instead (``pdsim.engine.clock.Environment``) is counted apart, per request, as
 ``entries/req``: batch-step ends (inner steps of a fast-forwarded decode span that end before
 anything else is due take none), links of zero-delay callback chains (where a replaced
 process's response/condition/resumption events were) and plain timers (hops, call latencies,
 bootstrap delays, NIC wake-ups: where one-callback timeouts were). They are the ids drawn that
-name no SimPy event and no unused reservation (``pdsim.clock.counts``: counting them by kind
+name no SimPy event and no unused reservation (``pdsim.engine.clock.counts``: counting them by kind
 cost an increment per entry, ~1% of a run). ``sched/req`` is all of them: everything the run
 put on a heap.
 
@@ -168,7 +168,8 @@ def measure(workload: str, repeat: int, profile: bool = False) -> dict:
 def _cold_load(pdsim, source) -> float:
     """Seconds of ``pdsim.load`` with the YAML and trace caches emptied first (what a
     ``pdsim run`` in a fresh process parses: its scenario and trace files, then checks)."""
-    from pdsim import safeyaml, trace
+    from pdsim.config import trace
+    from pdsim.util import safeyaml
 
     safeyaml._PARSED.clear()
     trace._parse.cache_clear()

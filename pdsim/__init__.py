@@ -9,24 +9,21 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pdsim.explore import Exploration, explore
-    from pdsim.scenario import Scenario, ScenarioError, load
-    from pdsim.sim import Result, run
-    from pdsim.sweep import sweep
-    from pdsim.whatif import WhatIf, whatif
+    from pdsim.analysis.explore import Exploration, explore
+    from pdsim.analysis.sweep import sweep
+    from pdsim.analysis.whatif import WhatIf, whatif
+    from pdsim.config.scenario import Scenario, ScenarioError, load
+    from pdsim.engine.sim import Result, run
 
 # Public names, each imported from its module on first use (PEP 562), so that `import pdsim`,
 # `pdsim.load` and `pdsim validate` do not load pandas, pyarrow and numpy (~0.5 s) for nothing.
-_HOME = {"Exploration": "explore", "explore": "explore", "Scenario": "scenario",
-         "ScenarioError": "scenario", "load": "scenario", "Result": "sim", "run": "sim",
-         "sweep": "sweep", "WhatIf": "whatif", "whatif": "whatif"}
-# Functions named like the submodule that defines them: the package attribute is the function.
-_SHADOWED = ("explore", "sweep", "whatif")
+_HOME = {"Exploration": "analysis.explore", "explore": "analysis.explore",
+         "Scenario": "config.scenario", "ScenarioError": "config.scenario",
+         "load": "config.scenario", "Result": "engine.sim", "run": "engine.sim",
+         "sweep": "analysis.sweep", "WhatIf": "analysis.whatif", "whatif": "analysis.whatif"}
 
 __all__ = ["Exploration", "Result", "Scenario", "ScenarioError", "WhatIf", "explore", "load",
            "run", "sweep", "whatif"]
@@ -39,13 +36,14 @@ def __getattr__(name: str) -> Any:
         value = getattr(importlib.import_module(f"pdsim.{home}"), name)
         globals()[name] = value
         return value
-    if name in _submodules():  # ``pdsim.profiles`` etc. after a bare ``import pdsim``
+    if name in _submodules():  # ``pdsim.model.profiles`` etc. after a bare ``import pdsim``
         return importlib.import_module(f"pdsim.{name}")  # (the import sets the attribute)
     raise AttributeError(f"module 'pdsim' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    """The public names, the submodules and the module's dunders (not this file's helpers)."""
+    """The public names, the layers' packages and the module's dunders (not this file's
+    helpers)."""
     dunders = {n for n in globals() if n.startswith("__")}
     return sorted(dunders | set(__all__) | set(_submodules()))
 
@@ -58,16 +56,3 @@ def _submodules() -> frozenset:
 
 
 _SUBMODULES = None  # (frozenset of names, on first use)
-
-
-class _Package(types.ModuleType):
-    """Keeps ``pdsim.sweep`` (and explore, whatif) the function: importing a submodule sets the
-    package's attribute of its name to the module, which would shadow the function."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _SHADOWED and isinstance(value, types.ModuleType):
-            value = getattr(value, name)
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package

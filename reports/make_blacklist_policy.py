@@ -102,7 +102,7 @@ def command(name: str) -> str:
 
 
 def run_matrix(name: str, workers: int | None) -> None:
-    from pdsim.whatif import whatif
+    from pdsim.analysis.whatif import whatif
 
     m = MATRICES[name]
     w = whatif(ROOT / BASE, m["policies"], m["faults"], range(1, SEEDS + 1), workers,
@@ -121,8 +121,8 @@ def run_matrix(name: str, workers: int | None) -> None:
 def run_incident(workers: int | None) -> None:
     import pandas as pd
 
-    from pdsim import scenario as scenario_mod
-    from pdsim.sweep import sweep
+    from pdsim.analysis.sweep import sweep
+    from pdsim.config import scenario as scenario_mod
 
     scenario = ROOT / "scenarios/drop_timeout.yaml"
     seeds = range(1, INCIDENT_SEEDS + 1)
@@ -141,7 +141,7 @@ def run_incident(workers: int | None) -> None:
 def run_eval(workers: int | None) -> None:
     import pandas as pd
 
-    from pdsim.sweep import sweep
+    from pdsim.analysis.sweep import sweep
 
     seeds = range(1, INCIDENT_SEEDS + 1)
     ev = ROOT / "scenarios/eval_after_flush.yaml"
@@ -276,7 +276,7 @@ def incident_table(inc, ttls=INCIDENT_TTLS, cols=INCIDENT_COLS) -> tuple[str, di
 def figures(lib, inc_runs: dict | None) -> list[str]:
     import matplotlib.pyplot as plt
 
-    from pdsim import plots
+    from pdsim.output import plots
 
     made = []
     ax = lib.heatmap()
@@ -323,7 +323,7 @@ def merge(a, b):
     the same runs)."""
     import pandas as pd
 
-    from pdsim.whatif import WhatIf
+    from pdsim.analysis.whatif import WhatIf
 
     cols = ["seed", "goodput_tok_s"]
     if not a.healthy[cols].equals(b.healthy[cols]) or list(a.faults) != list(b.faults):
@@ -344,7 +344,7 @@ def robust_table(mats: dict) -> tuple[str, str, dict]:
     """Worst-case regret of the policies every setting ran, over the faults every setting ran,
     per setting and overall (regret against the best of those policies: each setting's matrix
     cut to them, so regret is the what-if's own, paired by seed)."""
-    from pdsim.whatif import WhatIf
+    from pdsim.analysis.whatif import WhatIf
 
     ws = {k: mats[k] for k in SETTINGS if k in mats}
     common = [p for p, _ in ws["library"].policies
@@ -381,7 +381,7 @@ def incident_runs() -> dict:
 def write_report() -> None:
     import pandas as pd
 
-    from pdsim.whatif import WhatIf
+    from pdsim.analysis.whatif import WhatIf
 
     mats = {name: WhatIf.read(DATA / name) for name in MATRICES if (DATA / name).is_dir()}
     for name, extra in (("round_robin", "round_robin_ttl"), ("closed_loop", "closed_loop_ttl"),
@@ -408,7 +408,7 @@ TIE_PP = 1.0  # regret within this many points of healthy goodput counts as a ti
 
 
 def render(mats: dict, inc, ev=None) -> str:
-    from pdsim.registry import FAULTS
+    from pdsim.config.registry import FAULTS
 
     lib = mats["library"]
     inc_md, inc_med = incident_table(inc)
@@ -603,7 +603,7 @@ def render(mats: dict, inc, ev=None) -> str:
     add("")
     add("Columns (`pdsim whatif --help`, `columns.json` in each matrix directory):")
     add("")
-    from pdsim.whatif import COLUMNS, STATS_NOTE
+    from pdsim.analysis.whatif import COLUMNS, STATS_NOTE
 
     add(_md(["column", "meaning"], [[f"`{k}`", v] for k, v in COLUMNS.items()]))
     add("")
@@ -618,7 +618,7 @@ def _cell(w, policy: str, fault: str, m: str) -> float:
 
 
 def _same_rows(w, a: str, b: str) -> bool:
-    from pdsim.whatif import METRICS
+    from pdsim.analysis.whatif import METRICS
 
     t = w.table.set_index(["policy", "fault"])
     return all(t.loc[a, m].equals(t.loc[b, m]) for m in METRICS)

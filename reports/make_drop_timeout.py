@@ -8,7 +8,7 @@
 --seeds 2`` (N in SAMPLES below; the full runs go to reports/explore/<story>/, git-ignored, so a
 rerun resumes) and stores a compact copy of its runs (the unknowns' values, the seed and the
 figures) in reports/explore_runs/<story>.csv, which is committed: the tables are recomputed
-from those CSVs with ``pdsim.explore.analyse``, the same code ``pdsim explore`` prints them
+from those CSVs with ``pdsim.analysis.explore.analyse``, the same code ``pdsim explore`` prints them
 with. The tables between the ``<!-- begin:NAME -->`` / ``<!-- end:NAME -->`` markers of
 drop_timeout.md are rewritten; the prose around them is not. The figures (PNG) are rewritten.
 """
@@ -16,7 +16,6 @@ drop_timeout.md are rewritten; the prose around them is not. The figures (PNG) a
 from __future__ import annotations
 
 import argparse
-import importlib
 import itertools
 import json
 import re
@@ -29,9 +28,8 @@ import numpy as np
 import pandas as pd
 
 import pdsim
-from pdsim import plots, report
-
-explore_mod = importlib.import_module("pdsim.explore")  # the module (pdsim.explore is the function)
+from pdsim.analysis import explore as explore_mod
+from pdsim.output import plots, report
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -90,7 +88,7 @@ def explore_story(name: str, from_store: bool = False, commit: str | None = None
 
     ``from_store``: no new run; compact the runs already in reports/explore/<story>/ (those of
     the newest pdsim version stored there), e.g. after a refactor that moves no output."""
-    sc = pdsim.scenario.load(ROOT / f"scenarios/{name}.yaml")
+    sc = pdsim.config.scenario.load(ROOT / f"scenarios/{name}.yaml")
     if from_store:
         runs = explore_mod.read_runs(STORE / name / "runs.parquet")
         runs = runs[runs["sample"].lt(SAMPLES[name])
@@ -120,7 +118,7 @@ def explore_story(name: str, from_store: bool = False, commit: str | None = None
 
 def load_story(name: str) -> explore_mod.Exploration:
     """The story's stored runs, analysed as ``pdsim explore`` does."""
-    sc = pdsim.scenario.load(ROOT / f"scenarios/{name}.yaml")
+    sc = pdsim.config.scenario.load(ROOT / f"scenarios/{name}.yaml")
     path = RUNS / f"{name}.csv"
     if not path.exists():
         raise SystemExit(f"{path.relative_to(ROOT)} missing: run with --explore")
@@ -256,7 +254,7 @@ def story_detail(name: str, ex: explore_mod.Exploration) -> str:
 
 def nominal_table(seeds: range = SEEDS) -> str:
     """drop_timeout.yaml at its nominal values: seed 1 and the spread over seeds."""
-    sc = pdsim.scenario.load(ROOT / f"scenarios/{MAIN}.yaml")
+    sc = pdsim.config.scenario.load(ROOT / f"scenarios/{MAIN}.yaml")
     figs = explore_mod.judged(sc.reference)
     rows = []
     for seed in seeds:

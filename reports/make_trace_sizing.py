@@ -18,8 +18,8 @@ import json
 from pathlib import Path
 
 import pdsim
-from pdsim.client import open_trace
-from pdsim.fleet import Fleet
+from pdsim.engine.client import open_trace
+from pdsim.engine.fleet import Fleet
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = Path(__file__).resolve().parent / "trace_sizing.md"

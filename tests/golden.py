@@ -191,7 +191,7 @@ EXTRA: dict[str, dict] = {
     # a process started at the instant a zero-delay link is pending (review of speed round 9,
     # minimised from a fuzz case): the operator flush at t=2 starts URGENT processes while the
     # hung decode's router-timeout path has a link queued, and SimPy runs urgent events first.
-    # pdsim.clock keeps this instant's links in a FIFO beside the heaps; with its front check
+    # pdsim.engine.clock keeps this instant's links in a FIFO beside the heaps; with its front check
     # ignoring the SimPy queue's URGENT entries, this case's events and requests move
     "tie_start_at_link": {
         "name": "tie_start_at_link", "seed": 1, "horizon_s": 3,

@@ -12,8 +12,8 @@ import pytest
 from conftest import ROOT
 
 import pdsim
-from pdsim import calibrate, profiles
-from pdsim.cli import main
+from pdsim.cli.main import main
+from pdsim.model import calibrate, profiles
 
 TRUTH = {"gpu.gemm_eff": 0.55, "gpu.attn_eff": 0.45, "engine.prefill_step_ms": 3.0,
          "gpu.hbm_eff": 0.72, "engine.decode_step_ms": 2.2}

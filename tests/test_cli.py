@@ -10,7 +10,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from pdsim.cli import main
+from pdsim.cli.main import main
 
 SMALL = ["--set", "clients.0.num_prompts=60", "--set", "clients.0.max_concurrency=32"]
 
@@ -81,7 +81,7 @@ def test_validate_and_schema(capsys):
 def test_shipped_editor_schema_is_current():
     from conftest import SCENARIOS
 
-    from pdsim.scenario import json_schema
+    from pdsim.config.scenario import json_schema
 
     shipped = json.loads((SCENARIOS / "scenario.schema.json").read_text())
     assert shipped == json_schema(), "regenerate: pdsim schema > scenarios/scenario.schema.json"
@@ -94,7 +94,7 @@ def test_shipped_editor_schema_is_current():
 def test_every_schema_field_is_described():
     """An editor shows a key's description on hover and completion: every field an editor can
     reach (top level, $defs, registry entries such as faults and blacklist policies) has one."""
-    from pdsim.scenario import json_schema
+    from pdsim.config.scenario import json_schema
 
     bare = []
 
@@ -129,7 +129,7 @@ def test_profiles_listing(capsys):
 def test_timeline_tells_an_idle_flush_from_a_busy_one():
     from conftest import run_cached
 
-    from pdsim.report import render
+    from pdsim.output.report import render
 
     fixed = render(run_cached("forward_timeout"))
     flushed = [line for line in fixed.splitlines() if "flushed" in line]
@@ -197,7 +197,7 @@ def test_ctrl_c_wrapped_in_another_exception_is_an_interrupt(monkeypatch, capsys
     """Ctrl-C landing while a class is built (a lazy import) reaches main as RuntimeError
     ('Error calling __set_name__ ...') from KeyboardInterrupt: it said 'internal error: ...
     this is a bug in pdsim', exit 70."""
-    from pdsim import scenario
+    from pdsim.config import scenario
 
     def interrupted(*_a, **_k):
         try:
@@ -215,7 +215,7 @@ def test_transfer_failures_tell_failed_writes_from_blacklist_fast_fails():
     block counted those 1,347 with the 13 writes that failed (ret != 0) as one figure."""
     from conftest import run_cached
 
-    from pdsim.report import render
+    from pdsim.output.report import render
 
     res = run_cached("drop_timeout")
     by = res.summary["transfer_failures_by_reason"]

@@ -1,8 +1,8 @@
-"""pdsim.clock against SimPy itself: every shortcut processes callbacks in SimPy's order.
+"""pdsim.engine.clock against SimPy itself: every shortcut processes callbacks in SimPy's order.
 
-pdsim.clock replaces SimPy events with plain heap entries (timers, zero-delay links, reserved
+pdsim.engine.clock replaces SimPy events with plain heap entries (timers, zero-delay links, reserved
 ids, deadlines carried by their items, the run-now rule) and promises the order SimPy would
-have given. These tests run random programs of callbacks twice, once with pdsim.clock's
+have given. These tests run random programs of callbacks twice, once with pdsim.engine.clock's
 primitives and once written with plain SimPy events (timeouts, triggered events, processes),
 and compare the order and times in which the callbacks ran. Integer delays of 0-2 s make many
 callbacks share an instant, where only the (time, priority, id) order decides. A primitive
@@ -19,8 +19,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from simpy.events import Event, Timeout
 
-from pdsim import clock
-from pdsim.transfer import Chunk, TransferEngine
+from pdsim.engine import clock
+from pdsim.engine.transfer import Chunk, TransferEngine
 
 KINDS = ("timer", "call_later", "step_at", "link", "urgent", "soon", "reserved_timer",
          "reserved_call", "relay", "link_obj", "tail", "kept", "kept_fifo", "write")
@@ -120,7 +120,7 @@ class _Reference(_World):
 
 
 class _Item:
-    """An item carrying its own deadline (pdsim.clock.KeptDeadlines), as a request does."""
+    """An item carrying its own deadline (pdsim.engine.clock.KeptDeadlines), as a request does."""
 
     __slots__ = ("n", "born", "at", "eid")
 
@@ -129,7 +129,7 @@ class _Item:
 
 
 class _Write(Chunk):
-    """A KV write whose deadline the transfer engine keeps (pdsim.transfer), as in a test."""
+    """A KV write whose deadline the transfer engine keeps (pdsim.engine.transfer), as in a test."""
 
     __slots__ = ("n", "born", "key")
 
@@ -146,7 +146,7 @@ class _End:
 
 
 class _Clock(_World):
-    """The same program with pdsim.clock's primitives."""
+    """The same program with pdsim.engine.clock's primitives."""
 
     def __init__(self, env):
         super().__init__(env)
@@ -287,9 +287,9 @@ def test_a_chain_runs_at_once_only_when_nothing_else_is_due():
 
 def test_an_inner_step_end_waits_for_this_instants_links():
     """A link made at an instant is processed at that instant, before the clock moves on: a
-    batch step's inner steps (pdsim.lockstep.Stepper.tick) end without entries of their own
+    batch step's inner steps (pdsim.engine.lockstep.Stepper.tick) end without entries of their own
     only while nothing else is due, and a pending link is due now, though on neither heap."""
-    from pdsim.lockstep import Stepper
+    from pdsim.engine.lockstep import Stepper
 
     env = clock.Environment()
     stepper = Stepper.__new__(Stepper)  # mid-span: 5 steps of 1 s, the first ending at 1 s

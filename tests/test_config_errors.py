@@ -8,8 +8,8 @@ import sys
 import pytest
 
 import pdsim
-from pdsim.cli import main
-from pdsim.scenario import ScenarioError, from_dict
+from pdsim.cli.main import main
+from pdsim.config.scenario import ScenarioError, from_dict
 
 BASE = {"fleet": {"gpu": "H20", "model": "dsv3-ci-test"}, "clients": [{"kind": "bench"}]}
 

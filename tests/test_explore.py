@@ -14,8 +14,8 @@ import yaml
 from conftest import ROOT, small_fleet
 
 import pdsim
-from pdsim.cli import main
-from pdsim.explore import WALL, read_runs
+from pdsim.analysis.explore import WALL, read_runs
+from pdsim.cli.main import main
 
 
 def tiny() -> dict:
@@ -171,7 +171,7 @@ def test_cli_tables_and_errors(tmp_path, capsys):
 
 
 def test_a_share_above_zero_never_prints_as_none():
-    from pdsim.explore import _share
+    from pdsim.analysis.explore import _share
 
     assert _share(1 / 256) == "<0.01" and _share(0.0) == "0.00" and _share(0.005) == "0.01"
     assert _share(0.25) == "0.25" and _share(1.0) == "1.00"
@@ -183,8 +183,8 @@ def test_the_pair_plot_names_choices_and_spreads_each_axis_on_its_own():
     import matplotlib
     import numpy as np
 
-    from pdsim import explore_plots
-    from pdsim.explore import Exploration
+    from pdsim.analysis import explore_plots
+    from pdsim.analysis.explore import Exploration
 
     ex = Exploration.__new__(Exploration)
     u_choice = type("U", (), {"numeric": False, "choices": ["a_long_name", "b_long_name"],
@@ -208,7 +208,7 @@ def test_the_pair_plot_names_every_rows_unknown_on_its_y_axis(tmp_path):
     histogram) that row had none, and its 0-50 s axis read as nothing."""
     import matplotlib.pyplot as plt
 
-    from pdsim import explore_plots
+    from pdsim.analysis import explore_plots
 
     ex = pdsim.explore(tiny(), samples=4, seeds=1, workers=1, out=tmp_path, progress=False)
     fig = explore_plots.accepted_pairs(ex)
@@ -225,7 +225,7 @@ def test_bin_labels_print_integers_as_integers_and_floats_in_plain_digits():
     '[1e+03, 1.06e+03)'), a float's its interval without an exponent."""
     import numpy as np
 
-    from pdsim.explore import _bins
+    from pdsim.analysis.explore import _bins
 
     def unknown(low, high, integer, dist="uniform"):
         return type("U", (), {"numeric": True, "integer": integer, "dist": dist,
@@ -251,7 +251,7 @@ def test_the_explore_figures_keep_their_legends_off_every_panel(tmp_path):
     panels, and none of the suptitle's lines under it."""
     import matplotlib.pyplot as plt
 
-    from pdsim import explore_plots
+    from pdsim.analysis import explore_plots
 
     ex = pdsim.explore(tiny(), samples=4, seeds=1, workers=1, out=tmp_path, progress=False)
     for make in (explore_plots.figures_vs_unknowns, explore_plots.accepted_pairs):
@@ -291,7 +291,7 @@ def test_a_small_exploration_says_why_its_sensitivity_cells_are_empty_and_rho_is
     assert "S1 '-': RBD-FAST needs at least 32 runs (here 4)" in out
     assert "seed noise '-': needs --seeds 2 or more" in out
     assert "rho over 4 runs: too few runs to tell any rho from noise" in out
-    from pdsim.explore import _sensitivity_notes
+    from pdsim.analysis.explore import _sensitivity_notes
 
     ex = pdsim.explore(tiny(), samples=4, seeds=2, workers=1, out=tmp_path / "o2",
                        progress=False)

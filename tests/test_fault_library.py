@@ -6,9 +6,9 @@ import pytest
 from conftest import small_fleet
 
 import pdsim
-from pdsim.cli import main
-from pdsim.registry import FAULTS
-from pdsim.scenario import ScenarioError, from_dict
+from pdsim.cli.main import main
+from pdsim.config.registry import FAULTS
+from pdsim.config.scenario import ScenarioError, from_dict
 
 CALL = 0.0016  # transfer.call_latency_ms default
 QP = 0.537  # transfer.qp_retry_s default

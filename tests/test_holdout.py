@@ -6,8 +6,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from pdsim import calibrate, holdout, validation
-from pdsim.cli import main
+from pdsim.analysis import holdout, validation
+from pdsim.cli.main import main
+from pdsim.model import calibrate
 
 H100 = "H100 / deepseek-v3"
 H20 = "H20-3e / qwen3-235b-a22b"

@@ -142,8 +142,8 @@ def test_probe_unblacklists_within_one_interval_and_throughput_recovers():
 def test_v0_5_23_backs_off_on_a_dead_decode():
     import simpy
 
-    from pdsim import blacklist
-    from pdsim.registry import BLACKLIST_POLICIES
+    from pdsim.config.registry import BLACKLIST_POLICIES
+    from pdsim.engine import blacklist
 
     env = simpy.Environment()
     log_rows = []
@@ -163,8 +163,8 @@ def test_v0_5_23_backs_off_on_a_dead_decode():
 def test_v0_5_23_drops_entries_idle_for_600s():
     import simpy
 
-    from pdsim import blacklist
-    from pdsim.registry import BLACKLIST_POLICIES
+    from pdsim.config.registry import BLACKLIST_POLICIES
+    from pdsim.engine import blacklist
 
     env = simpy.Environment()
     params = BLACKLIST_POLICIES.validate({"policy": "v0_5_23", "probe_interval_s": 1e6,

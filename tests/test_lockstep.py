@@ -6,10 +6,10 @@ import pytest
 from conftest import small_fleet
 
 import pdsim
-from pdsim.decode import DecodeRank
-from pdsim.lockstep import step_time
-from pdsim.predictor import FittedPredictor
-from pdsim.prefill import PrefillRank
+from pdsim.engine.decode import DecodeRank
+from pdsim.engine.lockstep import step_time
+from pdsim.engine.prefill import PrefillRank
+from pdsim.model.predictor import FittedPredictor
 
 P = FittedPredictor(10, 2, 1, 5, 0.5, 0.1)
 
@@ -171,8 +171,8 @@ def test_a_lazy_group_commits_what_its_ranks_owe_when_one_rank_halts_alone(monke
     when the group plans again after the resumption (``_go_lazy`` waking, ``after`` 0) they
     commit them first. The shipped faults halt every rank of a server, so only this test
     reaches that catch-up; without it the owed tokens are lost."""
-    from pdsim import clock
-    from pdsim.lockstep import Stepper
+    from pdsim.engine import clock
+    from pdsim.engine.lockstep import Stepper
 
     d = small_fleet(timeseries_interval_s=60.0)  # (samples catch every rank up)
     d["fleet"]["decode"].update(dp=4, tp=4)
@@ -211,7 +211,7 @@ def test_growths_booked_in_one_go_keep_the_pool_exact(monkeypatch):
     holding (after a flush) or a shortfall (it retracts): after every pass the pool's used
     pages are exactly those of the epoch's holdings, and its peak is at least that; the run
     passes through all three paths."""
-    from pdsim.kv import PageAllocator
+    from pdsim.engine.kv import PageAllocator
 
     seen = {"passes": 0, "orphans": 0}
     grow_due, grow = DecodeRank._grow_due, PageAllocator.grow
@@ -252,10 +252,10 @@ def test_growths_come_in_their_entries_step_and_seq_order(monkeypatch):
     import bisect
     import heapq
 
-    import pdsim.decode
+    import pdsim.engine.decode
 
     seen = {"passes": 0, "inserted": 0, "at_front": 0}
-    grow_due, insort = DecodeRank._grow_due, pdsim.decode.insort
+    grow_due, insort = DecodeRank._grow_due, pdsim.engine.decode.insort
 
     def checked(self, end, first):
         live = lambda: sorted((e[0], e[1], e[3]) for e in self._grow  # noqa: E731
@@ -285,7 +285,7 @@ def test_growths_come_in_their_entries_step_and_seq_order(monkeypatch):
         insort(a, x, lo)
 
     monkeypatch.setattr(DecodeRank, "_grow_due", checked)
-    monkeypatch.setattr(pdsim.decode, "insort", counted)
+    monkeypatch.setattr(pdsim.engine.decode, "insort", counted)
     d = small_fleet(operator_flushes=[{"at_s": 6.0}],
                     flush={"semantics": "skip_idle_check"})
     d["fleet"]["decode"].update(page_size=16, kv_pool_tokens=8000, retract_reserve_tokens=0)
@@ -334,7 +334,7 @@ def test_a_lazy_rank_that_takes_pages_mid_span_ends_its_span_at_the_growth_left_
     uncovered, so its own span end (and the span's) move there. Under memory pressure the
     lazy group's outputs are the recorded group's (which plans every rank at every span
     end); without the move a span's quiet steps reach a growth short of pages."""
-    from pdsim.lockstep import Stepper
+    from pdsim.engine.lockstep import Stepper
 
     taken, moved, continued = Stepper.taken, [], []
 
@@ -364,8 +364,8 @@ def _sleep_and_wake(plain: bool) -> tuple[list, int]:
     third rank's late kick at t=2; the log of what ran, and the ids drawn."""
     from simpy.events import Event
 
-    from pdsim import clock
-    from pdsim.lockstep import _Asleep, _RankWake
+    from pdsim.engine import clock
+    from pdsim.engine.lockstep import _Asleep, _RankWake
 
     env = clock.Environment()
     log = []
@@ -415,7 +415,7 @@ def test_a_lazy_span_ends_where_a_taking_rank_leaves_a_growth_uncovered(monkeypa
     where nothing else ends that span first, review 6's fuzz case 201 minimised): without
     the move, the group's quiet steps cross a growth short of pages (AssertionError in
     _grow_due); with it, the lazy group's outputs are the recorded group's."""
-    from pdsim.lockstep import Stepper
+    from pdsim.engine.lockstep import Stepper
 
     taken, cut = Stepper.taken, []
 

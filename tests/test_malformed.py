@@ -29,7 +29,8 @@ RSS_GROWTH_MB = 400  # peak resident memory the whole corpus may add
 
 RUNNER = r"""
 import contextlib, io, json, resource, sys, time
-import pdsim.cli, pdsim.sim, pandas  # imported before the limit: only the files are bounded
+import pdsim.cli.main, pdsim.engine.sim, pandas  # imported before the limit: only the files are
+                                                 # bounded
 def vm_bytes():
     for line in open("/proc/self/status"):
         if line.startswith("VmSize:"):
@@ -44,7 +45,7 @@ for spec in json.loads(sys.argv[2]):
         t0 = time.process_time()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
-                code = pdsim.cli.main([cmd, spec["path"], *spec["args"]])
+                code = pdsim.cli.main.main([cmd, spec["path"], *spec["args"]])
             except SystemExit as exc:
                 code = exc.code
             except BaseException as exc:  # noqa: BLE001 - reported, the test fails on it

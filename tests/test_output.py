@@ -7,8 +7,8 @@ import pytest
 from conftest import run_cached, small_fleet
 
 import pdsim
-from pdsim.cli import main
-from pdsim.report import render
+from pdsim.cli.main import main
+from pdsim.output.report import render
 
 
 def test_successful_requests_are_labelled_as_http_200s_beside_completed_and_failed():
@@ -26,7 +26,7 @@ def test_successful_requests_are_labelled_as_http_200s_beside_completed_and_fail
 def test_doomed_is_defined_by_the_flush_dooms_the_run_assumed():
     """drop_timeout assumes flush.dooms: source_and_unstarted, under which 6 of its 14 doomed
     transfers had not started their prefill: the report called them all "in flight"."""
-    from pdsim import report
+    from pdsim.output import report
 
     res = run_cached("drop_timeout")
     assert res.scenario.flush.dooms == "source_and_unstarted"
@@ -65,8 +65,8 @@ def test_reference_verdicts_only_for_the_scenario_they_belong_to(tmp_path):
         f"extends: {SCENARIOS / 'drop_timeout.yaml'}\nclients:\n  - kind: bench\n"
         f"    name: ci_bench\n    num_prompts: 40\n")
     sc = pdsim.load(tmp_path / "mine.yaml", allow_outside_paths=True)  # extends outside tmp_path
-    assert "inherits its reported figures" in pdsim.sim.what_if(sc)
-    assert pdsim.sim.what_if(pdsim.load(SCENARIOS / "forward_timeout.yaml")) == ""
+    assert "inherits its reported figures" in pdsim.engine.sim.what_if(sc)
+    assert pdsim.engine.sim.what_if(pdsim.load(SCENARIOS / "forward_timeout.yaml")) == ""
 
 
 def test_a_run_cut_by_the_horizon_says_so_in_the_human_output(capsys):
@@ -96,7 +96,7 @@ def test_every_subcommand_has_a_description_and_examples(cmd, capsys):
 def _subcommands() -> dict:
     import argparse
 
-    from pdsim.cli import _parser
+    from pdsim.cli.main import _parser
 
     sub = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
     return dict(sub.choices)
@@ -129,7 +129,7 @@ def test_sweep_help_and_output_explain_the_columns(capsys):
 def test_the_fleet_block_defines_doomed_only_after_a_flush_and_failed_only_after_failures():
     """A run with failures but no flush prints what "failed" means, not what "doomed" means;
     one with neither prints neither."""
-    from pdsim import report
+    from pdsim.output import report
 
     res = pdsim.run("scenarios/whatif_base.yaml", ["faults=[{preset: nic_degraded}]",
                                                    "clients.0.num_prompts=2000"])
@@ -143,7 +143,7 @@ def test_the_fleet_block_defines_doomed_only_after_a_flush_and_failed_only_after
 
 
 def test_the_unknowns_block_offers_a_fit_only_when_there_are_figures_to_fit():
-    from pdsim import report
+    from pdsim.output import report
 
     trace = pdsim.run("scenarios/trace_replay.yaml", ["clients.0.num_prompts=50"])
     assert trace.unknowns and not trace.scenario.reference
@@ -154,7 +154,7 @@ def test_the_unknowns_block_offers_a_fit_only_when_there_are_figures_to_fit():
 
 
 def test_a_reported_figure_s_long_label_is_cut_with_an_ellipsis():
-    from pdsim import report
+    from pdsim.output import report
 
     res = pdsim.run("scenarios/forward_timeout.yaml", ["clients.0.num_prompts=100",
                                                       "clients.1.num_prompts=50"])
@@ -169,7 +169,7 @@ def test_a_reported_figure_s_long_label_is_cut_with_an_ellipsis():
 def test_a_reference_metric_the_summary_lacks_is_named_not_left_blank():
     """A misspelt metric path (or one naming a section) validates (keys vary by client), so
     the report says which are not in the summary instead of printing an empty cell."""
-    from pdsim import report
+    from pdsim.output import report
 
     refs = ("reference=[{label: typo, reported: 1, metric: nonexistent.path, tolerance: 1}, "
             "{label: ok, reported: 1, metric: failed, tolerance: 1}, "
@@ -187,7 +187,7 @@ def test_a_reference_metric_the_summary_lacks_is_named_not_left_blank():
 def test_verdicts_on_a_run_at_chosen_nominal_values_say_they_rest_on_them():
     """drop_timeout's "within" for F1 and F2 is a fit (its nominal start and flush.dooms were
     chosen for them): the comparison says its verdicts rest on the declared unknowns' values."""
-    from pdsim import report
+    from pdsim.output import report
 
     res = run_cached("drop_timeout")
     text = report.render(res)

@@ -9,8 +9,8 @@ import pytest
 from conftest import run_cached
 
 import pdsim
-from pdsim import perfetto
-from pdsim.cli import main
+from pdsim.cli.main import main
+from pdsim.output import perfetto
 
 
 @pytest.fixture(scope="module")

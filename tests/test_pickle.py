@@ -1,7 +1,7 @@
 """A Result pickles (a notebook saves one, joblib or multiprocessing hands one back) and comes
 back whole in another interpreter. Its scenario holds parameter models the registries make at
 registration (``StrikesParams_permanent``, the faults' models), which pickle cannot find by
-module attribute; they pickle through their registry (pdsim.registry._registered)."""
+module attribute; they pickle through their registry (pdsim.config.registry._registered)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import golden
 
 import pdsim
-from pdsim.registry import BLACKLIST_POLICIES
+from pdsim.config.registry import BLACKLIST_POLICIES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,7 @@ def test_a_result_pickles_and_another_interpreter_reads_and_reruns_it(tmp_path):
         import json, pickle, sys
         sys.path.insert(0, {str(ROOT / 'tests')!r})
         import golden, pdsim
-        from pdsim.registry import BLACKLIST_POLICIES
+        from pdsim.config.registry import BLACKLIST_POLICIES
         out = {{}}
         for i in range({len(CASES)}):
             res = pickle.loads(open({str(tmp_path)!r} + f"/{{i}}.pkl", "rb").read())

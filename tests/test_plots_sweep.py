@@ -7,8 +7,8 @@ import pytest
 from conftest import SCENARIOS, run_cached
 
 import pdsim
-from pdsim import plots
-from pdsim.cli import UsageError, main
+from pdsim.cli.main import UsageError, main
+from pdsim.output import plots
 
 matplotlib.use("Agg")
 
@@ -123,7 +123,7 @@ def test_probe_recovery_shows_as_pairs_coming_off_the_blacklist():
 
 def test_sweep_vary_values_compare_by_type_and_value():
     """1 == True and 0 == False in Python, but not as YAML values of a key; 1 and 1.0 are."""
-    from pdsim.cli import _parse_vary
+    from pdsim.cli.main import _parse_vary
 
     assert _parse_vary(["x=1,true,0,false,'1',[1],[true]"]) == {
         "x": [1, True, 0, False, "1", [1], [True]]}
@@ -150,7 +150,7 @@ def test_sweep_vary_values_compare_by_type_and_value():
 def test_sweep_cli_refuses_before_running(monkeypatch, capsys, args, says):
     """--client was checked after every run; --vary seed was replaced by each run's seed (the
     grid silently ran seed 1 twice) and a key given twice lost its first values."""
-    from pdsim import backends
+    from pdsim.util import backends
 
     def no_runs(*_a, **_k):
         raise AssertionError("runs started before the command line was checked")

@@ -12,10 +12,10 @@ from conftest import small_fleet
 from pydantic import Field
 
 import pdsim
-from pdsim import blacklist
-from pdsim.cli import main
-from pdsim.registry import BLACKLIST_POLICIES
-from pdsim.scenario import ScenarioError, Seconds, from_dict, json_schema
+from pdsim.cli.main import main
+from pdsim.config.registry import BLACKLIST_POLICIES
+from pdsim.config.scenario import ScenarioError, Seconds, from_dict, json_schema
+from pdsim.engine import blacklist
 
 S = "decode-0.r0:17000"
 
@@ -329,7 +329,7 @@ def test_user_policy_from_a_plugin_file_on_the_cli(tmp_path, capsys):
     plugin = tmp_path / "my_policies.py"
     plugin.write_text(
         "from pdsim import blacklist\n"
-        "from pdsim.registry import BLACKLIST_POLICIES\n\n"
+        "from pdsim.config.registry import BLACKLIST_POLICIES\n\n"
         "@BLACKLIST_POLICIES.register('always_fail_fast')\n"
         "class AlwaysFailFast(blacklist.Never):\n"
         "    '''Blacklists nothing (a test plugin).'''\n")
@@ -453,7 +453,7 @@ def test_a_folder_is_not_a_plugin_but_a_package_is(tmp_path, monkeypatch, capsys
     pkg.mkdir()
     (pkg / "__init__.py").write_text(
         "from pdsim import blacklist\n"
-        "from pdsim.registry import BLACKLIST_POLICIES\n\n"
+        "from pdsim.config.registry import BLACKLIST_POLICIES\n\n"
         "@BLACKLIST_POLICIES.register('pkg_never')\n"
         "class PkgNever(blacklist.Never):\n"
         "    'Blacklists nothing (a test plugin package).'\n")

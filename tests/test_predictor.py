@@ -6,9 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdsim import lockstep, profiles
-from pdsim.predictor import FittedPredictor, Layout, OperatorPredictor, RooflinePredictor
-from pdsim.prefill import PrefillRank
+from pdsim.engine import lockstep
+from pdsim.engine.prefill import PrefillRank
+from pdsim.model import profiles
+from pdsim.model.predictor import FittedPredictor, Layout, OperatorPredictor, RooflinePredictor
 
 H100 = profiles.gpu("H100")
 ENGINE = profiles.engine()
@@ -228,8 +229,8 @@ def test_tp_is_the_servers_gpus_with_dp_attention_and_each_ranks_without():
     """What the schema and README say tp means: with dp_attention the server has tp GPUs and
     each of its dp ranks runs attention over tp/dp of them; without it each DP rank has tp GPUs
     of its own (SGLang's --dp N --tp M: N*M GPUs), so adding ranks changes no rank's layout."""
-    from pdsim.memory import pool_pages
-    from pdsim.scenario import DecodeConfig
+    from pdsim.config.scenario import DecodeConfig
+    from pdsim.model.memory import pool_pages
 
     assert Layout(tp=8, dp=8, dp_attention=True).attn_tp == 1
     assert Layout(tp=8, dp=2, dp_attention=True).attn_tp == 4

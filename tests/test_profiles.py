@@ -8,9 +8,9 @@ import pytest
 from conftest import small_fleet
 
 import pdsim
-from pdsim import profiles
-from pdsim.cli import main
-from pdsim.scenario import ScenarioError
+from pdsim.cli.main import main
+from pdsim.config.scenario import ScenarioError
+from pdsim.model import profiles
 
 MY_PROFILES = """
 gpus:
@@ -46,7 +46,7 @@ def test_a_user_profile_file_loads_relative_to_the_scenario(tmp_path):
     assert res.gpu.bf16_tflops == 989  # the rest comes from H100
     assert res.model.layers == 4 and res.model.kv_lora_rank == 512
     assert "my lab's measurement" in res.origins["gpu.hbm_tbps"][1]
-    assert res.origins["gpu.bf16_tflops"][1].startswith("pdsim/profiles/gpus.yaml")
+    assert res.origins["gpu.bf16_tflops"][1].startswith("pdsim/model/data/gpus.yaml")
     out = pdsim.run(f)
     assert out.summary["completed_requests"] == 20
 

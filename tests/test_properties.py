@@ -226,16 +226,16 @@ def test_random_scenarios_keep_the_invariants(d):
     # nor does recording the steps, which turns the shortcuts off: lockstep groups commit
     # every rank at each span end (no owed steps) and a write's end always takes its own link
     assert _tables(pdsim.run(d, record_steps=True)) == _tables(res)
-    # nor does the run-now rule (pdsim.clock: a zero-delay link that is the last act of its
+    # nor does the run-now rule (pdsim.engine.clock: a zero-delay link that is the last act of its
     # step, with nothing else due this instant, runs at once): with it off, every such link is
     # queued and processed as the event it stands for would have been
     assert _tables(_without_run_now(d)) == _tables(res)
 
 
 def _without_run_now(d: dict) -> pdsim.Result:
-    """Run ``d`` as if something else were always due this instant (pdsim.clock's run-now
+    """Run ``d`` as if something else were always due this instant (pdsim.engine.clock's run-now
     rule never applies: every caller of ``Environment.due_now`` takes its link path)."""
-    from pdsim import clock
+    from pdsim.engine import clock
 
     due_now = clock.Environment.due_now
     clock.Environment.due_now = lambda self: True

@@ -1,4 +1,4 @@
-"""pdsim.log.records_frame builds the run's tables a column at a time; it must give exactly
+"""pdsim.engine.log.records_frame builds the run's tables a column at a time; it must give exactly
 what ``pd.DataFrame.from_records`` gives (dtypes and values), whatever the rows hold."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import pdsim
-from pdsim.log import records_frame
+from pdsim.engine.log import records_frame
 
 
 def _same_as_from_records(rows: list[tuple], columns: list[str]) -> None:
@@ -55,9 +55,9 @@ def test_records_frame_matches_from_records_on_any_rows(rows):
 def test_a_run_s_tables_are_built_column_wise_as_from_records_would(monkeypatch):
     """The request and event tables of drop_timeout (NaN times, failed rooms, empty reasons,
     int and float log values in one column) are what from_records makes of the same rows, and
-    the columns the summary reads without pandas (pdsim.log.plain_columns: strings as tuples)
+    the columns the summary reads without pandas (pdsim.engine.log.plain_columns: strings as tuples)
     are the frame's."""
-    from pdsim import log, sim
+    from pdsim.engine import log, sim
 
     captured = {}
 
@@ -92,7 +92,7 @@ def test_event_rows_are_the_event_frame_s_rows_value_for_value_and_type_for_type
     is what events.itertuples gives, with the same Python types (a log value that is an int
     among floats is a float there too), also after the frame was built, and for rows that
     only pandas can type (None in a column: the frame's own rows)."""
-    from pdsim import log
+    from pdsim.engine import log
 
     res = pdsim.run("scenarios/drop_timeout.yaml")
     assert "events" not in res._built
@@ -128,7 +128,7 @@ def test_the_time_series_has_the_dtypes_of_a_frame_of_its_samples():
     """The time series is made from samples as tuples (records_columns): each column has what
     pandas gives a frame of the samples' lists (a first sample at the int time 0 among float
     times: float64; counts: int64), and the rates are the same floats."""
-    from pdsim import sim
+    from pdsim.engine import sim
 
     rows = [(0, 0, 0, 0, 0.0, 0.0, 0, 0, 0, 0, 0, 0, 0),
             (1.0, 120, 1, 0, 0.25, 0.5, 3, 1, 2, 0, 1, 4, 0),
@@ -166,7 +166,7 @@ def test_the_report_read_from_the_records_is_the_report_read_from_the_frames(cas
     it tells are those the frame's selection picks (``isin``/``&`` on its columns), and its
     text is the report of the same run read from the frames, plain and --verbose; its horizon
     warning counts the unfinished requests as the request frame does."""
-    from pdsim import report
+    from pdsim.output import report
 
     res = _golden_run(case)
     told = report.told(res.event_rows())
@@ -191,7 +191,7 @@ def test_the_timeline_tells_the_probes_that_failed_and_only_those():
     """A probe that reached its peer takes the pair off the blacklist and is not news; one
     that failed is a line (until 2026-11-30 every probe was printed as failed: the filter
     compared the detail with "ok", which is "ok after 0.0016 s")."""
-    from pdsim import report
+    from pdsim.output import report
 
     res = _golden_run("small_faults")
     probes = res.events[res.events.event == "probe"]
@@ -206,7 +206,7 @@ def test_the_timeline_tells_the_probes_that_failed_and_only_those():
 
 def test_the_report_reads_a_table_the_user_assigned():
     """A table assigned to a Result is what its report reads (not the run's records)."""
-    from pdsim import report
+    from pdsim.output import report
 
     res = pdsim.run("scenarios/drop_timeout.yaml", ["horizon_s=20"])
     assert "Incident timeline" in report.render(res)
@@ -241,7 +241,7 @@ def test_a_copy_of_a_result_keeps_its_own_tables():
 def test_the_timeline_has_no_heading_when_nothing_it_keeps_makes_a_line():
     """Path changes, breaker states and a stall are kept events the timeline does not tell;
     on their own they print nothing, not an empty "Incident timeline" block."""
-    from pdsim import report
+    from pdsim.output import report
 
     res = _golden_run("small_library")
     quiet = res.events[res.events.event.isin(["path", "breaker", "breaker_trial",
@@ -257,7 +257,7 @@ def test_the_timeline_tells_every_pair_blacklisted_and_counts_a_burst_at_its_end
     partition) blacklists its pair with no transfer failure logged: the timeline gives it a
     line of its own. A burst's line counts the pairs blacklisted as of its last failure, not
     those of a failure logged later (an add is logged just before its failure)."""
-    from pdsim import report
+    from pdsim.output import report
 
     part = pdsim.run("scenarios/whatif_base.yaml", ["faults=[{preset: partition}]"])
     ev = part.events

@@ -11,11 +11,11 @@ import simpy
 from conftest import SCENARIOS, small_fleet
 
 import pdsim
-from pdsim import blacklist
-from pdsim.cli import main
-from pdsim.log import EventLog
-from pdsim.registry import BLACKLIST_POLICIES
-from pdsim.report import horizon_warning
+from pdsim.cli.main import main
+from pdsim.config.registry import BLACKLIST_POLICIES
+from pdsim.engine import blacklist
+from pdsim.engine.log import EventLog
+from pdsim.output.report import horizon_warning
 
 FOUND = Path(__file__).parent / "fuzz_found"
 
@@ -148,7 +148,7 @@ def test_fuzz_found_negative_seed_fails_validate(capsys):
 
 
 def test_an_unexpected_exception_is_one_line_asking_for_a_report(monkeypatch, capsys):
-    import pdsim.cli as cli
+    import pdsim.cli.main as cli
 
     def boom(_name):
         raise RuntimeError("kaboom\nsecond line")
@@ -285,16 +285,16 @@ def test_a_bar_shows_only_for_a_run_still_going_after_its_delay(capsys):
 def test_pdsim_run_shows_a_late_bar_on_a_terminal(monkeypatch, tty, flags, want):
     """A long `pdsim run` on a terminal showed nothing until it ended (hours, for a big
     scenario): a run still going after 2 s now shows its bar; --no-progress never does."""
-    import pdsim.sim
+    import pdsim.engine.sim
 
     seen = []
-    real = pdsim.sim.run
+    real = pdsim.engine.sim.run
 
     def spy(*a, **kw):
         seen.append(kw["progress"])
         return real(*a, **kw)
 
-    monkeypatch.setattr(pdsim.sim, "run", spy)
+    monkeypatch.setattr(pdsim.engine.sim, "run", spy)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: tty)
     assert main(["run", "scenarios/healthy.yaml", "--json", *flags,
                  "--set", "clients.0.num_prompts=20"]) == 0
@@ -305,7 +305,7 @@ def test_a_stalled_fleet_names_a_few_ranks_those_that_explain_it_first():
     """A stall across a large fleet listed every busy rank in one line (41,703 characters at
     128 servers a role): at most STALL_RANKS, the ranks holding a request their pool cannot
     take back first, then a count of the rest."""
-    from pdsim.sim import STALL_RANKS
+    from pdsim.engine.sim import STALL_RANKS
 
     res = pdsim.run(SCENARIOS / "whatif_base.yaml", [
         "clients.0.num_prompts=400", "clients.0.request_rate=inf",
@@ -324,7 +324,7 @@ def test_run_progress_takes_a_bool_none_or_seconds(progress, delay):
     """``progress=None`` (falsy, as before) was a TypeError once a number meant a delay."""
     import numpy as np
 
-    from pdsim.sim import _bar_delay
+    from pdsim.engine.sim import _bar_delay
 
     assert _bar_delay(progress) == delay
     assert _bar_delay(np.bool_(bool(progress))) == (0.0 if progress else None)
@@ -340,7 +340,7 @@ def test_faults_and_flushes_timed_after_the_run_ended_are_reported_not_silently_
     """A run ends when its clients are done: a decode crash or an operator flush timed after
     that never happened, and the report read as 'no harm done' (a what-if of the library's
     60 s faults on a base whose load ends sooner showed 0% lost for every policy)."""
-    from pdsim.report import not_reached, not_reached_warning, render
+    from pdsim.output.report import not_reached, not_reached_warning, render
 
     sc = small_fleet(operator_flushes=[{"at_s": 1.0}, {"at_s": 500.0}],
                      faults=[{"kind": "decode_crash", "decode_server": 0, "at_s": 400.0}])
@@ -366,7 +366,7 @@ def test_faults_and_flushes_timed_after_the_run_ended_are_reported_not_silently_
 def test_a_fault_just_before_the_runs_end_happened_though_the_summary_rounds_the_end():
     """The summary's simulated_s has 3 decimals: a crash between it and the true end (3.44025 s
     in a run ending at 3.4405 s) happened, and the warning said it never did."""
-    from pdsim.report import not_reached_warning
+    from pdsim.output.report import not_reached_warning
 
     for n in range(40, 60):
         d = small_fleet()

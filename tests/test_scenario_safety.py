@@ -13,9 +13,9 @@ import yaml
 from conftest import SCENARIOS
 
 import pdsim
-from pdsim.cli import main
-from pdsim.safeio import UserFileError, echo, read_user_file, resolve_user_path
-from pdsim.scenario import MAX_TICKS, ScenarioError, from_dict, load
+from pdsim.cli.main import main
+from pdsim.config.scenario import MAX_TICKS, ScenarioError, from_dict, load
+from pdsim.util.safeio import UserFileError, echo, read_user_file, resolve_user_path
 
 BASE = {"fleet": {"gpu": "H20", "model": "dsv3-ci-test"},
         "clients": [{"kind": "bench", "num_prompts": 5}]}
@@ -326,7 +326,8 @@ def test_a_document_parsed_again_is_a_fresh_copy_of_the_first_parse():
     import math
     import struct
 
-    from pdsim import safeyaml, scenario
+    from pdsim.config import scenario
+    from pdsim.util import safeyaml
 
     text = ("a: &x {k: [1, 2.5, .nan, -0.0, 1e308, 12345678901234567890]}\nb: *x\n"
             "c: !!set {p, q}\nd: 2026-11-30\ne: !!binary aGk=\nf: [true, null, 'z']\n"
@@ -363,7 +364,7 @@ def test_a_dict_extends_a_file_as_a_file_does_relative_to_where_its_paths_resolv
     assert never.scenario.blacklist.policy == "never"
     assert never.scenario.clients == base.scenario.clients
     assert never.summary["blacklisted_pairs_max"] == 0 < base.summary["blacklisted_pairs_max"]
-    from pdsim.sim import what_if
+    from pdsim.engine.sim import what_if
 
     assert what_if(load({"extends": "scenarios/drop_timeout.yaml"})).startswith(
         "a dict extending scenarios/drop_timeout.yaml inherits its reported figures")
@@ -383,8 +384,10 @@ def test_a_dict_extends_a_file_as_a_file_does_relative_to_where_its_paths_resolv
 def test_limits_lists_every_reader_and_fan_out_limit():
     """``scenario.limits()`` is the README's table of limits: the trace, profile, path, YAML
     and run-count bounds too, not only the scenario module's own."""
-    from pdsim import backends, profiles, safeio, safeyaml, trace
-    from pdsim.scenario import limits
+    from pdsim.config import trace
+    from pdsim.config.scenario import limits
+    from pdsim.model import profiles
+    from pdsim.util import backends, safeio, safeyaml
 
     got = limits()
     for mod, name in [(trace, "MAX_TRACE_BYTES"), (trace, "MAX_TRACE_LINES"),
@@ -397,9 +400,8 @@ def test_limits_lists_every_reader_and_fan_out_limit():
 def test_explore_default_directory_stays_where_the_user_is(tmp_path, monkeypatch, capsys):
     """The default --out is explore-<scenario name>; a name is free text, and its slashes led
     the results out of the current directory ('x/../../escaped' wrote to ../escaped)."""
-    import importlib
+    from pdsim.analysis import explore as explore_mod
 
-    explore_mod = importlib.import_module("pdsim.explore")
     (tmp_path / "sub").mkdir()
     f = tmp_path / "sub" / "s.yaml"
     f.write_text(yaml.safe_dump(_with(name="x/../../escaped")))
@@ -417,7 +419,7 @@ def test_explore_default_directory_stays_where_the_user_is(tmp_path, monkeypatch
 
 
 def test_library_fan_out_bounds_its_local_processes():
-    from pdsim.backends import WORKERS_PER_CORE
+    from pdsim.util.backends import WORKERS_PER_CORE
 
     too_many = WORKERS_PER_CORE * (os.cpu_count() or 1) + 1
     with pytest.raises(ValueError, match=f"workers {too_many}: give 1.."):

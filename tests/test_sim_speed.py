@@ -11,7 +11,7 @@ import pytest
 from conftest import TRACES, small_fleet
 
 import pdsim
-import pdsim.sim as sim
+import pdsim.engine.sim as sim
 
 
 def test_cyclic_gc_paused_during_the_run_and_restored(monkeypatch):
@@ -45,10 +45,10 @@ def test_a_run_leaves_its_requests_to_reference_counting():
     finds are those the transfer engines' pending writes hold and those the decode ranks' step
     heaps still list (an entry stays until its step comes); without the release it finds
     every one. Nor does it find the step-time predictors' memos."""
-    from pdsim import scenario as scenario_mod
-    from pdsim.predictor import OperatorPredictor
-    from pdsim.request import Request, Room
-    from pdsim.transfer import Chunk
+    from pdsim.config import scenario as scenario_mod
+    from pdsim.engine.request import Request, Room
+    from pdsim.engine.transfer import Chunk
+    from pdsim.model.predictor import OperatorPredictor
 
     sc = scenario_mod.load("scenarios/healthy.yaml")
     gc.collect()
@@ -92,13 +92,13 @@ def test_numpy_draws_nothing_for_a_one_value_range():
 
 def test_routing_draws_are_numpys_own():
     """The router draws room ids and server indices from raw 64-bit outputs taken in blocks
-    (pdsim.router.RoutingDraws); mixed in any order, they equal ``rng.integers`` one call at a
-    time, rejections included (ranges near 2**32 reject often), across block boundaries."""
+    (pdsim.engine.router.RoutingDraws); mixed in any order, they equal ``rng.integers`` one call at
+    a time, rejections included (ranges near 2**32 reject often), across block boundaries."""
     import random
 
     import numpy as np
 
-    from pdsim.router import RoutingDraws
+    from pdsim.engine.router import RoutingDraws
 
     rnd = random.Random(11)
     for seed in range(12):
@@ -118,7 +118,7 @@ def test_routing_draws_continue_a_stream_numpy_already_drew_from():
     next 32-bit draw is that half, as numpy's own would be."""
     import numpy as np
 
-    from pdsim.router import RoutingDraws
+    from pdsim.engine.router import RoutingDraws
 
     a, b = np.random.default_rng(5), np.random.default_rng(5)
     a.integers(7)
@@ -135,10 +135,10 @@ def test_decode_span_durations_equal_each_steps_own(kind):
     import random
     from itertools import islice
 
-    from pdsim import predictor, profiles
-    from pdsim.decode import DecodeRank, _leader
-    from pdsim.rank import Rank
-    from pdsim.scenario import PredictorConfig
+    from pdsim.config.scenario import PredictorConfig
+    from pdsim.engine.decode import DecodeRank, _leader
+    from pdsim.engine.rank import Rank
+    from pdsim.model import predictor, profiles
 
     cfg = PredictorConfig(kind=kind) if kind != "fitted" else PredictorConfig(
         kind="fitted", coefficients={"prefill_a_ms": 14.1, "prefill_b_ms_per_ktok": 57.92,
@@ -199,7 +199,7 @@ def test_a_request_costs_no_process_and_few_events():
     spans make far fewer step ends than steps."""
     from simpy.events import Process
 
-    from pdsim.lockstep import Stepper
+    from pdsim.engine.lockstep import Stepper
 
     made = []
     init = Process.__init__
@@ -236,13 +236,13 @@ def test_a_request_costs_no_process_and_few_events():
 
 
 def test_a_request_at_t0_reaches_prefill_after_the_processes_started_then():
-    """The router's handler process, replaced by plain entries (pdsim.router.MiniLB.generate),
-    would have started after the processes still waiting to start at that instant (SimPy runs
-    URGENT Initialize events first). At t=0 the sampler is one of them: with a router that
-    adds no latency, its t=0 sample sees the warm-up request that arrived at t=0 not yet
-    queued at the prefill. Without the router's check for urgent events on SimPy's queue the
-    request is dispatched inline, before the sampler's first step, and the sample counts it
-    (review 6, finding 2: nothing else failed with the check deleted)."""
+    """The router's handler process, replaced by plain entries
+    (pdsim.engine.router.MiniLB.generate), would have started after the processes still waiting to
+    start at that instant (SimPy runs URGENT Initialize events first). At t=0 the sampler is one of
+    them: with a router that adds no latency, its t=0 sample sees the warm-up request that arrived
+    at t=0 not yet queued at the prefill. Without the router's check for urgent events on SimPy's
+    queue the request is dispatched inline, before the sampler's first step, and the sample counts
+    it (review 6, finding 2: nothing else failed with the check deleted)."""
     res = pdsim.run("scenarios/healthy.yaml", sets=["router.http_latency_ms=0"])
     assert (res.requests.t_arrival == 0.0).any()  # a request does arrive at the sample's instant
     first = res.timeseries.iloc[0]
@@ -252,13 +252,13 @@ def test_a_request_at_t0_reaches_prefill_after_the_processes_started_then():
 
 
 def test_a_kept_lead_is_the_envelope_of_the_lines(monkeypatch):
-    """pdsim.decode.Lead (a lazy group's leading line kept across spans, checked only
+    """pdsim.engine.decode.Lead (a lazy group's leading line kept across spans, checked only
     against the lines re-planned since): at each span's first step its context is the
     largest of every line's, and its line stays the largest until the segment end it
     gives; most spans are answered without _leader's pass over every line."""
     import random
 
-    from pdsim import decode
+    from pdsim.engine import decode
 
     leader, calls = decode._leader, []
     monkeypatch.setattr(decode, "_leader", lambda lines, i: calls.append(1) or leader(lines, i))
@@ -293,7 +293,7 @@ def test_clients_keep_their_attributes_inline(monkeypatch):
     table that must stay under 30 names, or every read of a client on the request path (each
     arrival, slot and response) is a dict look-up. BenchClient holds 29 after a run with a
     trace, warm-up, a concurrency limit and a flush: one name more and it needs slots."""
-    from pdsim import fleet as fleet_mod
+    from pdsim.engine import fleet as fleet_mod
 
     seen = []
     init = fleet_mod.Fleet.__init__
@@ -328,8 +328,8 @@ def test_ranks_and_steppers_keep_their_attributes_inline(monkeypatch):
     common ones as slots, a DecodeRank and a Stepper all theirs. A class whose instances keep
     a dict must stay under 30 names over all of them after a run (faults, flushes and
     timeouts set what they set); the operator predictor keeps its derived terms as slots."""
-    from pdsim.lockstep import Stepper
-    from pdsim.predictor import OperatorPredictor
+    from pdsim.engine.lockstep import Stepper
+    from pdsim.model.predictor import OperatorPredictor
 
     seen = []
     close = Stepper.close
@@ -361,7 +361,7 @@ def test_ranks_and_steppers_keep_their_attributes_inline(monkeypatch):
 def test_a_trace_is_parsed_with_the_cyclic_gc_paused(monkeypatch, tmp_path):
     """trace._parse: a big trace's rows set off no collection while they are parsed, and the
     collector's state is restored afterwards (also when the trace is bad)."""
-    from pdsim import trace
+    from pdsim.config import trace
 
     path = tmp_path / "t.jsonl"
     path.write_text('{"timestamp": 0, "input_length": 300, "output_length": 400}\n' * 3000)

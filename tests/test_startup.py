@@ -23,7 +23,7 @@ HEAVY = ("pandas", "pyarrow", "numpy", "scipy", "SALib", "matplotlib")
 LIGHT = f"""
 import contextlib, io, sys
 import pdsim
-from pdsim.cli import main
+from pdsim.cli.main import main
 with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
     main(["--help"])
 assert "pydantic" not in sys.modules  # the help is argparse's alone
@@ -33,14 +33,14 @@ with contextlib.redirect_stdout(io.StringIO()):
                  "scenarios/whatif_base.yaml", "--set", "faults=[{{preset: flush_race}}]"],
                  ["schema"], ["faults"], ["profiles"], ["profiles", "H20"]):
         assert main(argv) == 0, argv
-    # the fleet's load-time check (pdsim.memory) runs though nothing imported the simulator
+    # the fleet's load-time check (pdsim.model.memory) runs though nothing imported the simulator
     assert main(["validate", "scenarios/drop_timeout.yaml", "--set", "fleet.gpu=B300"]) == 2
 print("heavy:", [m for m in {HEAVY!r} if m in sys.modules])
 """
 
 RUN = f"""
 import contextlib, io, sys
-from pdsim.cli import main
+from pdsim.cli.main import main
 out = io.StringIO()
 with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
     for extra in ([], ["--verbose"], ["--json"]):
@@ -64,18 +64,19 @@ import pdsim
 assert "pandas" not in sys.modules
 # submodules are attributes after a bare `import pdsim`, as when the package imported them all
 # (asked before anything else imports them, which would set the attributes itself)
-assert "pdsim.profiles" not in sys.modules and "pdsim.perfetto" not in sys.modules
-assert pdsim.profiles.gpu("H20").name == "H20"
-assert pdsim.perfetto is sys.modules["pdsim.perfetto"]
-import pdsim.sweep  # the submodule first: the package attribute must stay the function
-from pdsim.whatif import WhatIf
+assert "pdsim.model.profiles" not in sys.modules and "pdsim.output.perfetto" not in sys.modules
+assert pdsim.model.profiles.gpu("H20").name == "H20"
+assert pdsim.output.perfetto is sys.modules["pdsim.output.perfetto"]
+import pdsim.analysis.sweep  # the submodule first: the package attribute must stay the function
+from pdsim.analysis.whatif import WhatIf
 for name in ("sweep", "whatif", "explore"):
     assert isinstance(getattr(pdsim, name), types.FunctionType), (name, getattr(pdsim, name))
 ns = {}
 exec("from pdsim import *", ns)
 assert set(pdsim.__all__) <= set(ns) and ns["WhatIf"] is WhatIf and ns["run"] is pdsim.run
 assert set(pdsim.__all__) <= set(dir(pdsim))
-assert {"profiles", "scenario", "clock", "decode", "cli"} <= set(dir(pdsim))
+assert {"util", "config", "model", "engine", "output", "analysis", "cli"} <= set(dir(pdsim))
+assert {"profiles", "predictor"} <= set(dir(pdsim.model)) and "clock" in dir(pdsim.engine)
 assert not {"TYPE_CHECKING", "importlib", "sys", "types"} & set(dir(pdsim))  # no helpers
 try:
     pdsim.no_such_name

@@ -10,9 +10,9 @@ import pytest
 from conftest import SCENARIOS, TRACES, small_fleet
 
 import pdsim
-from pdsim import trace
-from pdsim.client import count_rows, read_trace
-from pdsim.report import render
+from pdsim.config import trace
+from pdsim.engine.client import count_rows, read_trace
+from pdsim.output.report import render
 
 
 def test_gzip_and_plain_traces_read_the_same(tmp_path):
@@ -108,7 +108,7 @@ def test_trace_lines_scanned_directly_read_as_decoded_line_by_line(tmp_path):
     take that way goes through trace._row. Either way a line's row, or its error, is what
     decoding that line alone gives (leading/trailing whitespace, a BOM, two values, non-JSON
     whitespace, floats and bools as counts, blank lines)."""
-    from pdsim import trace
+    from pdsim.config import trace
 
     ok = '{"timestamp": 5, "input_length": 7, "output_length": 2, "hash_ids": [1, 2]}'
     lines = [ok, "  " + ok, ok + " \t\r", "", "   ", '{"timestamp": 1.5, "input_length": 3.9,'
@@ -147,7 +147,7 @@ def test_prompts_arriving_at_one_instant_arrive_in_one_step(tmp_path, monkeypatc
     same outputs as one heap entry per arrival, with one entry per instant instead."""
     from golden import digest
 
-    from pdsim.client import BenchClient
+    from pdsim.engine.client import BenchClient
 
     path = tmp_path / "t.jsonl"
     stamps = [0, 0, 150, 150, 150, 151, 400, 400, 400, 400, 401, 900, 900]
@@ -193,10 +193,10 @@ def test_rows_out_of_time_order_arrive_in_time_order(tmp_path, client):
 
 
 def test_trace_block_ids_stay_below_the_random_prompts_ids():
-    """A trace's prefix block ids must be 0..HASH_ID_LIMIT - 1: pdsim.client numbers random
+    """A trace's prefix block ids must be 0..HASH_ID_LIMIT - 1: pdsim.engine.client numbers random
     prompts' blocks from HASH_ID_LIMIT up, and the prefix cache keeps those as private runs,
     so a trace block with one of their ids would be counted twice (review 7)."""
-    from pdsim import trace
+    from pdsim.config import trace
 
     def row(ids):
         return trace._check({"timestamp": 0, "input_length": 9, "output_length": 1,

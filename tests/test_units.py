@@ -7,11 +7,12 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdsim import balance, clock, profiles
-from pdsim.kv import KVError, PageAllocator, PrefixCache
-from pdsim.nic import NIC
-from pdsim.predictor import FittedPredictor, RooflinePredictor, build
-from pdsim.scenario import PredictorConfig
+from pdsim.config.scenario import PredictorConfig
+from pdsim.engine import balance, clock
+from pdsim.engine.kv import KVError, PageAllocator, PrefixCache
+from pdsim.engine.nic import NIC
+from pdsim.model import profiles
+from pdsim.model.predictor import FittedPredictor, RooflinePredictor, build
 
 
 def test_allocator_capacity_and_double_free():
@@ -115,7 +116,7 @@ def test_nic_alone_again_after_idle_and_shared_after_alone():
     nic = NIC(env, "n", bytes_per_s=1e9, peak_util=1.0, min_util=1.0, saturation_bytes=1.0)
     done = {}
 
-    class Listener:  # the fast path's listener (pdsim.transfer.Chunk.written)
+    class Listener:  # the fast path's listener (pdsim.engine.transfer.Chunk.written)
         def __init__(self, name):
             self.name = name
 
@@ -185,11 +186,11 @@ def test_every_profile_value_names_its_source():
         else:
             raise AssertionError(f"{path} is a bare value without a source")
 
+    shipped = resources.files("pdsim.model").joinpath("data")
     for fname in ("gpus.yaml", "models.yaml", "engines.yaml"):
-        data = yaml.safe_load(resources.files("pdsim").joinpath("profiles", fname).read_text())
+        data = yaml.safe_load(shipped.joinpath(fname).read_text())
         walk({k: v for k, v in data.items() if not k.startswith("_")}, fname)
-    cal = yaml.safe_load(resources.files("pdsim").joinpath("profiles",
-                                                         "calibrations.yaml").read_text())
+    cal = yaml.safe_load(shipped.joinpath("calibrations.yaml").read_text())
     for i, entry in enumerate(cal["calibrations"]):
         walk(entry["set"], f"calibrations.yaml.{i}")
     assert {"A100", "H100", "H200", "H20"} <= set(profiles.gpu_names())
@@ -211,12 +212,12 @@ def test_balancers():
 
 
 def test_transfer_time_is_call_latency_plus_bytes_over_bandwidth():
-    from pdsim import blacklist
-    from pdsim.faults import Paths
-    from pdsim.registry import BLACKLIST_POLICIES
-    from pdsim.request import Request, new_request, new_room
-    from pdsim.stats import Stats
-    from pdsim.transfer import TransferEngine, new_chunk
+    from pdsim.config.registry import BLACKLIST_POLICIES
+    from pdsim.engine import blacklist
+    from pdsim.engine.faults import Paths
+    from pdsim.engine.request import Request, new_request, new_room
+    from pdsim.engine.stats import Stats
+    from pdsim.engine.transfer import TransferEngine, new_chunk
 
     env = clock.Environment()  # pdsim's: the hot path schedules plain heap entries
     nic = NIC(env, "n", 1e9, peak_util=1.0, min_util=1.0, saturation_bytes=1.0)
@@ -228,7 +229,7 @@ def test_transfer_time_is_call_latency_plus_bytes_over_bandwidth():
     req = new_request(env, 0, "c", "bench", 10, 1, True)
     done = []
 
-    class Decode:  # a listener of the room (pdsim.request.Listener)
+    class Decode:  # a listener of the room (pdsim.engine.request.Listener)
         def room_done(self, _req: Request) -> None:
             done.append(env.now)
 
@@ -244,12 +245,12 @@ def test_write_deadlines_fire_at_their_own_time_when_overtaken():
     + transfer_timeout_s + 1 ns per byte, whether its timer was armed at its start, overtaken
     by a later write's earlier deadline, or armed when an earlier one fired; a write done in
     time fails nothing."""
-    from pdsim import blacklist
-    from pdsim.faults import Paths
-    from pdsim.registry import BLACKLIST_POLICIES
-    from pdsim.request import Request, new_request, new_room
-    from pdsim.stats import Stats
-    from pdsim.transfer import TIMEOUT_S_PER_BYTE, TransferEngine, new_chunk
+    from pdsim.config.registry import BLACKLIST_POLICIES
+    from pdsim.engine import blacklist
+    from pdsim.engine.faults import Paths
+    from pdsim.engine.request import Request, new_request, new_room
+    from pdsim.engine.stats import Stats
+    from pdsim.engine.transfer import TIMEOUT_S_PER_BYTE, TransferEngine, new_chunk
 
     env = clock.Environment()
     nic = NIC(env, "n", 1e8, peak_util=1.0, min_util=1.0, saturation_bytes=1.0)
@@ -263,7 +264,7 @@ def test_write_deadlines_fire_at_their_own_time_when_overtaken():
                          lambda *a, **k: None)
     eng = TransferEngine(env, "p", 0, nic, bl, 0.0, 1.0, 4, log, Stats(), Paths(env), 0, 0.5)
 
-    class Decode:  # a listener of the rooms (pdsim.request.Listener)
+    class Decode:  # a listener of the rooms (pdsim.engine.request.Listener)
         def room_done(self, _req: Request) -> None:
             pass
 
@@ -285,8 +286,8 @@ def test_write_deadlines_fire_at_their_own_time_when_overtaken():
 
 def test_chunked_prefill_default_follows_sglang():
     """server_args.py: 8192 for 60-160 GB GPUs, 4096 for 40 GB; DP attention divides by dp."""
-    from pdsim.fleet import chunk_budget, default_chunked_prefill_size
-    from pdsim.scenario import PrefillConfig
+    from pdsim.config.scenario import PrefillConfig
+    from pdsim.engine.fleet import chunk_budget, default_chunked_prefill_size
 
     for name in ("H20", "H100", "H200", "A100"):
         assert default_chunked_prefill_size(profiles.gpu(name)) == 8192, name
@@ -304,7 +305,7 @@ def test_bench_metrics_count_streamed_aborts_as_bench_serving_does():
     the requested length and latency its arrival; it enters TTFT, TPOT and E2E, not ITL."""
     import pandas as pd
 
-    from pdsim.summary import request_metrics
+    from pdsim.engine.summary import request_metrics
 
     rows = [  # arrival, first token, done, generated, output_len, status, http
         (0.0, 1.0, 3.0, 11, 11, "completed", 200),
@@ -332,7 +333,7 @@ def test_summary_quantiles_are_pandas_quantiles_one_by_one():
     import numpy as np
     import pandas as pd
 
-    from pdsim.summary import _q
+    from pdsim.engine.summary import _q
 
     rng = np.random.default_rng(7)
     for n in (0, 1, 2, 3, 10, 101, 1000):
@@ -357,7 +358,7 @@ def test_summary_codes_and_counts_are_the_string_comparisons_they_replace():
     import numpy as np
     import pandas as pd
 
-    from pdsim.summary import codes, counts
+    from pdsim.engine.summary import codes, counts
 
     rng = np.random.default_rng(3)
     pool = ["completed", "failed", "timed_out", "", "failedx", "Failed", None]
@@ -380,17 +381,17 @@ def test_summary_codes_and_counts_are_the_string_comparisons_they_replace():
 
 
 def test_a_client_needs_only_its_frontend():
-    """The client talks to a small interface (pdsim.client.Frontend), not the Fleet: a stub
+    """The client talks to a small interface (pdsim.engine.client.Frontend), not the Fleet: a stub
     that answers every request after 1 s runs a bench client to the end, with at most
     ``max_concurrency`` requests in flight, and client.py imports neither fleet nor router."""
     import ast
     from pathlib import Path
 
-    import pdsim.client as client_mod
-    from pdsim.client import BenchClient
-    from pdsim.request import new_request
-    from pdsim.rng import Streams
-    from pdsim.scenario import BenchClientConfig
+    import pdsim.engine.client as client_mod
+    from pdsim.config.scenario import BenchClientConfig
+    from pdsim.engine.client import BenchClient
+    from pdsim.engine.request import new_request
+    from pdsim.util.rng import Streams
 
     env = clock.Environment()  # pdsim's: the hot path schedules plain heap entries
     made, live, peak, logged = [], [0], [0], []
@@ -428,7 +429,7 @@ def test_a_client_needs_only_its_frontend():
     assert env.now == pytest.approx(1.0 + 4 * 1.0)  # warmup, then 7 prompts 2 at a time
     tree = ast.parse(Path(client_mod.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert not imported & {"pdsim.fleet", "pdsim.router"}
+    assert not imported & {"pdsim.engine.fleet", "pdsim.engine.router"}
 
 
 class _EveryBlockChecked(PrefixCache):
@@ -530,8 +531,8 @@ def test_the_gauges_are_in_the_order_their_names_say():
     """Fleet.gauges returns the time series' gauges as a tuple in the order of fleet.GAUGES
     (the sampler's columns): each value is the gauge its name says, at instants through
     drop_timeout's flush, where every gauge but decode_prealloc is sometimes non-zero."""
-    from pdsim import scenario
-    from pdsim.fleet import GAUGES, Fleet
+    from pdsim.config import scenario
+    from pdsim.engine.fleet import GAUGES, Fleet
 
     f = Fleet(scenario.load("scenarios/drop_timeout.yaml"), None)
     p, d = f.prefill_ranks, f.decode_ranks
@@ -559,10 +560,10 @@ def test_pool_pages_reads_the_role_s_operator_predictor():
     """pool_pages takes the weights and KV per layer of the role's operator predictor, which
     also has the role's gather, two-batch overlap and imbalance: the same pages as the
     predictor of the bare layout it otherwise builds."""
-    from pdsim import profiles
-    from pdsim.fleet import pool_pages
-    from pdsim.predictor import Layout, OperatorPredictor
-    from pdsim.scenario import DecodeConfig
+    from pdsim.config.scenario import DecodeConfig
+    from pdsim.engine.fleet import pool_pages
+    from pdsim.model import profiles
+    from pdsim.model.predictor import Layout, OperatorPredictor
 
     engine, fits = profiles.engine(), 0
     for gpu, model in (("H20", "dsv3-ci-test"), ("H100", "llama-3.1-8b"), ("H200", "deepseek-v3"),

@@ -9,9 +9,9 @@ import pytest
 from conftest import SCENARIOS, small_fleet
 
 import pdsim
-from pdsim import unknowns
-from pdsim.cli import main
-from pdsim.scenario import ScenarioError, json_schema, load
+from pdsim.cli.main import main
+from pdsim.config import unknowns
+from pdsim.config.scenario import ScenarioError, json_schema, load
 
 
 def _tiny(**client) -> dict:
@@ -30,7 +30,7 @@ def test_run_uses_nominal_and_says_so(capsys):
                        "range": [10, 60], "integer": True, "nominal": 30, "why": "a test"}]
     assert res.summary == plain.summary  # the declaration changes nothing but the listing
     assert [u.path for u in res.unknowns] == ["clients.0.num_prompts"]
-    from pdsim import report
+    from pdsim.output import report
 
     text = report.render(res)
     assert "Declared unknowns (run at nominal)" in text
@@ -165,7 +165,7 @@ def test_validate_lists_the_declared_unknowns(tmp_path, capsys):
 def test_a_range_end_is_validated_on_a_copy_of_its_path_only():
     """unknowns.finish validates each range end on ``_replaced`` data: equal to what
     ``substitute`` makes, the original untouched, only the containers on the path copied."""
-    from pdsim import scenario as scenario_mod
+    from pdsim.config import scenario as scenario_mod
 
     data = scenario_mod._with_context({"a": [{"b": 1, "c": {"d": 2}}, 5], "e": {"f": 3}}, None)
     before = copy.deepcopy(data)
@@ -182,7 +182,7 @@ def test_a_range_end_is_validated_on_a_copy_of_its_path_only():
 def test_a_short_integer_range_is_validated_at_every_value(tmp_path, capsys):
     """Only the ends were validated: kv_heads 4..8 over tp 8 passed validate, then explore
     stopped part-way at a sample of 7 (32 heads are no multiple of 7), its compute spent."""
-    from pdsim.unknowns import MAX_CHECKED_INTS
+    from pdsim.config.unknowns import MAX_CHECKED_INTS
 
     d = {"fleet": {"gpu": "H100", "model": "llama-3.1-8b", "prefill": {"tp": 8},
                    "decode": {"tp": 8}},

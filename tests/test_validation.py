@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import pdsim
-from pdsim import validation
+from pdsim.analysis import validation
 
 
 def test_every_published_case_has_a_setup_that_validates():
@@ -30,7 +30,7 @@ def test_median_error_on_the_shipped_cases_is_at_most_10_percent():
 
 
 def test_cli_validate_model_prints_rows(capsys, tmp_path):
-    from pdsim.cli import main
+    from pdsim.cli.main import main
 
     out_csv = tmp_path / "rows.csv"
     assert main(["validate-model", "--case", "lmsys_dsv3_h100_decode", "--case",
@@ -51,8 +51,8 @@ def test_cli_validate_model_prints_rows(capsys, tmp_path):
 ])
 def test_validate_model_checks_its_output_paths_before_the_refit(tmp_path, monkeypatch, capsys,
                                                                  args, says):
-    from pdsim import holdout, validation
-    from pdsim.cli import main
+    from pdsim.analysis import holdout, validation
+    from pdsim.cli.main import main
 
     def no_refit(*_a, **_k):
         raise AssertionError("the refit ran before the output paths were checked")

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from conftest import small_fleet
 
-from pdsim.cli import main
-from pdsim.whatif import blacklist_harm, expand_faults, expand_policies, recover_s, whatif
+from pdsim.analysis.whatif import blacklist_harm, expand_faults, expand_policies, recover_s, whatif
+from pdsim.cli.main import main
 
 ERRS = [{"kind": "transfer_errors", "probability": 0.3, "from_s": 3.0, "to_s": 3.5}]
 FLAPS = [{"kind": "nic_flaps", "prefill_server": 0, "at_s": 3.0, "flaps": 2, "every_s": 2.0,
@@ -81,7 +81,7 @@ def test_measurements_tell_the_policies_apart(matrix):
 
 
 def test_a_written_matrix_reads_back_with_its_table_and_timelines(matrix, tmp_path):
-    from pdsim.whatif import WhatIf
+    from pdsim.analysis.whatif import WhatIf
 
     matrix.write(tmp_path, ["csv"])
     back = WhatIf.read(tmp_path)
@@ -163,7 +163,7 @@ def test_ttft_p99_column_is_the_p99_of_completed_requests():
     import numpy as np
 
     import pdsim
-    from pdsim.whatif import measure
+    from pdsim.analysis.whatif import measure
 
     d = _base()
     d["faults"] = ERRS
@@ -233,9 +233,7 @@ def test_decode_nic_down_takes_work_it_cannot_receive_and_each_write_waits_the_t
     (["--out", "{tmp}/base.yaml/o"], "--out {tmp}/base.yaml/o: cannot create the directory"),
 ])
 def test_whatif_cli_refuses_before_any_run(tmp_path, monkeypatch, capsys, args, says):
-    import sys
-
-    whatif_mod = sys.modules["pdsim.whatif"]  # pdsim.whatif (the attribute) is the function
+    from pdsim.analysis import whatif as whatif_mod
 
     def no_runs(*_a, **_k):
         raise AssertionError("runs started before the command line was checked")
@@ -265,7 +263,7 @@ def test_a_base_that_fails_transfers_without_faults_gives_each_policy_its_own_he
     faults: each policy gets healthy runs of its own, and each run is measured against its
     policy's (with one shared run, never's loss came out negative: measured against
     permanent's fast-fail cascade). A base that fails nothing keeps one run per seed."""
-    from pdsim.whatif import WhatIf
+    from pdsim.analysis.whatif import WhatIf
 
     assert "policy" not in matrix.healthy and (matrix.healthy.ret_failures == 0).all()
     d = _base()
@@ -325,7 +323,7 @@ def test_policies_with_the_same_regrets_share_a_rank_and_no_regret_names_no_wors
     """Identical results ranked 1, 2, 3 by table order (reports/blacklist_policy.md ranked
     `never` over `strikes_window` and `circuit_breaker` with every figure equal), and a policy
     best at every fault had a "worst fault" (the first one's name)."""
-    from pdsim.whatif import METRICS, WhatIf
+    from pdsim.analysis.whatif import METRICS, WhatIf
 
     def run(policy: str, fault: str, goodput: float) -> dict:
         return {**dict.fromkeys(METRICS, 0.0), "policy": policy, "fault": fault, "seed": 1,
@@ -368,7 +366,7 @@ def test_regret_is_paired_by_seed():
     seed: ``a`` is best at two of three seeds and its median regret is 0, though its median
     goodput is below ``b``'s (a difference of medians gave ``a`` 40% and ranked it last, with
     its own goodput lost at a median of 0: the table contradicted itself)."""
-    from pdsim.whatif import METRICS, WhatIf
+    from pdsim.analysis.whatif import METRICS, WhatIf
 
     good = {"a": (50.0, 100.0, 30.0), "b": (40.0, 90.0, 100.0)}
     runs = pd.DataFrame([{**dict.fromkeys(METRICS, 0.0), "policy": p, "fault": "f", "seed": s,
@@ -387,7 +385,7 @@ def test_regret_is_paired_by_seed():
 def test_plots_default_to_the_fault_where_policies_differ():
     """`whatif --plots` drew the first fault's timelines, where every policy may be the same
     (a crash no policy changes): by default it now picks the fault with the largest regret."""
-    from pdsim.whatif import METRICS, WhatIf
+    from pdsim.analysis.whatif import METRICS, WhatIf
 
     good = {("a", "same"): 100.0, ("b", "same"): 100.0, ("a", "apart"): 100.0,
             ("b", "apart"): 60.0}
@@ -405,7 +403,7 @@ def test_a_seed_whose_healthy_run_completed_nothing_leaves_regret_to_the_others(
     seed's regret NaN, every median NaN, and the ranking raise after every run had finished
     ('Encountered all NA values'): the other seeds now give the regret, and a policy with no
     seed to measure ranks last with no worst fault."""
-    from pdsim.whatif import METRICS, WhatIf
+    from pdsim.analysis.whatif import METRICS, WhatIf
 
     good = {"a": (0.0, 100.0, 100.0), "b": (0.0, 80.0, 90.0)}
     runs = pd.DataFrame([{**dict.fromkeys(METRICS, 0.0), "policy": p, "fault": "f", "seed": s,

@@ -21,7 +21,7 @@ def test_trace_replay_hits_the_prefix_cache():
     # arrivals follow the trace's timestamps (ms -> s)
     import json
 
-    from pdsim.client import open_trace
+    from pdsim.engine.client import open_trace
 
     with open_trace(TRACES / "synthetic_trace.jsonl.gz") as f:
         ts = [json.loads(next(f))["timestamp"] for _ in range(300)]
@@ -35,8 +35,8 @@ def _block_hit_rate(path, capacity_blocks):
     """Share of prompt blocks found as cached prefixes, replaying the trace in order."""
     import json
 
-    from pdsim.client import open_trace
-    from pdsim.kv import PageAllocator, PrefixCache
+    from pdsim.engine.client import open_trace
+    from pdsim.engine.kv import PageAllocator, PrefixCache
 
     alloc = PageAllocator(capacity_blocks, page_size=512)
     cache = PrefixCache(alloc, block_tokens=512)

@@ -1,0 +1,291 @@
+"""Prefill DP rank: bootstrap queue -> waiting queue -> chunked prefill -> in-flight queue.
+
+A request waits in the bootstrap queue until its decode rank has pre-allocated KV (the room is
+bootstrapped), then in the waiting queue. Each forward takes requests FIFO under the
+chunked-prefill token budget; every finished chunk's KV goes to the transfer engine at once.
+After its last chunk the request sits in the in-flight queue until the transfer resolves, and
+then its KV is released (into the prefix cache on success). A room that fails while its prompt
+is mid-prefill still has its remaining chunks computed, as SGLang does; a failed room still in
+the waiting queue is dropped (SGLang's abort path removes aborted requests from it).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import simpy
+
+from pdsim.config.scenario import PrefillConfig
+from pdsim.engine.clock import KeptDeadlines
+from pdsim.engine.kv import PrefixCache
+from pdsim.engine.log import EventLog
+from pdsim.engine.rank import Rank
+from pdsim.engine.request import FAILED, SUCCESS, Request
+from pdsim.engine.stats import Stats
+from pdsim.engine.transfer import TransferEngine, new_chunk
+from pdsim.model.predictor import Predictor
+
+
+class PrefillRank(Rank):
+    role = "prefill"
+
+    def __init__(self, env: simpy.Environment, server: int, index: int, cfg: PrefillConfig,
+                 predictor: Predictor, kv_bytes_per_token: int, pool_pages: int,
+                 bootstrap_timeout_s: float, flush_semantics: str, log: EventLog,
+                 stats: Stats, chunk_budget: int) -> None:
+        super().__init__(env, server, index, cfg, predictor, pool_pages, flush_semantics, log,
+                         stats)
+        self.kvb = kv_bytes_per_token
+        self.chunk_budget = chunk_budget  # per rank, after SGLang's DP division (fleet.py)
+        # (read per forward: a pydantic model's field is ~5x slower to read than an attribute)
+        self.max_running = cfg.max_running_requests
+        self.bootstrap_timeout = bootstrap_timeout_s
+        self.engine: TransferEngine | None = None  # wired by the fleet
+        self.bootstrap: dict[int, Request] = {}
+        self.waiting: deque[Request] = deque()
+        self._queued: set[int] = set()
+        self.chunked: Request | None = None
+        self.batch: list[tuple[Request, int, bool]] = []
+        self.inflight: dict[int, Request] = {}
+        self.cache = PrefixCache(self.alloc, cfg.prefix_block_tokens) if cfg.prefix_cache else None
+        # set by the fleet when a partition may cut this server off
+        # (pdsim.engine.faults.Faults.cut_state)
+        self.cut_state: Callable[[], int] | None = None
+        # per-request bootstrap timeouts, kept on the requests of ``bootstrap`` (in the order
+        # they started) with one pending timer
+        self._bootstrap_deadlines = KeptDeadlines(env, bootstrap_timeout_s, self._in_bootstrap,
+                                                  self._bootstrap_timeout, "boot_at", "boot_eid",
+                                                  lambda: self.bootstrap.values())
+
+    def forget_deadlines(self) -> None:
+        """The run is over: forget the armed bootstrap deadline's request (the others are
+        only in ``bootstrap``; ``pdsim.engine.fleet.Fleet.release``)."""
+        self._bootstrap_deadlines.clear()
+
+    # --- arrivals and room callbacks -----------------------------------------------------
+
+    def submit(self, req: Request) -> None:
+        """POST /generate reached this rank (``pdsim.engine.server.Server.dispatch``)."""
+        req.p_server, req.p_rank = self.server, self.index
+        self.bootstrap[req.rid] = req
+        self.load_tokens += req.input_len
+        req.room.prefill = self  # it hears room_bootstrapped and room_done
+        # (after the insertion: ``bootstrap`` is the deadlines' order)
+        req.boot_at, req.boot_eid = self._bootstrap_deadlines.start(req)
+
+    def room_bootstrapped(self, req: Request) -> None:
+        """The decode pre-allocated (pdsim.engine.request.Room)."""
+        if req.room.resolved or req.rid not in self.bootstrap:
+            return
+        if self.cut_state is not None and (cut := self.cut_state()):
+            if cut == 2:  # the decodes already lost this prefill: they fail the room at once
+                req.room.fail("prefill_heartbeat_lost")
+            return  # the decode's transfer info is lost in the partition: keep waiting
+        del self.bootstrap[req.rid]
+        self.waiting.append(req)
+        self._queued.add(req.rid)
+        self._kick(last=True)  # (the room's step does nothing more)
+
+    def _in_bootstrap(self, req: Request) -> bool:
+        return req.rid in self.bootstrap and not req.room.resolved
+
+    def _bootstrap_timeout(self, req: Request) -> None:
+        req.room.fail("bootstrap_timeout")
+
+    def _prefilling(self, req: Request) -> bool:
+        if req is self.chunked:
+            return True
+        for r, _n, _f in self.batch:  # (a loop: any() over a generator makes two objects)
+            if r is req:
+                return True
+        return False
+
+    def room_done(self, req: Request) -> None:
+        """The room resolved (pdsim.engine.request.Room)."""
+        if req.room.state == FAILED and self._prefilling(req):
+            # SGLang does not stop a failed room's prefill: the scheduler keeps scheduling the
+            # chunked request (disaggregation/prefill.py process_prefill_chunk and
+            # process_batch_result_disagg_prefill never poll its sender), the transfer engine
+            # drops its chunks (mooncake/conn.py add_transfer_request: "already failed"), and
+            # only after its last chunk does the in-flight poll see Failed and free its KV.
+            return  # commit_step releases it after the last chunk
+        self._release(req, last=True)  # (the room's done step does nothing more after it)
+
+    def _release(self, req: Request, last: bool = False) -> None:
+        """Free the request's pages and forget it. ``last``: its step does nothing more."""
+        rid = req.rid
+        self.bootstrap.pop(rid, None)
+        self._queued.discard(rid)
+        self.inflight.pop(rid, None)
+        if self.chunked is req:
+            self.chunked = None
+        self.alloc.release(req.p_pages)
+        if req.room.state == SUCCESS and self.cache is not None and req.blocks:
+            self.cache.insert(req.blocks)
+        self.load_tokens -= req.input_len
+        # freed pages may unblock a forward
+        self._kick(last and not self._idle_waiters)
+        if self._idle_waiters:
+            self._maybe_idle()
+
+    # --- the scheduler loop --------------------------------------------------------------
+
+    def _take(self, req: Request, budget: int) -> int:
+        """Allocate pages for the next chunk of ``req``; returns its token count (0: no room).
+        (``req.prefill_tokens``: its tokens prefilled so far; a request goes to one rank.)"""
+        left = req.input_len - req.cached_tokens - req.prefill_tokens
+        n = left if left < budget else budget
+        alloc = self.alloc
+        need = -(-n // alloc.page_size)  # alloc.pages_for(n)
+        if alloc.capacity - alloc.used < need and self.cache is not None:
+            self.cache.evict(need)
+        pages = req.p_pages
+        if pages is None:  # its first chunk (an empty holding grown by ``need`` is the same)
+            req.p_pages = pages = alloc.alloc(need)
+            return n if pages is not None else 0
+        return n if alloc.grow(pages, need) else 0
+
+    def _form_batch(self) -> list[tuple[Request, int, bool]]:
+        budget = self.chunk_budget
+        batch: list[tuple[Request, int, bool]] = []
+        if self.chunked is not None:
+            n = self._take(self.chunked, budget)
+            if not n:
+                return batch
+            batch.append((self.chunked, n, False))
+            budget -= n
+        while budget > 0 and self.waiting and len(batch) < self.max_running:
+            req = self.waiting[0]
+            if req.room.resolved or req.rid not in self._queued:
+                self.waiting.popleft()
+                continue
+            if self.cache is not None and req.blocks:
+                hit = self.cache.match(req.blocks) * self.cache.block_tokens
+                most = req.input_len - 1  # min(hit, most), without the builtin's call
+                req.cached_tokens = most if most < hit else hit
+            n = self._take(req, budget)
+            if not n:
+                break
+            self.waiting.popleft()
+            self._queued.discard(req.rid)
+            batch.append((req, n, True))
+            budget -= n
+            left = req.input_len - req.cached_tokens - n
+            if left > 0:
+                self.chunked = req
+                break
+        return batch
+
+    def plan_step(self) -> tuple | None:
+        """Form the next forward: (new tokens, sum len*(len+prefix), causal attention pairs,
+        requests, prefix tokens attended), or None."""
+        if self.chunked is None and not self.waiting:  # (_form_batch would find nothing)
+            return None
+        batch = self._form_batch()
+        if not batch:
+            return None
+        tokens = 0
+        sq = pairs = 0.0
+        prefix = 0
+        now = self.env._now
+        for req, n, first in batch:
+            if first:  # taken from the waiting queue: its first chunk
+                req.t_prefill_start = now
+            ctx = req.cached_tokens + req.prefill_tokens
+            tokens += n
+            sq += n * (n + ctx)
+            pairs += n * ctx + n * (n + 1) / 2
+            prefix += ctx
+        self.batch = batch
+        self.stats.prefill_steps += 1
+        return tokens, sq, pairs, len(batch), prefix
+
+    def step_time(self, plan: tuple) -> float:
+        return self.predictor.prefill(*plan)
+
+    @staticmethod
+    def combine(plans: list[tuple], n_ranks: int) -> tuple:
+        """Gathered MoE tokens at the mean over the ranks, attention at the slowest rank."""
+        p = plans[0]
+        total = tokens = p[0]
+        sq, pairs, reqs, prefix = p[1], p[2], p[3], p[4]
+        for p in plans[1:]:  # (one pass: the same sum, in order, and the same maxima)
+            t = p[0]
+            total += t
+            if t > tokens:
+                tokens = t
+            if p[1] > sq:
+                sq = p[1]
+            if p[2] > pairs:
+                pairs = p[2]
+            if p[3] > reqs:
+                reqs = p[3]
+            if p[4] > prefix:
+                prefix = p[4]
+        return total / n_ranks, sq, pairs, reqs, prefix, tokens
+
+    def commit_step(self, plan: tuple) -> None:
+        """The forward finished: hand each chunk's KV to the transfer engine."""
+        env = self.env
+        batch, self.batch = self.batch, []
+        self.stats.prefill_tokens += plan[0]
+        for req, n, first in batch:
+            req.prefill_tokens = done = req.prefill_tokens + n
+            last = done >= req.input_len - req.cached_tokens
+            if last:
+                if self.chunked is req:
+                    self.chunked = None
+                req.t_prefill_end = env._now
+            if req.room.resolved:  # failed mid-prefill: nothing is sent; freed after the last
+                if last:
+                    self._release(req)
+                continue
+            if last:
+                self.inflight[req.rid] = req
+            sent = n + (req.cached_tokens if first else 0)
+            self.engine.submit(new_chunk(req, req.room, sent * self.kvb, last))
+        self._maybe_idle()
+
+    # --- flush -----------------------------------------------------------------------------
+
+    def is_fully_idle(self) -> bool:
+        return not (self.bootstrap or self._queued or self.chunked or self.batch
+                    or self.inflight)
+
+    def queued(self) -> int:
+        """Requests the prefill has not started: bootstrapping or waiting for a batch (the
+        time series' ``prefill_queue``)."""
+        return len(self.bootstrap) + len(self._queued)
+
+    def busy_summary(self) -> str:
+        return (f"bootstrap={len(self.bootstrap)} waiting={len(self._queued)} "
+                f"chunked={int(self.chunked is not None)} forward={len(self.batch)} "
+                f"inflight={len(self.inflight)}")
+
+    def holders(self) -> list[Request]:
+        """Requests whose source KV pages are live under an unresolved transfer."""
+        reqs = {r.rid: r for r in self.inflight.values()}
+        for req, _n, _f in self.batch:
+            reqs[req.rid] = req
+        if self.chunked is not None:
+            reqs[self.chunked.rid] = self.chunked
+        return [r for r in reqs.values() if not r.room.resolved]
+
+    def flush_now(self, how: str) -> None:
+        """Free every page: transfers still reading this rank's pages fail (every
+        ``flush.dooms`` choice includes the source side). Waiting and bootstrapping requests
+        hold no pages yet and are untouched."""
+        doomed = 0
+        for req in self.holders():
+            if not req.room.doomed:
+                req.room.doomed = f"{self.name}/r{self.index}"
+                doomed += 1
+                self.log("flush_doomed", self.name, self.index, req.rid, req.room.id,
+                         req.room.session, detail="source pages freed")
+        self.log("flush_executed", self.name, self.index, value=doomed,
+                 detail=f"{how}; {self.flush_state()}")
+        self.alloc.reset()
+        if self.cache is not None:
+            self.cache.reset()
+        self.stats.flushes_executed += 1

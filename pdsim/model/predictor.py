@@ -1,0 +1,552 @@
+"""Step-latency predictors: swappable objects mapping one forward to seconds.
+
+Every predictor implements
+
+- ``prefill(tokens, sq_tokens, pairs=None, reqs=1, prefix=0, attn_tokens=None)``: one prefill
+  forward of a rank: ``tokens`` new tokens (under DP-attention lockstep: the mean over the
+  server's ranks, so that ``tokens * dp`` are gathered into the MoE), ``sq_tokens`` =
+  ``sum(len * (len + prefix))``, ``pairs`` = causal (query, key) pairs
+  ``sum(len * prefix + len * (len + 1) / 2)``, ``reqs`` requests (chunks), ``prefix`` cached or
+  earlier-chunk tokens whose KV the chunks attend to, ``attn_tokens`` the tokens of the slowest
+  rank's attention (default ``tokens``);
+- ``decode(batch, context, attn_batch=None)``: one decode step: ``batch`` sequences (mean over
+  lockstep ranks), ``context`` KV tokens read (the slowest rank's), ``attn_batch`` the slowest
+  rank's sequences (default ``batch``).
+
+``operator`` (the default) is an operator-level analytical model of one GPU of the rank;
+``fitted`` (``a + b*... + c*...``) and ``roofline`` are kept selectable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pdsim.config.scenario import FITTED_KEYS, PredictorConfig
+from pdsim.model.profiles import GPU, Engine, Model
+
+ACT_BYTES = 2  # activations and the LM head are BF16
+ELEMENTWISE_PASSES = 6  # per token per layer: 2 norms, 2 residual adds, rope, activation quant
+
+
+class Predictor(Protocol):
+    def prefill(self, tokens: float, sq_tokens: float, pairs: float | None = None,
+                reqs: float = 1, prefix: float = 0, attn_tokens: float | None = None
+                ) -> float: ...
+
+    def decode(self, batch: float, context: float, attn_batch: float | None = None
+               ) -> float: ...
+
+
+@dataclass(frozen=True)
+class FittedPredictor:
+    """``prefill = a + b*sum(tokens) + c*sum(len^2)``; ``decode = a + b*sum(context) + c*batch``.
+
+    Coefficients come from the model profile (``fitted.<GPU>``) and are in ms.
+    """
+
+    prefill_a_ms: float
+    prefill_b_ms_per_ktok: float
+    prefill_c_ms_per_mtok2: float
+    decode_a_ms: float
+    decode_b_ms_per_ktok: float
+    decode_c_ms_per_seq: float
+
+    def prefill(self, tokens: float, sq_tokens: float, pairs: float | None = None,
+                reqs: float = 1, prefix: float = 0, attn_tokens: float | None = None) -> float:
+        return (self.prefill_a_ms + self.prefill_b_ms_per_ktok * tokens / 1e3
+                + self.prefill_c_ms_per_mtok2 * sq_tokens / 1e6) / 1e3
+
+    def decode(self, batch: float, context: float, attn_batch: float | None = None) -> float:
+        return (self.decode_a_ms + self.decode_b_ms_per_ktok * context / 1e3
+                + self.decode_c_ms_per_seq * batch) / 1e3
+
+    def decode_series(self, batch: float, attn_batch: float, context: int, grow: int
+                      ) -> Iterator[float]:
+        """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats
+        (a decode span's steps, pdsim.engine.decode.DecodeRank.span_durations). The context counts
+        as a float, as in ``OperatorPredictor.decode_series`` (the same floats: an int below 2**53
+        is a double exactly; float-with-float takes CPython's specialized path, ~13% less a
+        step than float-with-int)."""
+        a, b, cb = self.decode_a_ms, self.decode_b_ms_per_ktok, self.decode_c_ms_per_seq * batch
+        context, grow = float(context), float(grow)
+        while True:
+            yield (a + b * context / 1e3 + cb) / 1e3
+            context += grow
+
+
+@dataclass(frozen=True)
+class RooflinePredictor:
+    """Analytical roofline for one DP rank (the predictor before ``operator``).
+
+    Prefill is compute-bound: ``2*active_params*tokens`` plus attention ``~4*layers*hidden*len^2``
+    FLOPs over ``prefill_mfu`` of peak. Decode is memory-bound: weights read once per step plus
+    the batch's KV, over ``hbm_derate`` of HBM bandwidth. Under DP attention the MLP/MoE is
+    tensor-parallel over ``tp`` GPUs and gathers the tokens of all ``dp_gather`` ranks, so one
+    rank's token costs ``dp_gather * 2 * active / tp`` FLOPs of one GPU (assuming the ranks are
+    equally loaded). A fixed ``overhead`` (kernel launches, scheduler) is added per step; decode
+    takes the larger of its memory and compute times.
+    """
+
+    gpu: GPU
+    model: Model
+    tp: int
+    dp_gather: int = 1
+    prefill_mfu: float = 0.35
+    hbm_derate: float = 0.8
+    overhead_s: float = 0.005
+    # the model's derived sizes, read once (properties that recount the architecture each
+    # call): the same subexpressions, so every step time is the same float
+    _c: tuple = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        m = self.model
+        object.__setattr__(self, "_c", (
+            2 * m.params_active, 4 * m.layers * m.hidden_size, self._flops * self.prefill_mfu,
+            m.weight_bytes_total / self.tp, m.kv_bytes_per_token,
+            self.gpu.hbm_tbps * 1e12 * self.hbm_derate))
+
+    @property
+    def _flops(self) -> float:
+        peak = self.gpu.fp8_tflops if self.model.weight_bytes <= 1 else self.gpu.bf16_tflops
+        return peak * 1e12
+
+    def prefill(self, tokens: float, sq_tokens: float, pairs: float | None = None,
+                reqs: float = 1, prefix: float = 0, attn_tokens: float | None = None) -> float:
+        active2, attn4, flops_s, _w, _kv, _bw = self._c
+        flops = active2 * tokens * self.dp_gather / self.tp
+        flops += attn4 * sq_tokens / self.tp
+        return self.overhead_s + flops / flops_s
+
+    def decode(self, batch: float, context: float, attn_batch: float | None = None) -> float:
+        active2, _a, flops_s, weights, kv_per_token, bw = self._c
+        kv = context * kv_per_token
+        memory = (weights + kv) / bw
+        compute = active2 * batch * self.dp_gather / self.tp / flops_s
+        return self.overhead_s + max(memory, compute)
+
+    def decode_series(self, batch: float, attn_batch: float, context: int, grow: int
+                      ) -> Iterator[float]:
+        """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats."""
+        active2, _a, flops_s, weights, kv_per_token, bw = self._c
+        compute = active2 * batch * self.dp_gather / self.tp / flops_s
+        overhead = self.overhead_s
+        while True:
+            yield overhead + max((weights + context * kv_per_token) / bw, compute)
+            context += grow
+
+
+# --- the operator-level model --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How one rank's forward is spread over GPUs.
+
+    ``tp`` GPUs per server; with ``dp_attention`` the server's ``dp`` ranks each run attention
+    on their own requests over ``tp // dp`` GPUs, and the MLP/MoE sees the tokens of the
+    ``gather`` ranks stepping together. ``ep > 1``: routed experts are split over ``ep`` GPUs and
+    tokens reach them by all-to-all (DeepEP: normal kernels in prefill, low-latency pure-RDMA
+    kernels in decode); tokens then stay on their DP rank, so dense layers and shared experts
+    run data-parallel (SGLang ``--moe-dense-tp-size 1``). ``tbo``: two-batch overlap (each
+    forward in two micro-batches, communication of one under computation of the other).
+    ``imbalance``: busiest expert-GPU load over the mean (1: balanced).
+    """
+
+    tp: int = 1
+    dp: int = 1
+    dp_attention: bool = False
+    ep: int = 1
+    gather: int = 1
+    tbo: bool = False
+    imbalance: float = 1.0
+
+    @property
+    def attn_tp(self) -> int:
+        return max(1, self.tp // self.dp) if self.dp_attention else self.tp
+
+
+class _Terms:
+    """What :class:`OperatorPredictor` derives from its GPU, model, engine and layout (in its
+    ``__post_init__``), as slots: CPython 3.11 reads an instance's attributes inline only while
+    its class's instances have fewer than 30 names (52 here: these 48 and the dataclass's 4
+    fields); past that, each of the hot path's reads (a forward's, a decode span's) is a dict
+    look-up."""
+
+    __slots__ = ("bw", "pk_w", "pk_lm", "pk_attn", "pk_dattn", "half", "wb", "attn_w", "kv_b_w",
+                 "pf_pair_flops", "dc_ctx_flops", "kv_layer_bytes", "ep_mode", "dense_w",
+                 "shared_w", "expert_w", "local_experts", "lm_w", "nic_bw", "nvl_bw", "ar_factor",
+                 "ar_bw", "a2a_remote", "per_ctx", "_decode_cache", "_layer_cache", "_pf_fixed",
+                 "_pf_fixed_layers", "_lm_cache", "_nd", "_nm", "_hidden", "_moe", "_experts",
+                 "_k", "_keep", "_ar_s", "_gpus_per_node", "_a2a_s", "_gather", "_tbo", "_w_attn",
+                 "_w_dense", "_w_shared", "_w_lm", "_w_kv_b", "_two_expert_w", "_dc_fixed")
+
+
+@dataclass(slots=True)
+class OperatorPredictor(_Terms):
+    """Per forward, per layer, on one GPU of the rank: GEMMs, attention, MoE, communication.
+
+    - GEMMs (attention projections, MLP, shared and routed experts, LM head):
+      ``max(FLOPs / (peak * eff(m)), weight bytes / (HBM * hbm_eff))`` with
+      ``eff(m) = gemm_eff * m / (m + gemm_half_tokens)``, ``m`` the tokens of one GEMM (of one
+      expert in MoE): small batches read weights, large ones compute.
+    - Attention: prefill FLOPs over the causal (query, key) pairs, with prefix reuse; decode as
+      the KV bytes (or, for MLA on FLOP-poor parts, FLOPs) each GPU reads. GQA splits KV heads
+      over attention-TP GPUs (replicated when TP > KV heads); MLA's latent is whole on every
+      attention-TP GPU; under DP attention a rank attends over its own requests only.
+    - MoE: weights of the distinct experts a batch touches (``E * (1 - (1 - k/E)^T)``), expert
+      GEMMs at their real per-expert token counts, EP dispatch/combine bytes over NVLink or RDMA,
+      ``imbalance`` on the busiest GPU.
+    - Communication: two all-reduces per layer over the TP group (TP, or the DP-attention
+      gather and scatter); all-to-all under EP. Two-batch overlap hides it under computation.
+    - Elementwise traffic, per-step and per-layer engine overheads.
+    """
+
+    gpu: GPU
+    model: Model
+    engine: Engine
+    layout: Layout = field(default_factory=Layout)
+
+    def __post_init__(self) -> None:
+        g, m, lay = self.gpu, self.model, self.layout
+        self.bw = g.hbm_tbps * 1e12 * g.hbm_eff
+        wpeak = g.fp8_tflops if m.weight_dtype == "fp8" else g.bf16_tflops
+        self.pk_w = wpeak * 1e12 * g.gemm_eff
+        self.pk_lm = g.bf16_tflops * 1e12 * g.gemm_eff
+        self.pk_attn = g.bf16_tflops * 1e12 * g.attn_eff
+        self.pk_dattn = g.bf16_tflops * 1e12 * g.decode_attn_eff
+        self.half = g.gemm_half_tokens
+        self.wb = m.weight_bytes
+        at = lay.attn_tp
+        h = m.hidden_size
+        if m.attention == "mla":
+            rep, shard = m.attn_params
+            self.attn_w = rep + shard / at
+            self.kv_b_w = m.kv_lora_rank * m.heads * (m.qk_nope_head_dim + m.v_head_dim) / at
+            heads = m.heads / at
+            self.pf_pair_flops = 2 * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim
+                                              + m.v_head_dim)
+            self.dc_ctx_flops = 2 * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+            self.kv_layer_bytes = m.kv_per_layer * m.kv_dtype_bytes
+        else:
+            kvh = max(1.0, m.kv_heads / at)
+            heads = m.heads / at
+            self.attn_w = 2 * h * m.heads * m.head_dim / at + 2 * h * m.head_dim * kvh
+            self.kv_b_w = 0.0
+            self.pf_pair_flops = 4 * heads * m.head_dim
+            self.dc_ctx_flops = 4 * heads * m.head_dim
+            self.kv_layer_bytes = 2 * kvh * m.head_dim * m.kv_dtype_bytes
+        self.ep_mode = lay.ep > 1 and m.is_moe
+        mlp_shard = 1 if self.ep_mode else lay.tp
+        self.dense_w = m.dense_mlp_params / mlp_shard
+        self.shared_w = m.shared_experts * m.expert_params / mlp_shard
+        self.expert_w = m.expert_params / (1 if self.ep_mode else lay.tp)
+        self.local_experts = m.experts / lay.ep if self.ep_mode else m.experts
+        self.lm_w = m.vocab_size * h / (1 if self.ep_mode else lay.tp)
+        # links: one all-reduce moves 2(n-1)/n of the buffer through each GPU's link
+        nic = g.nic_gbps / 8 * 1e9 / g.gpus_per_nic * g.nic_eff
+        nvl = g.nvlink_gbps * 1e9 * g.nvlink_eff
+        self.nic_bw, self.nvl_bw = nic, nvl
+        n = lay.tp
+        self.ar_factor = 2 * (n - 1) / n if n > 1 else 0.0
+        self.ar_bw = nvl if n <= g.gpus_per_node else min(nvl, nic)
+        self.a2a_remote = (lay.ep - 1) / lay.ep if self.ep_mode else 0.0
+        # decode attention per context token per layer: KV bytes read, or MLA's FLOPs
+        self.per_ctx = max(self.dc_ctx_flops / self.pk_dattn, self.kv_layer_bytes / self.bw)
+        self._decode_cache: dict[tuple[float, float], tuple] = {}
+        self._layer_cache: dict[tuple[float, float, bool], tuple] = {}
+        # a prefill forward's terms that do not depend on its tokens: the engine's fixed and
+        # per-layer costs (the same subexpressions, so the same floats: ``fixed + layers +
+        # body + lm`` adds from the left), the LM head per request count
+        self._pf_fixed = self.engine.prefill_step_ms / 1e3
+        self._pf_fixed_layers = self._pf_fixed + m.layers * self.engine.prefill_layer_us * 1e-6
+        self._lm_cache: dict[float, float] = {}
+        # (properties: read once; as floats, the same products, see ``decode_series``)
+        self._nd, self._nm = float(m.dense_mlp_layers), float(m.moe_layers)
+        # what the building blocks (experts_touched, moe, allreduce, all_to_all, _layer_parts)
+        # read of the model and GPU, read once: a field of a pydantic model costs ~5x a plain
+        # attribute, and a prefill or decode batch the memos have not seen reads a dozen of
+        # them (the same values, so the same floats)
+        self._hidden, self._moe = h, m.is_moe
+        self._experts, self._k = m.experts, m.experts_per_token
+        self._keep = 1.0 - m.experts_per_token / m.experts if m.is_moe else 0.0
+        self._ar_s = g.allreduce_us * 1e-6
+        self._gpus_per_node, self._a2a_s = g.gpus_per_node, 2 * g.a2a_us * 1e-6
+        # a step the memos have not seen (most decode steps of a run: the batch and its
+        # slowest rank's share change all the time; ~500 such steps on drop_timeout) is
+        # computed from these, made once: each GEMM's weight terms (:meth:`_weight`), the
+        # layout's gather, two-batch overlap and the engine's per-step decode cost (the same
+        # subexpressions, so the same floats)
+        self._gather, self._tbo = lay.gather, lay.tbo
+        self._w_attn = self._weight(self.attn_w, self.wb, self.pk_w)
+        self._w_dense = self._weight(self.dense_w, self.wb, self.pk_w)
+        self._w_shared = self._weight(self.shared_w, self.wb, self.pk_w)
+        self._w_lm = self._weight(self.lm_w, ACT_BYTES, self.pk_lm)
+        self._w_kv_b = self._weight(self.kv_b_w, self.wb, self.pk_w)
+        self._two_expert_w = 2 * self.expert_w
+        eng = self.engine
+        self._dc_fixed = eng.decode_step_ms / 1e3 + m.layers * eng.decode_layer_us * 1e-6
+
+    def forget(self) -> None:
+        """Drop the memos (pdsim.engine.fleet.Fleet.release, once a run's outputs are made): freed
+        by reference counting at once, rather than by the young collection after the run,
+        which traces each of their tuples first (the conversation trace leaves ~24k of them:
+        ~20 ms of collection)."""
+        self._decode_cache.clear()
+        self._layer_cache.clear()
+        self._lm_cache.clear()
+
+    # --- building blocks ----------------------------------------------------------------
+
+    def gemm(self, tokens: float, params: float, wbytes: float | None = None,
+             peak: float | None = None) -> float:
+        """One GEMM of ``params`` weights over ``tokens`` rows on one GPU (seconds)."""
+        return self._gemm(tokens, self._weight(params, self.wb if wbytes is None else wbytes,
+                                               self.pk_w if peak is None else peak))
+
+    def _weight(self, params: float, wbytes: float, peak: float) -> tuple | None:
+        """A GEMM's terms that do not depend on its tokens: ``(2 * params, memory seconds,
+        peak)``, None for no weights (:meth:`_gemm`)."""
+        if params <= 0:
+            return None
+        return 2 * params, params * wbytes / self.bw, peak
+
+    def _gemm(self, tokens: float, weight: tuple | None) -> float:
+        """:meth:`gemm` of a :meth:`_weight`: ``max(FLOPs / peak, weight bytes / HBM)``, the
+        FLOPs ``2 * params * (tokens + gemm_half_tokens)`` (the efficiency curve)."""
+        if weight is None or tokens <= 0:
+            return 0.0
+        two_params, memory, peak = weight
+        compute = two_params * (tokens + self.half) / peak
+        return memory if memory > compute else compute  # max(compute, memory)
+
+    def experts_touched(self, tokens: float) -> float:
+        """Distinct experts (of all E) a batch of ``tokens`` routes to, balanced routing."""
+        if tokens <= 0 or not self._moe:
+            return 0.0
+        return self._experts * (1.0 - self._keep ** tokens)  # _keep = 1 - k/E
+
+    def moe(self, routed: float) -> float:
+        """Routed experts on one GPU when ``routed`` tokens (all ranks') pick their experts.
+
+        TP-MoE: every GPU holds 1/tp of each expert and sees every token; EP: a GPU holds
+        E/ep whole experts and gets its share of the assignments (times ``imbalance``).
+        """
+        if routed <= 0:
+            return 0.0
+        touched = self.local_experts * self.experts_touched(routed) / self._experts
+        assigned = routed * self._k
+        if self.ep_mode:
+            assigned = assigned / self.layout.ep * self.layout.imbalance
+        compute = self._two_expert_w * (assigned + self.half * touched) / self.pk_w
+        memory = touched * self.expert_w * self.wb / self.bw
+        return memory if memory > compute else compute  # max(compute, memory)
+
+    def allreduce(self, tokens: float) -> float:
+        if self.ar_factor == 0 or tokens <= 0:
+            return 0.0
+        nbytes = tokens * self._hidden * ACT_BYTES
+        return self._ar_s + self.ar_factor * nbytes / self.ar_bw
+
+    def all_to_all(self, tokens: float, low_latency: bool) -> float:
+        """DeepEP dispatch (FP8) + combine (BF16) of this rank's ``tokens`` (seconds).
+
+        Low-latency kernels (decode) send every (token, expert) pair over RDMA, intra-node
+        pairs included. Normal kernels (prefill) send a token once to each remote node it
+        routes to (RDMA), then forward it over NVLink; the busier link decides. The busiest
+        receiver carries ``imbalance`` times the mean.
+        """
+        if tokens <= 0:
+            return 0.0
+        lay = self.layout
+        per_token = self._hidden * (1 + ACT_BYTES) * lay.imbalance
+        k = self._k
+        if low_latency:
+            wire = tokens * k * per_token * self.a2a_remote / self.nic_bw
+        else:
+            nodes = max(1.0, lay.ep / self._gpus_per_node)
+            remote_nodes = (nodes - 1) * (1 - (1 - 1 / nodes) ** k) if nodes > 1 else 0.0
+            rdma = tokens * remote_nodes * per_token
+            nvl = tokens * k * per_token * self.a2a_remote
+            wire = max(rdma / self.nic_bw, nvl / self.nvl_bw)
+        return self._a2a_s + wire  # _a2a_s = 2 * a2a_us * 1e-6
+
+    @staticmethod
+    def _combine(parts: tuple, core: float) -> tuple[float, float, float, float]:
+        """(dense-layer compute, MoE-layer compute, dense comm, MoE comm) per layer, seconds,
+        of a forward's :meth:`_layer_parts` and its slowest rank's attention-core seconds."""
+        g_attn, elem, g_dense, g_shared, experts, c_dense, c_moe = parts
+        a = g_attn + core
+        dense = a + elem + g_dense
+        moe = a + elem + g_shared + experts if g_shared is not None else 0.0
+        return dense, moe, c_dense, c_moe
+
+    def _layer_parts(self, mean: float, attn: float, low_latency: bool) -> tuple:
+        """The per-layer terms :meth:`_combine` adds but the attention core: attention projections,
+        elementwise traffic, dense MLP, shared experts and routed experts (None, None for a
+        dense model), dense and MoE communication."""
+        routed = mean * self._gather
+        mlp = attn if self.ep_mode else routed  # EP: dense/shared MLP data-parallel
+        elem = (attn + mlp) * self._hidden * ACT_BYTES * ELEMENTWISE_PASSES / self.bw
+        if self._moe:
+            shared, experts = self._gemm(mlp, self._w_shared), self.moe(routed)
+        else:
+            shared = experts = None
+        if self.ep_mode:
+            c_dense, c_moe = 0.0, self.all_to_all(attn, low_latency)
+        else:
+            c_dense = c_moe = 2 * self.allreduce(routed)
+        return (self._gemm(attn, self._w_attn), elem, self._gemm(mlp, self._w_dense), shared,
+                experts, c_dense, c_moe)
+
+    def _overlap(self, compute: float, comm: float) -> float:
+        """Two-batch overlap hides ``tbo_overlap`` of the shorter of computation and
+        communication under the longer."""
+        lo, hi = (compute, comm) if compute < comm else (comm, compute)
+        return hi + (1 - self.engine.tbo_overlap) * lo
+
+    def _lm_tokens(self, reqs: float) -> float:
+        return reqs if self.ep_mode else reqs * self._gather
+
+    # --- the predictor interface --------------------------------------------------------
+
+    def prefill(self, tokens: float, sq_tokens: float, pairs: float | None = None,
+                reqs: float = 1, prefix: float = 0, attn_tokens: float | None = None) -> float:
+        """One prefill forward: all layers (:meth:`_combine`), the engine's costs, the LM head.
+
+        A layer's terms but the attention core are remembered per (tokens, attention tokens):
+        most forwards of a long run are full chunks (the conversation trace: 81% of its
+        ~16.5k distinct prefill forwards). The forward itself is not remembered: it repeats
+        for 17% of them there, ~0% on drop_timeout, and looking it up cost more than that
+        saved (its key is six numbers)."""
+        if tokens <= 0:
+            return self._pf_fixed
+        if pairs is None:
+            pairs = sq_tokens / 2
+        at = tokens if attn_tokens is None else attn_tokens
+        core = pairs * self.pf_pair_flops / self.pk_attn
+        if prefix and self.kv_b_w:  # MLA: expand the cached latent of the prefix (MHA path)
+            core += self._gemm(prefix, self._w_kv_b)
+        nd, nm = self._nd, self._nm
+        tbo = self._tbo and tokens >= 2
+        if tbo:  # two micro-batches: communication of one runs under computation of the other
+            tokens, at, core = tokens / 2, at / 2, core / 2
+        key = (tokens, at, False)
+        parts = self._layer_cache.get(key) or self._remember(key)
+        if tbo:
+            d, e, cd, ce = (2 * x for x in self._combine(parts, core))
+            body = nd * self._overlap(d, cd) + nm * self._overlap(e, ce)
+        else:
+            d, e, cd, ce = self._combine(parts, core)
+            body = nd * (d + cd) + nm * (e + ce)
+        lm = self._lm_cache.get(reqs)
+        if lm is None:
+            lm = self._lm_cache[reqs] = self._gemm(self._lm_tokens(reqs), self._w_lm)
+        return self._pf_fixed_layers + body + lm
+
+    def _remember(self, key: tuple) -> tuple:
+        """:meth:`_layer_parts` of a prefill ``key`` (mean, attn, False), remembered."""
+        parts = self._layer_parts(*key)
+        if len(self._layer_cache) > 200_000:
+            self._layer_cache.clear()
+        self._layer_cache[key] = parts
+        return parts
+
+    def _decode_parts(self, batch: float, attn_batch: float) -> tuple:
+        """Everything but the context term, cached per (batch, attn_batch). (Its layer terms
+        are not remembered apart, as a prefill's are: they would be keyed the same.)"""
+        key = (batch, attn_batch)
+        hit = self._decode_cache.get(key)
+        if hit is not None:
+            return hit
+        fixed = self._dc_fixed + self._gemm(self._lm_tokens(batch), self._w_lm)
+        tbo = self._tbo and batch >= 2
+        if tbo:
+            parts = tuple(2 * x for x in self._combine(
+                self._layer_parts(batch / 2, attn_batch / 2, True), 0.0))
+        else:
+            parts = self._combine(self._layer_parts(batch, attn_batch, True), 0.0)
+        out = (fixed, tbo, *parts)
+        if len(self._decode_cache) > 200_000:
+            self._decode_cache.clear()
+        self._decode_cache[key] = out
+        return out
+
+    def decode(self, batch: float, context: float, attn_batch: float | None = None) -> float:
+        """One decode step; linear in ``context`` for a given batch (the rest is cached)."""
+        if batch <= 0:
+            return self.engine.decode_step_ms / 1e3
+        ab = batch if attn_batch is None else attn_batch
+        fixed, tbo, dense, moe, c_dense, c_moe = self._decode_parts(batch, ab)
+        attn = self.per_ctx * context
+        nd, nm = self._nd, self._nm
+        if tbo:
+            ov = self._overlap
+            return fixed + nd * ov(dense + attn, c_dense) + nm * ov(moe + attn, c_moe)
+        return fixed + nd * (dense + attn + c_dense) + nm * (moe + attn + c_moe)
+
+    def decode_series(self, batch: float, attn_batch: float, context: int, grow: int
+                      ) -> Iterator[float]:
+        """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats,
+        the batch's parts looked up once (a decode span's steps). The context counts as a
+        float: an int below 2**53 is a double exactly, and int-with-float arithmetic is done
+        on that double, so each step's float is the same, by CPython's float-only fast path."""
+        if batch <= 0:
+            fixed = self.engine.decode_step_ms / 1e3
+            while True:
+                yield fixed
+        fixed, tbo, dense, moe, c_dense, c_moe = self._decode_parts(batch, attn_batch)
+        per_ctx, nd, nm = self.per_ctx, self._nd, self._nm
+        context, grow = float(context), float(grow)
+        if tbo:
+            ov = self._overlap
+            while True:
+                attn = per_ctx * context
+                yield fixed + nd * ov(dense + attn, c_dense) + nm * ov(moe + attn, c_moe)
+                context += grow
+        while True:
+            attn = per_ctx * context
+            yield fixed + nd * (dense + attn + c_dense) + nm * (moe + attn + c_moe)
+            context += grow
+
+    def weights_per_gpu(self) -> float:
+        """Weight bytes one GPU of the rank holds (what the KV pool cannot use)."""
+        m = self.model
+        layers = m.layers * self.attn_w * self.wb
+        layers += m.dense_mlp_layers * self.dense_w * self.wb
+        if m.is_moe:
+            layers += m.moe_layers * (self.shared_w + self.local_experts * self.expert_w) * self.wb
+        emb = m.vocab_size * m.hidden_size * ACT_BYTES
+        return layers + emb + self.lm_w * ACT_BYTES
+
+
+def layout_for(role: object, cfg: PredictorConfig, gather: int) -> Layout:
+    """The :class:`Layout` of a scenario role (``fleet.prefill`` / ``fleet.decode``)."""
+    return Layout(tp=role.tp, dp=role.dp, dp_attention=role.dp_attention,
+                  ep=getattr(role, "ep", 1), gather=gather, tbo=cfg.two_batch_overlap,
+                  imbalance=cfg.expert_imbalance)
+
+
+def build(cfg: PredictorConfig, gpu: GPU, model: Model, tp: int, dp_gather: int = 1,
+          engine: Engine | None = None, layout: Layout | None = None) -> Predictor:
+    """Make the predictor a scenario asks for (``dp_gather``: dp under DP attention, else 1)."""
+    if cfg.kind == "operator":
+        if engine is None:
+            from pdsim.model import profiles
+
+            engine = profiles.engine()
+        return OperatorPredictor(gpu, model, engine, layout or Layout(tp=tp, gather=dp_gather))
+    if cfg.kind == "roofline":
+        return RooflinePredictor(gpu, model, tp, dp_gather, cfg.prefill_mfu, cfg.hbm_derate,
+                                 cfg.step_overhead_ms / 1e3)
+    fitted = (model.fitted or {}).get(gpu.name)
+    coeffs = dict(fitted or {})
+    coeffs.update(cfg.coefficients)
+    missing = [k for k in FITTED_KEYS if k not in coeffs]
+    if missing:
+        raise ValueError(
+            f"model '{model.name}' has no fitted coefficients for GPU '{gpu.name}' "
+            f"(missing {', '.join(missing)}); set predictor.kind: operator (or roofline) or "
+            f"give predictor.coefficients")
+    return FittedPredictor(**{k: float(coeffs[k]) for k in FITTED_KEYS})
