@@ -14,16 +14,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pdsim.analysis.explore import Exploration, explore
     from pdsim.analysis.sweep import sweep
-    from pdsim.analysis.whatif import WhatIf, whatif
-    from pdsim.config.scenario import Scenario, ScenarioError, load
+    from pdsim.analysis.whatif import whatif
+    from pdsim.analysis.whatif_table import WhatIf
+    from pdsim.config.loader import load
+    from pdsim.config.scenario import Scenario
+    from pdsim.config.units import ScenarioError
     from pdsim.engine.sim import Result, run
 
 # Public names, each imported from its module on first use (PEP 562), so that `import pdsim`,
 # `pdsim.load` and `pdsim validate` do not load pandas, pyarrow and numpy (~0.5 s) for nothing.
 _HOME = {"Exploration": "analysis.explore", "explore": "analysis.explore",
-         "Scenario": "config.scenario", "ScenarioError": "config.scenario",
-         "load": "config.scenario", "Result": "engine.sim", "run": "engine.sim",
-         "sweep": "analysis.sweep", "WhatIf": "analysis.whatif", "whatif": "analysis.whatif"}
+         "Scenario": "config.scenario", "ScenarioError": "config.units",
+         "load": "config.loader", "Result": "engine.sim", "run": "engine.sim",
+         "sweep": "analysis.sweep", "WhatIf": "analysis.whatif_table", "whatif": "analysis.whatif"}
 
 __all__ = ["Exploration", "Result", "Scenario", "ScenarioError", "WhatIf", "explore", "load",
            "run", "sweep", "whatif"]

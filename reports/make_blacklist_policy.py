@@ -122,12 +122,12 @@ def run_incident(workers: int | None) -> None:
     import pandas as pd
 
     from pdsim.analysis.sweep import sweep
-    from pdsim.config import scenario as scenario_mod
+    from pdsim.config import loader
 
     scenario = ROOT / "scenarios/drop_timeout.yaml"
     seeds = range(1, INCIDENT_SEEDS + 1)
     a = sweep(scenario, {"blacklist.policy": ["permanent", "probe"]}, seeds, workers)
-    never = scenario_mod.apply_overrides(scenario_mod.as_data(scenario),
+    never = loader.apply_overrides(loader.as_data(scenario),
                                          ["blacklist={policy: never}"])
     b = sweep(never, {"blacklist.policy": ["never"]}, seeds, workers)
     c = sweep(scenario, {"blacklist.policy": ["ttl"], "blacklist.ttl_s": INCIDENT_TTLS}, seeds,
@@ -323,7 +323,7 @@ def merge(a, b):
     the same runs)."""
     import pandas as pd
 
-    from pdsim.analysis.whatif import WhatIf
+    from pdsim.analysis.whatif_table import WhatIf
 
     cols = ["seed", "goodput_tok_s"]
     if not a.healthy[cols].equals(b.healthy[cols]) or list(a.faults) != list(b.faults):
@@ -344,7 +344,7 @@ def robust_table(mats: dict) -> tuple[str, str, dict]:
     """Worst-case regret of the policies every setting ran, over the faults every setting ran,
     per setting and overall (regret against the best of those policies: each setting's matrix
     cut to them, so regret is the what-if's own, paired by seed)."""
-    from pdsim.analysis.whatif import WhatIf
+    from pdsim.analysis.whatif_table import WhatIf
 
     ws = {k: mats[k] for k in SETTINGS if k in mats}
     common = [p for p, _ in ws["library"].policies
@@ -381,7 +381,7 @@ def incident_runs() -> dict:
 def write_report() -> None:
     import pandas as pd
 
-    from pdsim.analysis.whatif import WhatIf
+    from pdsim.analysis.whatif_table import WhatIf
 
     mats = {name: WhatIf.read(DATA / name) for name in MATRICES if (DATA / name).is_dir()}
     for name, extra in (("round_robin", "round_robin_ttl"), ("closed_loop", "closed_loop_ttl"),
@@ -603,7 +603,7 @@ def render(mats: dict, inc, ev=None) -> str:
     add("")
     add("Columns (`pdsim whatif --help`, `columns.json` in each matrix directory):")
     add("")
-    from pdsim.analysis.whatif import COLUMNS, STATS_NOTE
+    from pdsim.analysis.whatif_table import COLUMNS, STATS_NOTE
 
     add(_md(["column", "meaning"], [[f"`{k}`", v] for k, v in COLUMNS.items()]))
     add("")
@@ -618,7 +618,7 @@ def _cell(w, policy: str, fault: str, m: str) -> float:
 
 
 def _same_rows(w, a: str, b: str) -> bool:
-    from pdsim.analysis.whatif import METRICS
+    from pdsim.analysis.whatif_table import METRICS
 
     t = w.table.set_index(["policy", "fault"])
     return all(t.loc[a, m].equals(t.loc[b, m]) for m in METRICS)

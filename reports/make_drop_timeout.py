@@ -88,7 +88,7 @@ def explore_story(name: str, from_store: bool = False, commit: str | None = None
 
     ``from_store``: no new run; compact the runs already in reports/explore/<story>/ (those of
     the newest pdsim version stored there), e.g. after a refactor that moves no output."""
-    sc = pdsim.config.scenario.load(ROOT / f"scenarios/{name}.yaml")
+    sc = pdsim.load(ROOT / f"scenarios/{name}.yaml")
     if from_store:
         runs = explore_mod.read_runs(STORE / name / "runs.parquet")
         runs = runs[runs["sample"].lt(SAMPLES[name])
@@ -118,7 +118,7 @@ def explore_story(name: str, from_store: bool = False, commit: str | None = None
 
 def load_story(name: str) -> explore_mod.Exploration:
     """The story's stored runs, analysed as ``pdsim explore`` does."""
-    sc = pdsim.config.scenario.load(ROOT / f"scenarios/{name}.yaml")
+    sc = pdsim.load(ROOT / f"scenarios/{name}.yaml")
     path = RUNS / f"{name}.csv"
     if not path.exists():
         raise SystemExit(f"{path.relative_to(ROOT)} missing: run with --explore")
@@ -254,7 +254,7 @@ def story_detail(name: str, ex: explore_mod.Exploration) -> str:
 
 def nominal_table(seeds: range = SEEDS) -> str:
     """drop_timeout.yaml at its nominal values: seed 1 and the spread over seeds."""
-    sc = pdsim.config.scenario.load(ROOT / f"scenarios/{MAIN}.yaml")
+    sc = pdsim.load(ROOT / f"scenarios/{MAIN}.yaml")
     figs = explore_mod.judged(sc.reference)
     rows = []
     for seed in seeds:

@@ -81,7 +81,7 @@ def test_validate_and_schema(capsys):
 def test_shipped_editor_schema_is_current():
     from conftest import SCENARIOS
 
-    from pdsim.config.scenario import json_schema
+    from pdsim.config.loader import json_schema
 
     shipped = json.loads((SCENARIOS / "scenario.schema.json").read_text())
     assert shipped == json_schema(), "regenerate: pdsim schema > scenarios/scenario.schema.json"
@@ -94,7 +94,7 @@ def test_shipped_editor_schema_is_current():
 def test_every_schema_field_is_described():
     """An editor shows a key's description on hover and completion: every field an editor can
     reach (top level, $defs, registry entries such as faults and blacklist policies) has one."""
-    from pdsim.config.scenario import json_schema
+    from pdsim.config.loader import json_schema
 
     bare = []
 
@@ -197,7 +197,7 @@ def test_ctrl_c_wrapped_in_another_exception_is_an_interrupt(monkeypatch, capsys
     """Ctrl-C landing while a class is built (a lazy import) reaches main as RuntimeError
     ('Error calling __set_name__ ...') from KeyboardInterrupt: it said 'internal error: ...
     this is a bug in pdsim', exit 70."""
-    from pdsim.config import scenario
+    from pdsim.config import loader
 
     def interrupted(*_a, **_k):
         try:
@@ -205,7 +205,7 @@ def test_ctrl_c_wrapped_in_another_exception_is_an_interrupt(monkeypatch, capsys
         except KeyboardInterrupt as err:
             raise RuntimeError("Error calling __set_name__ on 'X'") from err
 
-    monkeypatch.setattr(scenario, "load", interrupted)
+    monkeypatch.setattr(loader, "load", interrupted)
     assert main(["validate", "scenarios/healthy.yaml"]) == 130
     assert capsys.readouterr().err == "pdsim: interrupted\n"
 

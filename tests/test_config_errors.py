@@ -9,7 +9,8 @@ import pytest
 
 import pdsim
 from pdsim.cli.main import main
-from pdsim.config.scenario import ScenarioError, from_dict
+from pdsim.config.scenario import from_dict
+from pdsim.config.units import ScenarioError
 
 BASE = {"fleet": {"gpu": "H20", "model": "dsv3-ci-test"}, "clients": [{"kind": "bench"}]}
 

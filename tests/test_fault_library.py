@@ -8,7 +8,8 @@ from conftest import small_fleet
 import pdsim
 from pdsim.cli.main import main
 from pdsim.config.registry import FAULTS
-from pdsim.config.scenario import ScenarioError, from_dict
+from pdsim.config.scenario import from_dict
+from pdsim.config.units import ScenarioError
 
 CALL = 0.0016  # transfer.call_latency_ms default
 QP = 0.537  # transfer.qp_retry_s default

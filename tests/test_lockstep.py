@@ -252,10 +252,10 @@ def test_growths_come_in_their_entries_step_and_seq_order(monkeypatch):
     import bisect
     import heapq
 
-    import pdsim.engine.decode
+    import pdsim.engine.decode_batch
 
     seen = {"passes": 0, "inserted": 0, "at_front": 0}
-    grow_due, insort = DecodeRank._grow_due, pdsim.engine.decode.insort
+    grow_due, insort = DecodeRank._grow_due, pdsim.engine.decode_batch.insort
 
     def checked(self, end, first):
         live = lambda: sorted((e[0], e[1], e[3]) for e in self._grow  # noqa: E731
@@ -285,7 +285,7 @@ def test_growths_come_in_their_entries_step_and_seq_order(monkeypatch):
         insort(a, x, lo)
 
     monkeypatch.setattr(DecodeRank, "_grow_due", checked)
-    monkeypatch.setattr(pdsim.engine.decode, "insort", counted)
+    monkeypatch.setattr(pdsim.engine.decode_batch, "insort", counted)
     d = small_fleet(operator_flushes=[{"at_s": 6.0}],
                     flush={"semantics": "skip_idle_check"})
     d["fleet"]["decode"].update(page_size=16, kv_pool_tokens=8000, retract_reserve_tokens=0)

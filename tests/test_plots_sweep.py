@@ -7,7 +7,8 @@ import pytest
 from conftest import SCENARIOS, run_cached
 
 import pdsim
-from pdsim.cli.main import UsageError, main
+from pdsim.cli.common import UsageError
+from pdsim.cli.main import main
 from pdsim.output import plots
 
 matplotlib.use("Agg")
@@ -123,7 +124,7 @@ def test_probe_recovery_shows_as_pairs_coming_off_the_blacklist():
 
 def test_sweep_vary_values_compare_by_type_and_value():
     """1 == True and 0 == False in Python, but not as YAML values of a key; 1 and 1.0 are."""
-    from pdsim.cli.main import _parse_vary
+    from pdsim.cli.sweep import _parse_vary
 
     assert _parse_vary(["x=1,true,0,false,'1',[1],[true]"]) == {
         "x": [1, True, 0, False, "1", [1], [True]]}

@@ -13,8 +13,10 @@ from pydantic import Field
 
 import pdsim
 from pdsim.cli.main import main
+from pdsim.config.loader import json_schema
 from pdsim.config.registry import BLACKLIST_POLICIES
-from pdsim.config.scenario import ScenarioError, Seconds, from_dict, json_schema
+from pdsim.config.scenario import from_dict
+from pdsim.config.units import ScenarioError, Seconds
 from pdsim.engine import blacklist
 
 S = "decode-0.r0:17000"

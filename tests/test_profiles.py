@@ -9,7 +9,7 @@ from conftest import small_fleet
 
 import pdsim
 from pdsim.cli.main import main
-from pdsim.config.scenario import ScenarioError
+from pdsim.config.units import ScenarioError
 from pdsim.model import profiles
 
 MY_PROFILES = """

@@ -148,12 +148,12 @@ def test_fuzz_found_negative_seed_fails_validate(capsys):
 
 
 def test_an_unexpected_exception_is_one_line_asking_for_a_report(monkeypatch, capsys):
-    import pdsim.cli.main as cli
+    from pdsim.cli import model
 
     def boom(_name):
         raise RuntimeError("kaboom\nsecond line")
 
-    monkeypatch.setattr(cli, "_profiles", boom)
+    monkeypatch.setattr(model, "profiles_cmd", boom)
     monkeypatch.delenv("PDSIM_DEBUG", raising=False)
     assert main(["profiles"]) == 70
     err = capsys.readouterr().err

@@ -14,7 +14,9 @@ from conftest import SCENARIOS
 
 import pdsim
 from pdsim.cli.main import main
-from pdsim.config.scenario import MAX_TICKS, ScenarioError, from_dict, load
+from pdsim.config.loader import load
+from pdsim.config.scenario import from_dict
+from pdsim.config.units import MAX_TICKS, ScenarioError
 from pdsim.util.safeio import UserFileError, echo, read_user_file, resolve_user_path
 
 BASE = {"fleet": {"gpu": "H20", "model": "dsv3-ci-test"},
@@ -319,23 +321,23 @@ def test_command_line_mistakes_are_one_line(argv, hint, a_file, capsys):
 
 
 def test_a_document_parsed_again_is_a_fresh_copy_of_the_first_parse():
-    """scenario.parse_yaml keeps documents it parsed (pickled) and hands out copies: a second
+    """loader.parse_yaml keeps documents it parsed (pickled) and hands out copies: a second
     parse of the same text is equal to the first to every float bit, with YAML aliases still
     shared (as a deep copy keeps them), and none of its objects is the first parse's or the
     cache's (a caller may edit its document)."""
     import math
     import struct
 
-    from pdsim.config import scenario
+    from pdsim.config import loader
     from pdsim.util import safeyaml
 
     text = ("a: &x {k: [1, 2.5, .nan, -0.0, 1e308, 12345678901234567890]}\nb: *x\n"
             "c: !!set {p, q}\nd: 2026-11-30\ne: !!binary aGk=\nf: [true, null, 'z']\n"
             "g: 0.1\n")
     safeyaml._PARSED.pop(text, None)
-    first = scenario.parse_yaml(text, "t")
-    second = scenario.parse_yaml(text, "t")
-    third = scenario.parse_yaml(text, "t")
+    first = loader.parse_yaml(text, "t")
+    second = loader.parse_yaml(text, "t")
+    third = loader.parse_yaml(text, "t")
 
     def bits(v):
         return struct.pack("<d", v) if isinstance(v, float) else v
@@ -349,7 +351,7 @@ def test_a_document_parsed_again_is_a_fresh_copy_of_the_first_parse():
         assert doc["a"]["k"] is not first["a"]["k"] and doc["f"] is not first["f"]
     assert second["a"] is not third["a"]
     second["a"]["k"].append(0)
-    assert len(scenario.parse_yaml(text, "t")["a"]["k"]) == 6
+    assert len(loader.parse_yaml(text, "t")["a"]["k"]) == 6
 
 
 def test_a_dict_extends_a_file_as_a_file_does_relative_to_where_its_paths_resolve(tmp_path):
@@ -382,10 +384,10 @@ def test_a_dict_extends_a_file_as_a_file_does_relative_to_where_its_paths_resolv
 
 
 def test_limits_lists_every_reader_and_fan_out_limit():
-    """``scenario.limits()`` is the README's table of limits: the trace, profile, path, YAML
+    """``loader.limits()`` is the README's table of limits: the trace, profile, path, YAML
     and run-count bounds too, not only the scenario module's own."""
     from pdsim.config import trace
-    from pdsim.config.scenario import limits
+    from pdsim.config.loader import limits
     from pdsim.model import profiles
     from pdsim.util import backends, safeio, safeyaml
 

@@ -45,12 +45,12 @@ def test_a_run_leaves_its_requests_to_reference_counting():
     finds are those the transfer engines' pending writes hold and those the decode ranks' step
     heaps still list (an entry stays until its step comes); without the release it finds
     every one. Nor does it find the step-time predictors' memos."""
-    from pdsim.config import scenario as scenario_mod
+    from pdsim.config import loader
     from pdsim.engine.request import Request, Room
     from pdsim.engine.transfer import Chunk
     from pdsim.model.predictor import OperatorPredictor
 
-    sc = scenario_mod.load("scenarios/healthy.yaml")
+    sc = loader.load("scenarios/healthy.yaml")
     gc.collect()
     gc.disable()
     try:
@@ -135,8 +135,9 @@ def test_decode_span_durations_equal_each_steps_own(kind):
     import random
     from itertools import islice
 
-    from pdsim.config.scenario import PredictorConfig
-    from pdsim.engine.decode import DecodeRank, _leader
+    from pdsim.config.fleet import PredictorConfig
+    from pdsim.engine.decode import DecodeRank
+    from pdsim.engine.decode_batch import _leader
     from pdsim.engine.rank import Rank
     from pdsim.model import predictor, profiles
 
@@ -252,13 +253,13 @@ def test_a_request_at_t0_reaches_prefill_after_the_processes_started_then():
 
 
 def test_a_kept_lead_is_the_envelope_of_the_lines(monkeypatch):
-    """pdsim.engine.decode.Lead (a lazy group's leading line kept across spans, checked only
+    """pdsim.engine.decode_batch.Lead (a lazy group's leading line kept across spans, checked only
     against the lines re-planned since): at each span's first step its context is the
     largest of every line's, and its line stays the largest until the segment end it
     gives; most spans are answered without _leader's pass over every line."""
     import random
 
-    from pdsim.engine import decode
+    from pdsim.engine import decode_batch as decode
 
     leader, calls = decode._leader, []
     monkeypatch.setattr(decode, "_leader", lambda lines, i: calls.append(1) or leader(lines, i))

@@ -68,7 +68,7 @@ assert "pdsim.model.profiles" not in sys.modules and "pdsim.output.perfetto" not
 assert pdsim.model.profiles.gpu("H20").name == "H20"
 assert pdsim.output.perfetto is sys.modules["pdsim.output.perfetto"]
 import pdsim.analysis.sweep  # the submodule first: the package attribute must stay the function
-from pdsim.analysis.whatif import WhatIf
+from pdsim.analysis.whatif_table import WhatIf
 for name in ("sweep", "whatif", "explore"):
     assert isinstance(getattr(pdsim, name), types.FunctionType), (name, getattr(pdsim, name))
 ns = {}

@@ -7,7 +7,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdsim.config.scenario import PredictorConfig
+from pdsim.config.fleet import PredictorConfig
 from pdsim.engine import balance, clock
 from pdsim.engine.kv import KVError, PageAllocator, PrefixCache
 from pdsim.engine.nic import NIC
@@ -286,7 +286,7 @@ def test_write_deadlines_fire_at_their_own_time_when_overtaken():
 
 def test_chunked_prefill_default_follows_sglang():
     """server_args.py: 8192 for 60-160 GB GPUs, 4096 for 40 GB; DP attention divides by dp."""
-    from pdsim.config.scenario import PrefillConfig
+    from pdsim.config.fleet import PrefillConfig
     from pdsim.engine.fleet import chunk_budget, default_chunked_prefill_size
 
     for name in ("H20", "H100", "H200", "A100"):
@@ -388,7 +388,7 @@ def test_a_client_needs_only_its_frontend():
     from pathlib import Path
 
     import pdsim.engine.client as client_mod
-    from pdsim.config.scenario import BenchClientConfig
+    from pdsim.config.clients import BenchClientConfig
     from pdsim.engine.client import BenchClient
     from pdsim.engine.request import new_request
     from pdsim.util.rng import Streams
@@ -531,10 +531,10 @@ def test_the_gauges_are_in_the_order_their_names_say():
     """Fleet.gauges returns the time series' gauges as a tuple in the order of fleet.GAUGES
     (the sampler's columns): each value is the gauge its name says, at instants through
     drop_timeout's flush, where every gauge but decode_prealloc is sometimes non-zero."""
-    from pdsim.config import scenario
+    from pdsim.config import loader
     from pdsim.engine.fleet import GAUGES, Fleet
 
-    f = Fleet(scenario.load("scenarios/drop_timeout.yaml"), None)
+    f = Fleet(loader.load("scenarios/drop_timeout.yaml"), None)
     p, d = f.prefill_ranks, f.decode_ranks
     nonzero = set()
     t = 0.0
@@ -560,7 +560,7 @@ def test_pool_pages_reads_the_role_s_operator_predictor():
     """pool_pages takes the weights and KV per layer of the role's operator predictor, which
     also has the role's gather, two-batch overlap and imbalance: the same pages as the
     predictor of the bare layout it otherwise builds."""
-    from pdsim.config.scenario import DecodeConfig
+    from pdsim.config.fleet import DecodeConfig
     from pdsim.engine.fleet import pool_pages
     from pdsim.model import profiles
     from pdsim.model.predictor import Layout, OperatorPredictor

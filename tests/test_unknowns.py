@@ -11,7 +11,8 @@ from conftest import SCENARIOS, small_fleet
 import pdsim
 from pdsim.cli.main import main
 from pdsim.config import unknowns
-from pdsim.config.scenario import ScenarioError, json_schema, load
+from pdsim.config.loader import json_schema, load
+from pdsim.config.units import ScenarioError
 
 
 def _tiny(**client) -> dict:
@@ -165,9 +166,9 @@ def test_validate_lists_the_declared_unknowns(tmp_path, capsys):
 def test_a_range_end_is_validated_on_a_copy_of_its_path_only():
     """unknowns.finish validates each range end on ``_replaced`` data: equal to what
     ``substitute`` makes, the original untouched, only the containers on the path copied."""
-    from pdsim.config import scenario as scenario_mod
+    from pdsim.config import loader
 
-    data = scenario_mod._with_context({"a": [{"b": 1, "c": {"d": 2}}, 5], "e": {"f": 3}}, None)
+    data = loader._with_context({"a": [{"b": 1, "c": {"d": 2}}, 5], "e": {"f": 3}}, None)
     before = copy.deepcopy(data)
     for path, value in [("a.0.b", 9), ("a.1", 7), ("e.f", 4), ("a.0.c.d", 8)]:
         got = unknowns._replaced(data, unknowns._parts(path), value)

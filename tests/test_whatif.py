@@ -81,7 +81,7 @@ def test_measurements_tell_the_policies_apart(matrix):
 
 
 def test_a_written_matrix_reads_back_with_its_table_and_timelines(matrix, tmp_path):
-    from pdsim.analysis.whatif import WhatIf
+    from pdsim.analysis.whatif_table import WhatIf
 
     matrix.write(tmp_path, ["csv"])
     back = WhatIf.read(tmp_path)
@@ -263,7 +263,7 @@ def test_a_base_that_fails_transfers_without_faults_gives_each_policy_its_own_he
     faults: each policy gets healthy runs of its own, and each run is measured against its
     policy's (with one shared run, never's loss came out negative: measured against
     permanent's fast-fail cascade). A base that fails nothing keeps one run per seed."""
-    from pdsim.analysis.whatif import WhatIf
+    from pdsim.analysis.whatif_table import WhatIf
 
     assert "policy" not in matrix.healthy and (matrix.healthy.ret_failures == 0).all()
     d = _base()
@@ -323,7 +323,7 @@ def test_policies_with_the_same_regrets_share_a_rank_and_no_regret_names_no_wors
     """Identical results ranked 1, 2, 3 by table order (reports/blacklist_policy.md ranked
     `never` over `strikes_window` and `circuit_breaker` with every figure equal), and a policy
     best at every fault had a "worst fault" (the first one's name)."""
-    from pdsim.analysis.whatif import METRICS, WhatIf
+    from pdsim.analysis.whatif_table import METRICS, WhatIf
 
     def run(policy: str, fault: str, goodput: float) -> dict:
         return {**dict.fromkeys(METRICS, 0.0), "policy": policy, "fault": fault, "seed": 1,
@@ -366,7 +366,7 @@ def test_regret_is_paired_by_seed():
     seed: ``a`` is best at two of three seeds and its median regret is 0, though its median
     goodput is below ``b``'s (a difference of medians gave ``a`` 40% and ranked it last, with
     its own goodput lost at a median of 0: the table contradicted itself)."""
-    from pdsim.analysis.whatif import METRICS, WhatIf
+    from pdsim.analysis.whatif_table import METRICS, WhatIf
 
     good = {"a": (50.0, 100.0, 30.0), "b": (40.0, 90.0, 100.0)}
     runs = pd.DataFrame([{**dict.fromkeys(METRICS, 0.0), "policy": p, "fault": "f", "seed": s,
@@ -385,7 +385,7 @@ def test_regret_is_paired_by_seed():
 def test_plots_default_to_the_fault_where_policies_differ():
     """`whatif --plots` drew the first fault's timelines, where every policy may be the same
     (a crash no policy changes): by default it now picks the fault with the largest regret."""
-    from pdsim.analysis.whatif import METRICS, WhatIf
+    from pdsim.analysis.whatif_table import METRICS, WhatIf
 
     good = {("a", "same"): 100.0, ("b", "same"): 100.0, ("a", "apart"): 100.0,
             ("b", "apart"): 60.0}
@@ -403,7 +403,7 @@ def test_a_seed_whose_healthy_run_completed_nothing_leaves_regret_to_the_others(
     seed's regret NaN, every median NaN, and the ranking raise after every run had finished
     ('Encountered all NA values'): the other seeds now give the regret, and a policy with no
     seed to measure ranks last with no worst fault."""
-    from pdsim.analysis.whatif import METRICS, WhatIf
+    from pdsim.analysis.whatif_table import METRICS, WhatIf
 
     good = {"a": (0.0, 100.0, 100.0), "b": (0.0, 80.0, 90.0)}
     runs = pd.DataFrame([{**dict.fromkeys(METRICS, 0.0), "policy": p, "fault": "f", "seed": s,

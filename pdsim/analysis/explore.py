@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pdsim.config import scenario as scenario_mod
-from pdsim.config import unknowns
-from pdsim.config.scenario import ReferenceFigure, Scenario, ScenarioError
+from pdsim.config import loader, unknowns
+from pdsim.config.scenario import ReferenceFigure, Scenario
+from pdsim.config.units import ScenarioError
 from pdsim.config.unknowns import Unknown
 from pdsim.util import backends
 
@@ -206,10 +206,10 @@ def _seed_list(seeds: int | Iterable[int]) -> list[int]:
 
 def _prepare(scenario: str | Path | dict, sets: list[str] | None,
              allow_outside_paths: bool) -> tuple[dict, Scenario]:
-    data = scenario_mod.as_data(scenario, allow_outside_paths)  # keeps where paths resolve
+    data = loader.as_data(scenario, allow_outside_paths)  # keeps where paths resolve
     if sets:
-        data = scenario_mod.apply_overrides(data, sets)
-    sc = scenario_mod.load(data)
+        data = loader.apply_overrides(data, sets)
+    sc = loader.load(data)
     sc._unknowns = sorted(sc.unknowns, key=lambda u: u.path)
     if not sc.unknowns:
         raise ScenarioError("the scenario declares no unknowns to explore; declare one, e.g. "
@@ -259,7 +259,7 @@ def explore(scenario: str | Path | dict, samples: int = 64, seeds: int | Iterabl
         for s in seed_list:
             if (i, s) in done:
                 continue
-            run_data = scenario_mod._with_context(unknowns.substitute(resolved, values), ctx)
+            run_data = loader._with_context(unknowns.substitute(resolved, values), ctx)
             run_data["seed"] = s
             key = {"scenario_hash": shash, "design": did, "sample": i, "seed": s}
             tasks.append((run_data, key, values))

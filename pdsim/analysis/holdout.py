@@ -139,7 +139,7 @@ def training_table(rows: pd.DataFrame, root: Path = validation.ROOT
     """Published rows as a ``pdsim calibrate`` table (and the serving rows' base scenario):
     one-forward throughputs become ``bench_one_batch`` step rows, simulated TTFT/TPOT rows
     ``bench_serving`` rows of the case's scenario."""
-    from pdsim.config import scenario as scenario_mod
+    from pdsim.config import loader
 
     specs = validation._load_cases(root)
     steps, serving, bases = [], [], {}
@@ -173,8 +173,8 @@ def training_table(rows: pd.DataFrame, root: Path = validation.ROOT
                             "num_prompts": client.num_prompts,
                             "request_rate": client.request_rate,
                             SERVING_METRICS[r.metric]: r.value})
-            data = scenario_mod.read_yaml(root / spec["scenario"])
-            bases[r.case] = scenario_mod.apply_overrides(data, list(spec.get("sets", [])))
+            data = loader.read_yaml(root / spec["scenario"])
+            bases[r.case] = loader.apply_overrides(data, list(spec.get("sets", [])))
         else:
             raise HoldoutError(f"{r.case}: pdsim calibrate cannot fit {r.metric} rows "
                                f"(measure {measure})")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from pdsim.config import scenario as scenario_mod
+from pdsim.config import loader, units
 from pdsim.config.unknowns import get_path
 from pdsim.util import backends
 from pdsim.util.safeio import clip, echo
@@ -91,27 +91,27 @@ def sweep(scenario: str | Path | dict, vary: dict[str, Iterable], seeds: Iterabl
     """
     if not isinstance(vary, dict) or not all(
             isinstance(k, str) and isinstance(v, (list, tuple, range)) for k, v in vary.items()):
-        raise scenario_mod.ScenarioError(
+        raise units.ScenarioError(
             f"vary: a dict of dotted key -> list of values, e.g. {{'blacklist.policy': "
             f"['permanent', 'never']}} (got {echo(vary)})")
     for key, values in vary.items():  # (a value given twice ran its grid point twice)
         values = list(values)
         for i, v in enumerate(values):
             if any(same_value(v, w) for w in values[:i]):
-                raise scenario_mod.ScenarioError(
+                raise units.ScenarioError(
                     f"vary {clip(key, 80)}: {echo(v)} given twice; give each value once")
     if "seed" in vary:  # (each run's seed, from seeds, replaced it)
-        raise scenario_mod.ScenarioError("vary: the seeds are the seeds argument; vary "
+        raise units.ScenarioError("vary: the seeds are the seeds argument; vary "
                                          "another key")
-    data = scenario_mod.as_data(scenario, allow_outside_paths)  # keeps where paths resolve
+    data = loader.as_data(scenario, allow_outside_paths)  # keeps where paths resolve
     jobs = [([*sets, *g], labels) for g, labels in grid(vary, list(seeds))]
     read: dict[tuple[str, str], object] = {}  # (key, the value as validated) -> as given
     for run_sets, labels in jobs:  # fail fast, before any process starts, on a bad override
-        sc = scenario_mod.load(data, run_sets)
+        sc = loader.load(data, run_sets)
         for key in vary:  # two values that validate alike would run the same grid point twice
             given = read.setdefault((key, repr(get_path(sc, key))), labels[key])
             if not same_value(given, labels[key]):
-                raise scenario_mod.ScenarioError(
+                raise units.ScenarioError(
                     f"vary {clip(key, 80)}: {echo(given)} and {echo(labels[key])} are the same "
                     f"value once validated; give it once")
     tasks = [(data, run_sets, labels) for run_sets, labels in jobs]

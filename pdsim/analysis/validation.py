@@ -33,9 +33,9 @@ def published(root: Path = ROOT) -> pd.DataFrame:
 
 
 def _scenario(root: Path, spec: dict, extra: list[str]) -> Any:
-    from pdsim.config import scenario as scenario_mod
+    from pdsim.config import loader
 
-    return scenario_mod.load(root / spec["scenario"], list(spec.get("sets", [])) + extra)
+    return loader.load(root / spec["scenario"], list(spec.get("sets", [])) + extra)
 
 
 def ranks_per_node(sc: Any, role_name: str) -> int:

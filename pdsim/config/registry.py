@@ -14,7 +14,7 @@ entries register when their module (``pdsim.engine.blacklist``, ``pdsim.engine.f
 imported.
 
     from pdsim.config.registry import BLACKLIST_POLICIES
-    from pdsim.config.scenario import Seconds
+    from pdsim.config.units import Seconds
 
     @BLACKLIST_POLICIES.register("my_policy")
     class MyPolicy(pdsim.engine.blacklist.Policy):

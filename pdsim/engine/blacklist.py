@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 from pydantic import Field
 
 from pdsim.config.registry import BLACKLIST_POLICIES
-from pdsim.config.scenario import (
+from pdsim.config.units import (
     _NUM,
     MAX_COUNT,
     MAX_PROBES,

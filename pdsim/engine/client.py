@@ -15,7 +15,7 @@ from typing import Protocol
 import numpy as np
 import simpy
 
-from pdsim.config.scenario import BenchClientConfig, EvalClientConfig
+from pdsim.config.clients import BenchClientConfig, EvalClientConfig
 from pdsim.config.trace import (  # noqa: F401 (open_trace, read_trace: API)
     HASH_ID_LIMIT,
     count_rows,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 from pydantic import Field
 
 from pdsim.config.registry import FAULTS
-from pdsim.config.scenario import (
+from pdsim.config.units import (
     _NUM,
     MAX_COUNT,
     MAX_TICKS,

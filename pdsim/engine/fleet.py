@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import simpy
 
-from pdsim.config.scenario import PrefillConfig, RoleConfig, Scenario
+from pdsim.config.fleet import PrefillConfig, RoleConfig
+from pdsim.config.scenario import Scenario
 from pdsim.engine import balance, blacklist, clock, lockstep
 from pdsim.engine.client import CLIENTS
 from pdsim.engine.decode import DecodeRank

@@ -56,7 +56,7 @@ class PageAllocator:
     def book(self, n: int) -> None:
         """Count ``n`` pages the caller found free and added to holdings of this epoch (what
         ``grow`` does for such a holding, for several growths at once:
-        ``pdsim.engine.decode.DecodeRank._grow_due``)."""
+        ``pdsim.engine.decode_batch.RunningBatch._grow_due``)."""
         self.used += n
         if self.used > self.peak:
             self.peak = self.used

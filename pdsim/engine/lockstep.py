@@ -134,7 +134,8 @@ class Stepper:
         self._lines: list = [None] * n  # (lazy) each rank's context line (None: idle)
         self._batches = [0] * n  # (lazy) each rank's batch (0: idle)
         self._due = [True] * n  # (lazy) ranks that committed and planned at the last span end
-        self._lead = None  # (lazy) the lines' leader, kept across spans (pdsim.engine.decode.Lead)
+        # (lazy) the lines' leader, kept across spans (pdsim.engine.decode_batch.Lead)
+        self._lead = None
         if self._lazy:
             self._lead = self.ranks[0].lead()
             self._plans = [None] * n  # (lazy) each rank's last plan_step (its line's batch)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import simpy
 
-from pdsim.config.scenario import PrefillConfig
+from pdsim.config.fleet import PrefillConfig
 from pdsim.engine.clock import KeptDeadlines
 from pdsim.engine.kv import PrefixCache
 from pdsim.engine.log import EventLog

@@ -7,7 +7,7 @@ from itertools import count
 
 import simpy
 
-from pdsim.config.scenario import DecodeConfig, PrefillConfig
+from pdsim.config.fleet import DecodeConfig, PrefillConfig
 from pdsim.engine.flush import FlushWrapper
 from pdsim.engine.kv import PageAllocator
 from pdsim.engine.log import EventLog

@@ -22,7 +22,7 @@ import numpy as np
 import simpy
 from simpy.events import URGENT
 
-from pdsim.config.scenario import RouterConfig
+from pdsim.config.fleet import RouterConfig
 from pdsim.engine.clock import KeptDeadlines, call_later, later, urgent
 from pdsim.engine.log import EventLog
 from pdsim.engine.request import Request, new_room

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import simpy
 
+from pdsim.config import loader, units
 from pdsim.config import scenario as scenario_mod
 from pdsim.engine import clock
 from pdsim.engine import summary as summary_mod
@@ -424,7 +425,7 @@ def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | N
     let the scenario name files (``extends:``, traces) outside its directory tree (for a
     dict: outside the current directory).
     """
-    sc = scenario_mod.load(scenario, sets, allow_outside_paths=allow_outside_paths)
+    sc = loader.load(scenario, sets, allow_outside_paths=allow_outside_paths)
     with _cyclic_gc_paused():
         return _simulate(sc, Recorder() if record_steps else None, progress)
 
@@ -519,9 +520,9 @@ def what_if(sc: scenario_mod.Scenario) -> str:
         from pdsim.util.safeio import UserFileError, clip, decode_utf8, read_user_file
 
         try:  # the same safe reading as the load a moment ago (the file may have changed)
-            raw = read_user_file(sc._source, "scenario file", scenario_mod.MAX_FILE_BYTES)
-            own = scenario_mod.parse_yaml(decode_utf8(raw, "scenario file"), "scenario file")
-        except (UserFileError, scenario_mod.ScenarioError):
+            raw = read_user_file(sc._source, "scenario file", units.MAX_FILE_BYTES)
+            own = loader.parse_yaml(decode_utf8(raw, "scenario file"), "scenario file")
+        except (UserFileError, units.ScenarioError):
             return ""
         if isinstance(own, dict) and "extends" in own and "reference" not in own:
             return (f"{Path(sc._source).name} extends {clip(str(own['extends']), 80)} and "

@@ -8,7 +8,9 @@ module when a scenario is first checked (``_BUILTIN_CHECKS``).
 
 from __future__ import annotations
 
-from pdsim.config.scenario import Context, Invalid, RoleConfig, Scenario, ScenarioError, load_check
+from pdsim.config.fleet import RoleConfig
+from pdsim.config.scenario import Scenario, load_check
+from pdsim.config.units import Context, Invalid, ScenarioError
 from pdsim.model import predictor, profiles
 
 

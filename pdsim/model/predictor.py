@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from pdsim.config.scenario import FITTED_KEYS, PredictorConfig
-from pdsim.model.profiles import GPU, Engine, Model
+from pdsim.config.fleet import FITTED_KEYS, PredictorConfig
+from pdsim.config.profile_schema import GPU, Engine, Model
 
 ACT_BYTES = 2  # activations and the LM head are BF16
 ELEMENTWISE_PASSES = 6  # per token per layer: 2 norms, 2 residual adds, rope, activation quant
@@ -65,10 +65,10 @@ class FittedPredictor:
     def decode_series(self, batch: float, attn_batch: float, context: int, grow: int
                       ) -> Iterator[float]:
         """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats
-        (a decode span's steps, pdsim.engine.decode.DecodeRank.span_durations). The context counts
-        as a float, as in ``OperatorPredictor.decode_series`` (the same floats: an int below 2**53
-        is a double exactly; float-with-float takes CPython's specialized path, ~13% less a
-        step than float-with-int)."""
+        (a decode span's steps, pdsim.engine.decode_batch.RunningBatch.span_durations). The
+        context counts as a float, as in ``OperatorPredictor.decode_series`` (the same floats:
+        an int below 2**53 is a double exactly; float-with-float takes CPython's specialized
+        path, ~13% less a step than float-with-int)."""
         a, b, cb = self.decode_a_ms, self.decode_b_ms_per_ktok, self.decode_c_ms_per_seq * batch
         context, grow = float(context), float(grow)
         while True:

@@ -13,7 +13,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from pdsim.config.scenario import BenchClientConfig, EvalClientConfig, ReferenceFigure, Scenario
+from pdsim.config.clients import BenchClientConfig, EvalClientConfig
+from pdsim.config.scenario import ReferenceFigure, Scenario
 from pdsim.config.unknowns import block as unknowns_lines
 from pdsim.engine.sim import Result
 from pdsim.engine.transfer import DEAD_MSG

@@ -1,0 +1,284 @@
+"""``pdsim profiles``, ``pdsim calibrate`` and ``pdsim validate-model``: the hardware and model
+profiles, fitting them to measurements, and the published rows they are checked against."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from pdsim.cli.common import (
+    RAW,
+    UsageError,
+    check_output_file,
+    die,
+    load_scenario,
+    outside_flag,
+)
+from pdsim.util.safeio import UserFileError, echo, read_user_file, show_path
+
+PROFILES_EPILOG = """\
+examples:
+  pdsim profiles                 every GPU and model, one line each
+  pdsim profiles H20             one profile, each value with its source"""
+
+
+def add_profiles(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``pdsim profiles``."""
+    pr = sub.add_parser(
+        "profiles", help="list the GPU, model and engine profiles and their sources",
+        description="Without arguments: the shipped profiles. NAME: one profile, every value "
+        "with its source. --scenario: the values a scenario runs with (its profile files, "
+        "calibration and overrides applied) and where each came from.",
+        epilog=PROFILES_EPILOG, formatter_class=RAW)
+    pr.add_argument("name", nargs="?", help="show one profile with every value's source")
+    pr.add_argument("--scenario", help="show what this scenario's fleet runs with")
+    pr.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --scenario: overrides, e.g. gpu.hbm_tbps=3.0")
+    outside_flag(pr)
+    return pr
+
+
+def add_calibrate(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``pdsim calibrate``."""
+    ca = sub.add_parser(
+        "calibrate", help="fit the step-time model's efficiency and overhead values to "
+        "measurements and write a profile file",
+        description="DATA.csv: bench_one_batch-style step rows (phase, batch_size, input_len, "
+        "step_ms; optional tp, dp, dp_attention, ep, tbo, expert_imbalance) and/or "
+        "bench_serving rows (input_len, output_len, max_concurrency, ttft_ms and/or tpot_ms; "
+        "optional request_rate, num_prompts, tp). Example: pdsim calibrate steps.csv --gpu H100 "
+        "--model llama-3.1-8b --out h100_llama.yaml, then `profiles: [h100_llama.yaml]` in a "
+        "scenario.")
+    ca.add_argument("data", help="CSV table of measurements (a regular, uncompressed UTF-8 "
+                    "file; at most 4 MB and 10,000 rows)")
+    ca.add_argument("--gpu", required=True, help="GPU profile name")
+    ca.add_argument("--model", required=True, help="model profile name")
+    ca.add_argument("--engine", default="sglang", help="engine profile name (default sglang)")
+    ca.add_argument("--fit", help="comma-separated keys to fit, e.g. gpu.gemm_eff,"
+                    "engine.decode_step_ms (default: what the table's rows can pin down)")
+    ca.add_argument("--profiles", action="append", default=[], metavar="FILE",
+                    help="extra profile files (a GPU or model of your own)")
+    ca.add_argument("--out", help="profile file to write (default: DATA.profile.yaml)")
+    ca.add_argument("--plot", help="residual plot image, .png, .svg, .pdf, ... (default: "
+                    "DATA.residuals.png)")
+    return ca
+
+
+def add_validate_model(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``pdsim validate-model``."""
+    vm = sub.add_parser(
+        "validate-model", help="published measurements vs pdsim, per row (validation/)",
+        description="Runs every case in validation/cases.yaml against validation/"
+        "published.csv and prints published vs simulated vs error.")
+    vm.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
+    vm.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="override applied to every case's scenario")
+    vm.add_argument("--csv", help="also write the rows to this CSV")
+    vm.add_argument("--holdout", action="store_true", help="also refit each shipped parameter "
+                    "set without some of its rows (validation/holdout.yaml, pdsim calibrate's "
+                    "fit) and print every row's held-out error next to its in-sample one")
+    vm.add_argument("--write-readme", metavar="README", help="replace the table between the "
+                    "validate-model markers in this file (implies --holdout)")
+    return vm
+
+
+def profiles_cmd(args: argparse.Namespace) -> int:
+    from pdsim.config import units
+    from pdsim.model import profiles
+
+    if not args.scenario:  # (these change what a scenario reads; a shipped profile has none)
+        for opt, given in (("--set", args.sets),
+                           ("--allow-outside-paths", args.allow_outside_paths)):
+            if given:
+                return die(f"{opt} applies to a scenario's values; it needs --scenario FILE "
+                           f"(pdsim profiles NAME shows a profile as shipped)")
+    elif args.name:
+        return die(f"profiles {echo(args.name)} --scenario: give a profile NAME or --scenario "
+                   f"FILE, not both")
+    if args.scenario:
+        try:
+            sc = load_scenario(args)
+            res = profiles.for_scenario(sc)
+        except (units.ScenarioError, profiles.ProfileError) as err:
+            return die(str(err))
+        print(f"{args.scenario}: {res.gpu.name} / {res.model.name} / {res.engine.name}"
+              + ("  (calibrated)" if res.calibrated else ""))
+        declared = {u.path: u for u in sc.unknowns}
+        for key, (value, origin) in res.origins.items():
+            if key == "model.fitted":
+                continue
+            if key in declared:  # chosen, not known: its range and why are in the scenario
+                origin = f"declared unknown at its nominal ({declared[key].describe()})"
+            print(f"  {key:<30}{value!s:<12}{origin}")
+        return 0
+    gpus, models = profiles.raw_gpus(), profiles.raw_models()
+    engines = profiles.raw_engines()
+    if args.name:
+        entry = gpus.get(args.name) or models.get(args.name) or engines.get(args.name)
+        if entry is None:
+            return die(f"no profile {echo(args.name)}; GPUs: {', '.join(sorted(gpus))}; models: "
+                       f"{', '.join(sorted(models))}; engines: {', '.join(sorted(engines))}")
+        for k, v in entry.items():
+            if k == "fitted" and isinstance(v["value"], dict):
+                print(f"{k}:")
+                for g, coeffs in v["value"].items():
+                    print(f"  {g}: " + ", ".join(f"{c}={x:g}" for c, x in coeffs.items()))
+                continue
+            print(f"{k:<24}{v['value']!s:<12}{v['source']}")
+        return 0
+    print(f"{'GPU':<8}{'BF16 TF':>9}{'FP8 TF':>8}{'HBM GB':>8}{'HBM TB/s':>10}{'NVLink GB/s':>13}"
+          f"{'NIC Gb/s':>10}")
+    for g in profiles.gpu_names():
+        x = profiles.gpu(g)
+        print(f"{g:<8}{x.bf16_tflops:>9g}{x.fp8_tflops:>8g}{x.hbm_gb:>8g}{x.hbm_tbps:>10g}"
+              f"{x.nvlink_gbps:>13g}{x.nic_gbps:>10g}")
+    print(f"\n{'model':<24}{'attn':>5}{'layers':>7}{'experts':>8}{'active B':>9}{'total B':>8}"
+          f"{'weights':>8}{'KV B/token':>11}")
+    for m in profiles.model_names():
+        x = profiles.model(m)
+        experts = f"{x.experts_per_token}/{x.experts}" if x.is_moe else "-"
+        print(f"{m:<24}{x.attention:>5}{x.layers:>7}{experts:>8}{x.params_active / 1e9:>9.1f}"
+              f"{x.params_total / 1e9:>8.1f}{x.weight_dtype:>8}{x.kv_bytes_per_token:>11,}")
+    print("\nengines: " + ", ".join(profiles.engine_names())
+          + "; calibrated (GPU / model / engine): "
+          + ", ".join("/".join(k) for k in profiles.calibrated()))
+    print("pdsim profiles NAME shows every value with its source; --scenario FILE shows what a "
+          "scenario runs with and where each value came from.")
+    return 0
+
+
+def calibrate_cmd(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pdsim.model import calibrate
+
+    try:  # the table first (a path with no file name, '', '.', '/', has no stem to name
+        # the outputs after), then the output paths, all before the fit
+        rows = calibrate.read_table(args.data)
+        stem = Path(args.data).with_suffix("")
+        out = Path(args.out or f"{stem}.profile.yaml")
+        plot = Path(args.plot or f"{stem}.residuals.png")
+        check_output_file(str(out), "--out")
+        check_output_file(str(plot), "--plot")
+        kinds = calibrate.plot_formats()
+        if plot.suffix[1:].lower() not in kinds:
+            raise UsageError(f"--plot {show_path(plot)}: give a file name ending in an image "
+                             f"format ({', '.join('.' + k for k in sorted(kinds))})")
+        keys = [k.strip() for k in args.fit.split(",")] if args.fit else None
+        fit = calibrate.fit(rows, args.gpu, args.model, args.engine, keys,
+                            tuple(args.profiles), source=args.data)
+    except (calibrate.CalibrationError, ValueError, UsageError) as err:
+        return die(str(err))
+    try:
+        out.write_text(fit.profile_yaml())
+        calibrate.residual_plot(fit, plot)
+    except OSError as err:
+        return die(f"cannot write ({err.strerror or type(err).__name__}): "
+                   f"{show_path(err.filename or out)}")
+    print(f"fitted {len(fit.params)} value(s) of {args.gpu} / {args.model} / {args.engine} to "
+          f"{len(fit.rows)} measurement(s):")
+    ends = fit.at_bounds()
+    for k, v in fit.params.items():
+        note = f"   at its {ends[k]}" if k in ends else ""
+        print(f"  {k:<28}{fit.start[k]:>10.4g} -> {v:.4g}{note}")
+    if ends:
+        print(f"note: the fit pushed {', '.join(ends)} to the end of the allowed range, and "
+              f"other values made up the rest: the model cannot reach these rows through "
+              f"{'it' if len(ends) == 1 else 'them'}. Check the rows' layout columns (tp, dp, "
+              f"ep, ...) and the GPU and model profile values, or --fit other values.")
+    print()
+    print(calibrate.text_residuals(fit))
+    print(f"\nmedian |error| {fit.median_abs_error:.1%}")
+
+    # (its GPU or model may be defined in --profiles' files; a scenario names files relative
+    # to itself: say it for a scenario beside the written profile)
+    rel = [os.path.relpath(f, out.parent or ".") for f in args.profiles]
+    outside = ("; a file outside that folder needs --allow-outside-paths, or a copy inside"
+               if any(r.startswith("..") for r in rel) else "")
+    print(f"wrote {out} (load it from a scenario in {show_path(out.parent)} with `profiles: "
+          f"[{', '.join([*rel, out.name])}]`{outside})", file=sys.stderr)
+    print(f"wrote {plot}", file=sys.stderr)
+    return 0
+
+
+def validate_model_cmd(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    import pandas as pd
+
+    from pdsim.analysis import holdout, validation
+    from pdsim.config import units
+
+    do_holdout = args.holdout or bool(args.write_readme)
+    if do_holdout and args.sets:
+        return die("--holdout (and --write-readme) refit the shipped parameter sets; they do "
+                   "not take --set")
+    try:  # the output paths are checked before the refit, not after it
+        if args.csv:
+            check_output_file(args.csv, "--csv")
+        if args.write_readme:
+            _check_readme(args.write_readme)
+    except UsageError as err:
+        return die(str(err))
+    try:
+        if do_holdout:
+            if args.write_readme and not args.holdout:
+                print("--write-readme: refitting for the held-out columns (--holdout)",
+                      file=sys.stderr)
+            ho = holdout.run(args.case or None, progress=sys.stderr.isatty())
+            df = ho.table
+        else:
+            df = validation.validate(args.case or None, extra_sets=args.sets,
+                                     progress=sys.stderr.isatty())
+            if not args.sets:
+                df = holdout.mark(df)
+    except (units.ScenarioError, ValueError) as err:
+        return die(str(err))
+    with pd.option_context("display.width", 200, "display.max_columns", 20):
+        shown = df.assign(error=[validation.shown_error(e, m)
+                                 for e, m in zip(df.error, df.metric, strict=True)])
+        drop = ["unit", "source", "fitted_in"]
+        if do_holdout:
+            shown = shown.assign(held_out_error=[
+                "" if pd.isna(e) else validation.shown_error(e, m)
+                for e, m in zip(df.held_out_error, df.metric, strict=True)])
+        print(shown.drop(columns=[c for c in drop if c in shown]).to_string(index=False))
+    s = validation.summary(df)
+    print(f"\n{s['rows']} rows: median |error| {s['median_abs_error']:.1%}, max "
+          f"{s['max_abs_error']:.1%}, {s['within_25pct']} within +-25%")
+    if "row" in df:
+        print("\n".join(holdout.summary_lines(df)))
+    if do_holdout:
+        print("\nrefitted with pdsim calibrate on each split's rows (shipped -> refitted):")
+        print(holdout.fits_text(ho.splits))
+    try:
+        if args.csv:
+            df.to_csv(args.csv, index=False)
+            print(f"wrote {show_path(args.csv)}", file=sys.stderr)
+        if args.write_readme:
+            validation.write_readme(df, Path(args.write_readme))
+            print(f"wrote the table into {show_path(args.write_readme)}", file=sys.stderr)
+    except OSError as err:
+        return die(f"cannot write ({err.strerror or type(err).__name__}): "
+                   f"{show_path(err.filename or args.csv or args.write_readme)}")
+    return 0
+
+
+def _check_readme(path: str) -> None:
+    """``validate-model --write-readme FILE``: a file holding the validate-model markers."""
+    from pdsim.analysis import validation
+
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"--write-readme {show_path(path)}: not a file; give the README whose "
+                         f"table to refresh")
+    try:
+        text = read_user_file(p, "--write-readme", max_bytes=4 << 20).decode("utf-8", "replace")
+    except UserFileError as err:
+        raise UsageError(str(err)) from None
+    if validation.README_BEGIN not in text or validation.README_END not in text:
+        raise UsageError(f"--write-readme {show_path(path)}: no {validation.README_BEGIN} ... "
+                         f"{validation.README_END} block to replace (add the two markers "
+                         f"where the table goes)")

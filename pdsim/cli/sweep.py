@@ -1,0 +1,266 @@
+"""``pdsim sweep`` (a grid of overrides x seeds) and ``pdsim explore`` (the declared unknowns
+sampled x seeds, against the reported figures)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from pdsim.cli.common import (
+    MAX_SEEDS,
+    RAW,
+    UsageError,
+    check_output_file,
+    check_worker_args,
+    die,
+    outside_flag,
+)
+from pdsim.util.backends import MAX_RUNS
+from pdsim.util.safeio import clip, echo, show_path
+
+SWEEP_COLUMNS = """\
+table columns (median over the seeds of each grid point):
+  ret!=0      transfers that failed with ret != 0 because a flush freed pages under them
+              (summary key transfer_failures_by_reason.flush_freed_pages); under the
+              one-strike blacklist each one blacklists its (prefill rank, decode session) pair
+  pairs       most pairs blacklisted at once (blacklisted_pairs_max)
+  failed      requests of all clients answered with a 5xx or an abort (failed)
+  empty       share of --client's requests that got no token (<client>.empty_share)
+  gen tok/s   --client's generated tokens per second, aborts counting 0, unlike
+              bench_serving's printed figure (<client>.true_output_throughput_tok_s)
+  pairs end   pairs still blacklisted when the run ended (blacklisted_pairs_final)
+--out FILE and --json give every summary metric per run, not just these."""
+
+
+SWEEP = """\
+Run a scenario over the grid of --vary values (their product) and seeds 1..N, in parallel
+processes, and print a table of medians per grid point. Values are YAML scalars."""
+
+
+SWEEP_EPILOG = SWEEP_COLUMNS + """
+
+examples:
+  pdsim sweep scenarios/drop_timeout.yaml --vary blacklist.policy=permanent,probe,v0_5_23 --seeds 5
+  pdsim sweep scenarios/drop_timeout.yaml --vary blacklist.strikes=1,2,3 \\
+      --vary flush.semantics=skip_idle_check,reject_if_busy --out rows.csv
+  pdsim sweep scenarios/healthy.yaml --set predictor.kind=roofline \\
+      --vary predictor.prefill_mfu=0.25,0.35,0.5 --seeds 1"""
+
+
+EXPLORE_EPILOG = """\
+examples:
+  pdsim explore scenarios/drop_timeout.yaml --samples 64 --seeds 2
+  pdsim explore scenarios/drop_timeout.yaml --samples 128    reuses the first 64 samples' runs
+  pdsim explore my.yaml --set 'clients.0.start_s={uniform: [0, 30], nominal: 10}'
+  pdsim explore my.yaml --backend ray --address auto          pip install -e '.[ray]'
+Killed or interrupted, the same command resumes: stored runs are not run again."""
+
+
+def add_sweep(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``pdsim sweep``."""
+    sw = sub.add_parser("sweep", help="run a scenario over a grid of overrides and seeds",
+                        description=SWEEP, epilog=SWEEP_EPILOG, formatter_class=RAW)
+    sw.add_argument("scenario", help="scenario YAML file")
+    sw.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2,...",
+                    help="a dotted key and the values to try (repeatable: the grid is the "
+                    "product), e.g. blacklist.policy=permanent,probe,v0_5_23")
+    sw.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="fixed overrides applied to every run")
+    sw.add_argument("--seeds", type=int, default=3, help="seeds 1..N per grid point")
+    sw.add_argument("--workers", type=int, help="processes (default: one per core)")
+    sw.add_argument("--out", metavar="FILE", help="write every run's row (CSV)")
+    sw.add_argument("--json", action="store_true", help="print the rows as JSON records")
+    sw.add_argument("--client", help="client whose empty share and throughput the table shows "
+                    "(default: the last bench client)")
+    outside_flag(sw)
+
+    sw.add_argument("--backend", choices=["process", "ray"], default="process",
+                    help="where runs go: a local process pool, or Ray (pdsim[ray])")
+    sw.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    return sw
+
+
+def add_explore(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``pdsim explore``."""
+    ex = sub.add_parser(
+        "explore", help="sample the declared unknowns x seeds and show which values reproduce "
+        "the reported figures, and what moves them",
+        description="Sample the scenario's declared unknowns ({uniform|loguniform|choice: ..., "
+        "nominal: x}) with a space-filling design, run every sample with every seed, and "
+        "compare each run with the scenario's reference figures and their bands. Runs are "
+        "stored one by one under OUT/runs.parquet/; rerunning resumes.",
+        epilog=EXPLORE_EPILOG, formatter_class=RAW)
+    ex.add_argument("scenario", help="scenario YAML file declaring the unknowns to sample")
+    ex.add_argument("--samples", type=int, default=64, help="design points (default 64)")
+    ex.add_argument("--seeds", type=int, default=2, help="seeds 1..N per point (default 2)")
+    ex.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="override (KEY=value pins an unknown; "
+                    "'KEY={uniform: [a, b], nominal: x}' declares one)")
+    ex.add_argument("--design", choices=["sobol", "lhs"], default="sobol",
+                    help="scrambled Sobol (default; more samples extend the same sequence) or "
+                    "Latin hypercube")
+    ex.add_argument("--design-seed", type=int, default=0, help="seed of the design (default 0)")
+    ex.add_argument("--out", metavar="DIR", help="results directory (default: "
+                    "explore-<scenario name>); runs.parquet/, tables and figures go there")
+    ex.add_argument("--workers", type=int, help="processes (default: one per core)")
+    ex.add_argument("--backend", choices=["process", "ray"], default="process",
+                    help="a local process pool, or Ray (pip install -e '.[ray]')")
+    ex.add_argument("--address", help="Ray cluster address (default: start a local Ray)")
+    ex.add_argument("--no-figures", action="store_true", help="skip the PNG figures")
+
+    outside_flag(ex)
+    return ex
+
+
+def _parse_vary(items: list[str]) -> dict[str, list]:
+    from pdsim.analysis.sweep import same_value
+    from pdsim.config import loader
+
+    vary: dict[str, list] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key or not raw:
+            raise UsageError(f"--vary expects KEY=V1,V2,..., got {echo(item)}")
+        what = f"--vary {clip(key, 80)}"
+        if key in vary:  # (the later one replaced the earlier)
+            raise UsageError(f"{what}: given twice; give its values once, V1,V2,...")
+        vary[key] = []
+        for v in raw.split(","):
+            if not v.strip():  # (YAML would read it as null)
+                raise UsageError(f"{what}: an empty value in {echo(raw)}; give V1,V2,... "
+                                 f"with a value between each pair of commas")
+            value = loader.parse_yaml(v, what)
+            for was, prev in zip(raw.split(","), vary[key], strict=False):
+                if same_value(value, prev):  # (the grid ran it twice, one merged table row)
+                    again = ("given twice" if was.strip() == v.strip() else
+                             f"is {echo(was.strip())} again (the same value)")
+                    raise UsageError(f"{what}: {echo(v.strip())} {again} in {echo(raw)}; give "
+                                     f"each value once")
+            vary[key].append(value)
+        if key == "seed":  # (each run's seed, from --seeds, replaced it)
+            raise UsageError(f"{what}: the seeds are --seeds N (1..N per grid point); vary "
+                             f"another key")
+    return vary
+
+
+def _check_sweep_args(args: argparse.Namespace, grid_points: int) -> None:
+    if not 1 <= args.seeds <= MAX_SEEDS:
+        raise UsageError(f"--seeds {args.seeds}: give 1..{MAX_SEEDS:,} (runs seeds 1..N per "
+                         f"grid point)")
+    check_worker_args(args)
+    runs = grid_points * args.seeds
+    if runs > MAX_RUNS:
+        raise UsageError(f"the sweep has {runs:,} runs (grid points x seeds); at most "
+                         f"{MAX_RUNS:,}")
+    if args.out:
+        check_output_file(args.out, "--out")
+
+
+def _check_explore_args(args: argparse.Namespace) -> None:
+    """Bounds of ``explore``'s own options, before anything is loaded or run."""
+    if not 1 <= args.samples <= MAX_RUNS:
+        raise UsageError(f"--samples {args.samples}: give 1..{MAX_RUNS:,} design points")
+    if not 1 <= args.seeds <= MAX_SEEDS:
+        raise UsageError(f"--seeds {args.seeds}: give 1..{MAX_SEEDS:,} (runs seeds 1..N per "
+                         f"design point)")
+    if args.samples * args.seeds > MAX_RUNS:
+        raise UsageError(f"the exploration has {args.samples * args.seeds:,} runs (samples x "
+                         f"seeds); at most {MAX_RUNS:,}")
+    check_worker_args(args)
+    if args.design_seed < 0:
+        raise UsageError(f"--design-seed {args.design_seed}: give a non-negative integer")
+
+
+def sweep_cmd(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from pdsim.analysis.sweep import sweep
+    from pdsim.config import loader, units
+
+    try:
+        vary = _parse_vary(args.vary)
+        points = 1
+        for values in vary.values():
+            points *= len(values)
+        _check_sweep_args(args, points)
+        data = loader.read_yaml(args.scenario, allow_outside_paths=args.allow_outside_paths)
+        sc = loader.load(data, args.sets)
+        benches = [c.name for c in sc.clients if c.kind == "bench"] or [sc.clients[-1].name]
+        main_client = benches[-1] if args.client is None else args.client
+        if main_client not in {c.name for c in sc.clients}:  # before the runs, not after
+            raise UsageError(f"--client {echo(main_client)}: no such client; the scenario has "
+                             f"{', '.join(c.name for c in sc.clients)}")
+        df = sweep(data, vary, range(1, args.seeds + 1), args.workers,
+                   progress=sys.stderr.isatty(), backend=args.backend, address=args.address,
+                   sets=args.sets)
+    except (units.ScenarioError, UsageError) as err:
+        return die(str(err))
+    if args.out:
+        try:
+            df.to_csv(args.out, index=False)
+        except OSError as err:
+            return die(f"--out {show_path(args.out)}: cannot write "
+                       f"({err.strerror or type(err).__name__})")
+        print(f"wrote {show_path(args.out)}", file=sys.stderr)
+    if args.json:
+        print(df.to_json(orient="records", indent=2))
+        return 0
+    cols = {"transfer_failures.flush_freed_pages": "ret!=0", "blacklisted_pairs_max": "pairs",
+            "failed": "failed", f"{main_client}.empty_share": "empty",
+            f"{main_client}.true_output_throughput_tok_s": "gen tok/s",
+            "blacklisted_pairs_final": "pairs end"}
+    keys = list(vary) or ["seed"]
+    table = df.groupby(keys, sort=False)[list(cols)].median().rename(columns=cols)
+    nominal = [u for u in sc.unknowns if u.path not in vary]
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        if nominal:
+            print("at nominal (declared unknowns not varied): " + "; ".join(
+                f"{u.path}={u.nominal} ({u.describe()})" for u in nominal))
+        print(f"median over {args.seeds} seed(s); empty and gen tok/s are {main_client}'s")
+        print(table.round(3).to_string())
+    print("\n" + SWEEP_COLUMNS.replace("--client's", f"{main_client}'s")
+          .replace("--client", main_client).split("\n--out")[0])
+    return 0
+
+
+def explore_cmd(args: argparse.Namespace) -> int:
+    import signal
+
+    from pdsim.analysis.explore import explore, render, write_tables
+    from pdsim.config import loader, units
+
+    def _stop(signum: int, frame: object) -> None:  # SIGTERM: stop cleanly, runs are stored
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _stop)
+    out = None
+    try:
+        _check_explore_args(args)
+        data = loader.read_yaml(args.scenario, allow_outside_paths=args.allow_outside_paths)
+        name = loader.load(loader.apply_overrides(data, args.sets)).name
+        # (a name is free text: its slashes must not lead the default directory elsewhere)
+        out = Path(args.out or "explore-" + name.replace("/", "_").replace("\\", "_"))
+        ex = explore(data, args.samples, args.seeds, args.sets, args.design, args.design_seed,
+                     out, args.backend, args.workers, args.address, progress=sys.stderr.isatty())
+    except (units.ScenarioError, UsageError, ValueError) as err:
+        return die(str(err))
+    except OSError as err:
+        return die(f"--out {show_path(out) if out else ''}: cannot write "
+                   f"({err.strerror or type(err).__name__})")
+    except KeyboardInterrupt:
+        where = f"in {show_path(out / 'runs.parquet')} " if out else ""
+        print(f"pdsim: interrupted; finished runs are stored {where}and the same command "
+              "resumes", file=sys.stderr)
+        return 130
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 40):
+        print(render(ex))
+    written = write_tables(ex, out)
+    if not args.no_figures:
+        from pdsim.analysis import explore_plots
+
+        written += explore_plots.save(ex, out)
+    print(f"wrote {', '.join(p.name for p in written)} in {show_path(out)}", file=sys.stderr)
+    return 0

@@ -1,0 +1,239 @@
+"""The scenario's fleet and the policies of its data path: the prefill and decode roles
+(``fleet:``), the router, the KV transfer engine, the peer blacklist (one registered policy,
+:data:`pdsim.config.registry.BLACKLIST_POLICIES`), what a flush does, and the step-time
+predictor (``predictor:``)."""
+
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import (
+    Field,
+    model_validator,
+)
+
+from pdsim.config import registry
+from pdsim.config.registry import BLACKLIST_POLICIES
+from pdsim.config.units import (
+    _NUM,
+    MAX_COUNT,
+    MAX_DP,
+    MAX_KV_TOKENS,
+    MAX_MS,
+    MAX_NAME_CHARS,
+    MAX_PAGE_TOKENS,
+    MAX_QUEUES,
+    MAX_RANKS,
+    MAX_RUNNING,
+    MAX_SERVERS,
+    MAX_TOKENS,
+    MAX_TP,
+    Context,
+    Fraction,
+    Invalid,
+    Millis,
+    NonNegInt,
+    PosFloat,
+    PosInt,
+    Seconds,
+    Strict,
+    Tokens,
+)
+from pdsim.util.safeio import (
+    echo,
+)
+
+# --- fleet ---------------------------------------------------------------------------------
+
+
+class RoleConfig(Strict):
+    servers: PosInt = Field(1, le=MAX_SERVERS,
+                            description="Servers of this role, each one SGLang server (its own "
+                            "DP ranks, KV pools and prefix caches); default 1")
+    dp: PosInt = Field(1, le=MAX_DP, description="DP ranks per server (--dp-size), each with its "
+                       "own scheduler, KV pool and prefix cache; with dp_attention they share "
+                       "the server's tp GPUs, without it each rank has tp GPUs of its own; "
+                       "default 1")
+    tp: PosInt = Field(1, le=MAX_TP, description="Tensor-parallel size (--tp-size). With "
+                       "dp_attention: the server's GPUs, attention running over tp/dp of them "
+                       "per DP rank and MLP/MoE over all tp. Without: each DP rank's GPUs, so a "
+                       "server has dp x tp (SGLang's --dp N --tp M takes N*M GPUs); default 1")
+    dp_attention: bool = Field(False, description="DP attention (--enable-dp-attention): the "
+                               "server's dp ranks share its tp GPUs, each running attention on "
+                               "its own requests over tp/dp of them; tp must be a multiple of "
+                               "dp; default false")
+    lockstep: bool | None = Field(
+        None, description="DP ranks run each forward together (idle ranks run idle batches); "
+        "default: on with dp_attention, off without")
+    balance: Literal["round_robin", "total_tokens", "follow_bootstrap_room"] = Field(
+        "round_robin", description="How a server spreads requests over its DP ranks "
+        "(--load-balance-method); default round_robin"
+    )
+    max_running_requests: PosInt = Field(
+        256, le=MAX_RUNNING, description="Requests running at once on each DP rank; default "
+        "256. SGLang's --max-running-requests is this without DP attention, and dp times this "
+        "with it (its model runner divides the flag by dp)")
+    kv_pool_tokens: PosInt | None = Field(
+        None, le=MAX_KV_TOKENS,
+        description="KV pool of each DP rank in tokens (SGLang logs it as max_total_num_tokens); "
+        "default: what mem_fraction_static of GPU memory leaves after the weights"
+    )
+    mem_fraction_static: Fraction = Field(
+        0.8, description="Share of each GPU's memory for weights plus KV pool "
+        "(--mem-fraction-static), used when kv_pool_tokens is unset; default 0.8")
+    page_size: PosInt = Field(1, le=MAX_PAGE_TOKENS,
+                              description="Tokens per KV page (--page-size); default 1")
+    ep: PosInt = Field(1, le=MAX_TP, description="Expert-parallel size (--ep-size with DeepEP): "
+                       "routed experts split over ep GPUs, tokens sent by all-to-all; default 1: "
+                       "MoE weights tensor-parallel")
+
+    @model_validator(mode="after")
+    def _dp_fits_tp(self) -> RoleConfig:
+        if self.dp_attention and self.tp % self.dp:
+            raise ValueError(f"with dp_attention, tp ({self.tp}) must be a multiple of dp "
+                             f"({self.dp})")
+        if self.servers * self.dp > MAX_RANKS:
+            raise ValueError(f"servers x dp = {self.servers * self.dp:,} DP ranks; at most "
+                             f"{MAX_RANKS:,} per role")
+        if self.ep > 1 and self.ep != self.tp:
+            raise ValueError(f"ep ({self.ep}) must be 1 or equal tp ({self.tp}): SGLang splits "
+                             f"experts over the server's tp GPUs")
+        return self
+
+
+class PrefillConfig(RoleConfig):
+    chunked_prefill_size: Tokens | None = Field(
+        None, description="--chunked-prefill-size of the server (SGLang semantics: under DP "
+        "attention each rank gets size // dp). Unset: SGLang's default from GPU memory (8192 "
+        "for 60-160 GB parts such as H20/H100/H200)"
+    )
+    prefix_cache: bool = Field(True, description="Radix (prefix) cache on each prefill rank "
+                               "(false: SGLang's --disable-radix-cache); default true")
+    prefix_block_tokens: PosInt = Field(512, le=MAX_PAGE_TOKENS,
+                                        description="Tokens per prefix-cache block, what one "
+                                        "trace hash_id stands for (512 in the Mooncake traces); "
+                                        "default 512")
+
+
+class DecodeConfig(RoleConfig):
+    retract_reserve_tokens: NonNegInt = Field(
+        0, le=MAX_TOKENS, description="Tokens of growth reserved per request at admission; "
+        "default 0"
+    )
+
+
+class FleetConfig(Strict):
+    gpu: str = Field(description="GPU profile name (pdsim profiles; or one a profile file adds)")
+    model: str = Field(description="Model profile name")
+    prefill: PrefillConfig = Field(PrefillConfig(), description="The prefill servers "
+                                   "(--disaggregation-mode prefill); default: one, dp 1, tp 1")
+    decode: DecodeConfig = Field(DecodeConfig(), description="The decode servers "
+                                 "(--disaggregation-mode decode); default: one, dp 1, tp 1")
+    engine: str = Field("sglang", max_length=MAX_NAME_CHARS,
+                        description="Engine profile name (CPU-side and per-request costs); "
+                        "default sglang")
+
+
+# --- router, transfer, blacklist, flush, predictor -------------------------------------------
+
+
+class RouterConfig(Strict):
+    kind: Literal["mini_lb"] = Field("mini_lb", description="Request routing: random PD pairing")
+    flush_handler: Literal["mini_lb_0.3.2", "mini_lb_fixed", "model_gateway", "rust_router"] = (
+        Field("mini_lb_0.3.2", description="What the router's POST /flush_cache does")
+    )
+    request_timeout_s: Seconds = Field(
+        1800.0, description="How long the router waits for a request's response before "
+        "failing it; default 1800 s")
+    fanout_concurrency: PosInt = Field(32, le=MAX_COUNT,
+                                       description="Rust routers: concurrent flush fan-out")
+    worker_timeout_s: Seconds = Field(5.0, description="sgl-model-gateway per-worker timeout")
+    http_latency_ms: Millis = Field(0.5, description="One router<->server hop")
+
+
+class TransferConfig(Strict):
+    queues_per_rank: PosInt = Field(4, le=MAX_QUEUES,
+                                    description="Mooncake transfer queues per prefill rank")
+    call_latency_ms: Millis = Field(1.6, description="Fixed cost per batch write (ref 6)")
+    nic_gbps: PosFloat | None = Field(None, ge=1e-3, le=1e6,
+                                      description="NIC line rate; default from GPU profile")
+    gpus_per_nic: PosInt | None = Field(None, le=MAX_TP, description="Default from GPU profile")
+    peak_utilisation: Fraction = Field(0.84, description="168 GB/s over 4x400 GbE (ref 6)")
+    min_utilisation: Fraction = Field(0.12, description="Utilisation floor for small writes")
+    saturation_mb: PosFloat = Field(100.0, le=1e6,
+                                    description="Write size reaching peak utilisation")
+    transfer_timeout_s: Seconds = Field(
+        30.0, description="MC_TRANSFER_TIMEOUT: a synchronous batch write gives up (ret != 0) "
+        "after this plus 1 ns per byte (Mooncake transfer_engine_py.cpp); what a write to a "
+        "peer that does not answer costs")
+    qp_retry_s: Seconds = Field(
+        0.537, description="How long an RDMA write to a peer that does not acknowledge retries "
+        "before the QP errors: IB local ACK timeout 4.096 us x 2^14 x (retry_cnt 7 + 1) "
+        "(Mooncake rdma_endpoint.cpp TIMEOUT=14, RETRY_CNT=7). A crashed peer's writes fail "
+        "after this (its reconnect is refused); shorter outages cost nothing")
+    bootstrap_timeout_s: Seconds = Field(
+        300.0, description="SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT: a prefill fails a request "
+        "whose decode has not bootstrapped its room by then; default 300 s")
+    waiting_timeout_s: Seconds = Field(
+        300.0, description="SGLANG_DISAGGREGATION_WAITING_TIMEOUT: a decode fails a request "
+        "whose KV has not arrived by then; default 300 s")
+    base_port: PosInt = Field(17000, le=65535, description="First decode session rpc port")
+
+
+BLACKLIST_POLICIES.renamed["recovery"] = (
+    "blacklist.recovery is now blacklist.policy (none -> permanent; probe; v0_5_23; also ttl, "
+    "strikes_window, circuit_breaker, never)")
+BlacklistConfig = Annotated[registry.Params, BLACKLIST_POLICIES.field()]
+"""``blacklist:``: ``policy`` names a registered policy (pdsim.engine.blacklist); its parameters sit
+beside it and are checked by the policy's own model (with a ``check(ctx)`` like any section)."""
+
+
+class FlushConfig(Strict):
+    semantics: Literal["skip_idle_check", "reject_if_busy"] = Field(
+        "skip_idle_check",
+        description="Immediate path (timeout<=0): flush regardless (incident report) or 400 when "
+        "busy (released 0.5.10-0.5.23)",
+    )
+    dooms: Literal["source", "source_and_destination", "source_and_unstarted"] = Field(
+        "source_and_destination",
+        description="Which transfers a flush fails (an assumption: the write-up only says the "
+        "engine 'reads a freshly freed buffer'). source: those reading prefill pages the flush "
+        "freed (forward, chunked, in-flight); source_and_destination: also those writing into "
+        "decode pages it freed, once their prefill has started; source_and_unstarted: also "
+        "rooms pre-allocated on the decode whose prefill has not started",
+    )
+
+
+Coefficient = Annotated[float, Field(ge=0, le=MAX_MS, allow_inf_nan=False), _NUM]
+FITTED_KEYS = ("prefill_a_ms", "prefill_b_ms_per_ktok", "prefill_c_ms_per_mtok2",
+               "decode_a_ms", "decode_b_ms_per_ktok", "decode_c_ms_per_seq")
+
+
+class PredictorConfig(Strict):
+    kind: Literal["operator", "fitted", "roofline"] = Field(
+        "operator", description="operator: per-layer GEMM/attention/MoE/communication model "
+        "from the GPU, model and engine profiles; fitted: a + b*... coefficients from the model "
+        "profile; roofline: one MFU and one HBM derate")
+    two_batch_overlap: bool = Field(
+        False, description="operator: --enable-two-batch-overlap (communication hidden under "
+        "the other micro-batch's computation)")
+    expert_imbalance: Annotated[float, Field(ge=1, le=100, allow_inf_nan=False), _NUM] = Field(
+        1.0, description="operator, EP: busiest expert-GPU load over the mean (1: balanced; "
+        "a measured value from SGLang's expert distribution recorder)")
+    coefficients: dict[str, Coefficient] = Field(
+        default_factory=dict, description="fitted: override coefficients by name (ms terms, "
+        f"finite, 0..{MAX_MS:g})"
+    )
+    prefill_mfu: Fraction = Field(0.35, description="Roofline: achieved fraction of peak FLOP/s")
+    hbm_derate: Fraction = Field(0.8, description="Roofline: achieved fraction of HBM bandwidth")
+    step_overhead_ms: Millis = Field(5.0, description="Roofline: per-step launch overhead")
+
+    def check(self, ctx: Context) -> None:
+        unknown = sorted(set(self.coefficients) - set(FITTED_KEYS))
+        if unknown:
+            raise Invalid("coefficients", f"unknown {echo(unknown)}; allowed: "
+                          f"{', '.join(FITTED_KEYS)}")
+        if self.coefficients and self.kind != "fitted":
+            raise Invalid("coefficients", f"belong to the fitted predictor; set "
+                          f"predictor.kind: fitted (kind is {self.kind!r})")
