@@ -11,6 +11,8 @@ import importlib
 import pkgutil
 from typing import TYPE_CHECKING, Any
 
+from pdsim.util.version import __version__ as __version__  # (re-exported)
+
 if TYPE_CHECKING:
     from pdsim.analysis.explore import Exploration, explore
     from pdsim.analysis.sweep import sweep
@@ -19,18 +21,17 @@ if TYPE_CHECKING:
     from pdsim.config.loader import load
     from pdsim.config.scenario import Scenario
     from pdsim.config.units import ScenarioError
-    from pdsim.engine.sim import Result, run
+    from pdsim.output.result import Result, run
 
 # Public names, each imported from its module on first use (PEP 562), so that `import pdsim`,
 # `pdsim.load` and `pdsim validate` do not load pandas, pyarrow and numpy (~0.5 s) for nothing.
 _HOME = {"Exploration": "analysis.explore", "explore": "analysis.explore",
          "Scenario": "config.scenario", "ScenarioError": "config.units",
-         "load": "config.loader", "Result": "engine.sim", "run": "engine.sim",
+         "load": "config.loader", "Result": "output.result", "run": "output.result",
          "sweep": "analysis.sweep", "WhatIf": "analysis.whatif_table", "whatif": "analysis.whatif"}
 
 __all__ = ["Exploration", "Result", "Scenario", "ScenarioError", "WhatIf", "explore", "load",
            "run", "sweep", "whatif"]
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:

@@ -285,16 +285,16 @@ def test_a_bar_shows_only_for_a_run_still_going_after_its_delay(capsys):
 def test_pdsim_run_shows_a_late_bar_on_a_terminal(monkeypatch, tty, flags, want):
     """A long `pdsim run` on a terminal showed nothing until it ended (hours, for a big
     scenario): a run still going after 2 s now shows its bar; --no-progress never does."""
-    import pdsim.engine.sim
+    import pdsim.output.result
 
     seen = []
-    real = pdsim.engine.sim.run
+    real = pdsim.output.result.run
 
     def spy(*a, **kw):
         seen.append(kw["progress"])
         return real(*a, **kw)
 
-    monkeypatch.setattr(pdsim.engine.sim, "run", spy)
+    monkeypatch.setattr(pdsim.output.result, "run", spy)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: tty)
     assert main(["run", "scenarios/healthy.yaml", "--json", *flags,
                  "--set", "clients.0.num_prompts=20"]) == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import pdsim
-from pdsim.analysis import validation
+from pdsim.analysis import validation, validation_table
 
 
 def test_every_published_case_has_a_setup_that_validates():
@@ -26,7 +26,7 @@ def test_median_error_on_the_shipped_cases_is_at_most_10_percent():
     df = validation.validate()
     assert len(df) == len(validation.published())
     s = validation.summary(df)
-    assert s["median_abs_error"] <= 0.10, validation.markdown(df)
+    assert s["median_abs_error"] <= 0.10, validation_table.markdown(df)
 
 
 def test_cli_validate_model_prints_rows(capsys, tmp_path):
@@ -80,7 +80,7 @@ def test_a_met_upper_bound_reads_within_bound_not_an_exact_match():
          "published": 20.0, "simulated": 20.0}])
     rows["error"] = [validation.error(r.published, r.simulated, r.metric)
                      for r in rows.itertuples()]
-    md = validation.markdown(rows).splitlines()
+    md = validation_table.markdown(rows).splitlines()
     assert md[2].endswith("| 20.00 | 18.80 | within bound |")
     assert md[3].endswith("| 20.00 | 22.00 | +10.0% |")
     assert md[4].endswith("| 20.00 | 20.00 | +0.0% |")  # a plain figure matched: as it was

@@ -137,7 +137,7 @@ def flatten(summary: dict, prefix: str = "") -> dict:
 
 
 def _run_one(task: tuple) -> dict:
-    from pdsim.engine.sim import run
+    from pdsim.output.result import run
 
     data, key, inputs = task
     res = run(data)

@@ -39,7 +39,7 @@ def _flatten(summary: dict) -> dict:
 
 
 def _one(args: tuple[dict, list[str], dict]) -> dict:
-    from pdsim.engine.sim import run
+    from pdsim.output.result import run
 
     data, sets, labels = args
     res = run(data, sets=sets)

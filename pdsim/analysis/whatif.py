@@ -234,7 +234,7 @@ def measure(res: Any) -> dict:
 
 def _one(task: tuple[dict, list[str], dict, Sequence[str]]) -> dict:
     from pdsim.config.registry import load_plugin
-    from pdsim.engine.sim import run
+    from pdsim.output.result import run
 
     data, sets, labels, plugins = task
     for p in plugins:  # workers started by spawn need the user's registrations too

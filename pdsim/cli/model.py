@@ -208,7 +208,7 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
 
     import pandas as pd
 
-    from pdsim.analysis import holdout, validation
+    from pdsim.analysis import holdout, validation, validation_table
     from pdsim.config import units
 
     do_holdout = args.holdout or bool(args.write_readme)
@@ -258,7 +258,7 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
             df.to_csv(args.csv, index=False)
             print(f"wrote {show_path(args.csv)}", file=sys.stderr)
         if args.write_readme:
-            validation.write_readme(df, Path(args.write_readme))
+            validation_table.write_readme(df, Path(args.write_readme))
             print(f"wrote the table into {show_path(args.write_readme)}", file=sys.stderr)
     except OSError as err:
         return die(f"cannot write ({err.strerror or type(err).__name__}): "

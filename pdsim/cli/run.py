@@ -146,8 +146,8 @@ def run_or_validate(args: argparse.Namespace) -> int:
                 print(f"  {u.path}: {u.describe()}, nominal {u.nominal}")
         return 0
 
-    from pdsim.engine.sim import run
     from pdsim.output import report
+    from pdsim.output.result import run
 
     if args.format == "parquet" and args.out:
         try:

@@ -3,10 +3,15 @@ policies, clients and datasets, faults and reference figures, the top-level Scen
 it safely (``extends:``, ``--set``), the registries of pluggable behaviour that drive its JSON
 Schema, declared unknowns, traces, and the schema of profile files. Imports only util.
 
-Checks that need the model (a KV pool that must fit, a predictor that must build) are registered
-by the model layer with :func:`pdsim.config.scenario.load_check`; the loader imports the
-built-in ones by name on first use (``pdsim.config.scenario._BUILTIN_CHECKS``), the one lazy
-upward import in pdsim, so that ``pdsim validate`` catches everything ``pdsim run`` would.
+What is pluggable is registered from above, into registries that live here: blacklist policies
+and fault kinds (engine code) into :mod:`pdsim.config.registry`'s ``BLACKLIST_POLICIES`` and
+``FAULTS``, load-time checks that need the model (the KV pool must fit) through
+:func:`pdsim.config.scenario.load_check`. A registry imports the module of its built-in entries
+by name the first time it is read (``Registry.builtins``, ``scenario._BUILTIN_CHECKS``), so
+that the schema lists every policy and ``pdsim validate`` catches everything ``pdsim run``
+would, whoever imported what. These three by-name imports are pdsim's only upward ones
+(``tests/test_structure.py``, ``BY_NAME``); the code of this layer never calls into the layers
+above except through what they registered.
 """
 
 from pdsim.util.lazy import submodules

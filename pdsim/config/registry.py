@@ -19,7 +19,7 @@ imported.
     @BLACKLIST_POLICIES.register("my_policy")
     class MyPolicy(pdsim.engine.blacklist.Policy):
         class Params(pdsim.engine.blacklist.Params):   # a scenario section
-                                                       # (pdsim.config.scenario.Strict)
+                                                       # (pdsim.config.units.Strict)
             hold_s: Seconds = 10.0
 """
 

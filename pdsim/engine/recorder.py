@@ -1,8 +1,8 @@
 """What a run records of its batch steps and KV writes, for the Perfetto export.
 
 Kept apart from :mod:`pdsim.output.perfetto` (the exporter, which reads a finished
-:class:`pdsim.engine.sim.Result`) so that the simulation imports only this and the exporter imports
-the simulation's types without an import circle.
+:class:`pdsim.output.result.Result`) so that the simulation imports only this and the exporter
+imports the simulation's types without an import circle.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Run a scenario: ``run(scenario) -> Result``."""
+"""Run a scenario: build the fleet, run it, and make its :class:`~pdsim.engine.outcome.Outcome`
+(the public ``pdsim.run``, :func:`pdsim.output.result.run`, makes it a Result)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,8 @@ import gc
 import math
 import threading
 import time
-from collections import namedtuple
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,201 +17,19 @@ import numpy as np
 import simpy
 
 from pdsim.config import loader, units
-from pdsim.config import scenario as scenario_mod
+from pdsim.config.scenario import Scenario
 from pdsim.engine import clock
 from pdsim.engine import summary as summary_mod
-from pdsim.engine.fleet import GAUGES, Fleet
+from pdsim.engine.fleet import Fleet
 from pdsim.engine.log import COLUMNS as EVENT_COLUMNS
-from pdsim.engine.log import frame_of, plain_columns, plain_rows, records_columns, records_frame
+from pdsim.engine.log import frame_of, plain_columns, records_columns, records_frame
+from pdsim.engine.outcome import REQUEST_COLUMNS, SAMPLE_COLUMNS, Outcome
 from pdsim.engine.recorder import Recorder
 from pdsim.engine.summary import FLUSH_REASONS, clean
-from pdsim.util.rng import seeds_of
 
 if TYPE_CHECKING:
     import pandas as pd
 
-_EventRow = namedtuple("Event", EVENT_COLUMNS)  # (what events.itertuples gives, by name)
-
-REQUEST_COLUMNS = [
-    "rid", "client", "kind", "question", "attempt", "input_len", "output_len", "stream",
-    "t_arrival", "t_first_token", "t_prefill_start", "t_prefill_end", "t_transfer_done",
-    "t_done", "generated",
-    "status", "reason", "http_status", "room", "p_server", "p_rank", "d_server", "d_rank",
-    "session", "prefill_tokens", "cached_tokens", "flush_doomed", "stale_pages",
-]
-
-# a time-series sample (_sampler's rows): the clock and the run's counters, then the gauges
-SAMPLE_COLUMNS = ("time", "tokens_out", "failed", "transfer_failures", *GAUGES)
-
-
-class _Table:
-    """A DataFrame of a :class:`Result`, built from the run's records when first read, then
-    kept. A run's summary and ``pdsim run``'s report read the records themselves, so a run
-    whose tables nobody reads never imports pandas (~0.6 s of a ~1.7 s ``pdsim run``) or
-    builds a frame (a sweep's runs read only their summaries). Assigning a table replaces it
-    and deleting one brings back the run's own; either makes new dicts rather than change the
-    shared ones, so a copy of a Result (``copy.copy``, ``dataclasses.replace``) keeps its
-    tables as a copy of the dataclass with frames in its fields did."""
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    def __get__(self, res: Result | None, owner: type | None = None) -> Any:
-        if res is None:
-            return self
-        built = res._built
-        if self.name not in built:  # (a copy may share the dict: it shares the frame, as
-            built[self.name] = res._builders[self.name]()  # a shallow copy shares a field)
-        return built[self.name]
-
-    def __set__(self, res: Result, frame: pd.DataFrame) -> None:
-        res._built = {**res._built, self.name: frame}
-
-    def __delete__(self, res: Result) -> None:
-        res._built = {k: v for k, v in res._built.items() if k != self.name}
-
-
-@dataclass
-class Result:
-    """What a run produced: the summary, and DataFrames for notebooks and tests."""
-
-    scenario: scenario_mod.Scenario
-    summary: dict
-    flush_calls: list = field(default_factory=list)
-    sim_wall_s: float = 0.0
-    kv_pools: dict = field(default_factory=dict)  # rank -> {capacity, peak, used} in pages
-    what_if: str = ""  # why the scenario's reference figures do not apply to this run, if so
-    recorder: Recorder | None = None  # batch steps and KV writes, when run with record_steps
-    # what the run scheduled as plain heap entries instead of SimPy events (summary "events"):
-    # batch-step ends, links of zero-delay callback chains, timers (pdsim.engine.clock); a
-    # performance figure like sim_wall_s
-    sim_entries: int = 0
-    end_s: float = math.nan  # the clock when the run ended (the summary's simulated_s, rounded)
-    # (the tables' makers, each a partial of a module function over the run's records, and
-    # the tables made: see _Table)
-    _builders: dict = field(default_factory=dict, repr=False, compare=False)
-    _built: dict = field(default_factory=dict, repr=False, compare=False)
-    # (the request table's columns as the summary read them, pdsim.engine.log.plain_columns) and the
-    # event log's records
-    _request_columns: dict = field(default_factory=dict, repr=False, compare=False)
-    _event_records: list = field(default_factory=list, repr=False, compare=False)
-
-    requests = _Table()  # one row per HTTP request (REQUEST_COLUMNS)
-    events = _Table()  # one row per logged event (pdsim.engine.log.COLUMNS)
-    timeseries = _Table()  # the gauges every timeseries_interval_s (SAMPLE_COLUMNS, rates)
-    answers = _Table()  # one row per eval question answered (empty without an eval client)
-
-    @property
-    def scheduled(self) -> int:
-        """Everything the run put on a heap: SimPy events plus pdsim's plain entries."""
-        return self.summary.get("events", 0) + self.sim_entries
-
-    @property
-    def unknowns(self) -> list:
-        """The scenario's declared unknowns, which this run took at their nominal values."""
-        return self.scenario.unknowns
-
-    @property
-    def measured(self) -> pd.DataFrame:
-        """Requests the clients measure (warmup excluded)."""
-        return self.requests[self.requests.kind != "warmup"]
-
-    def request_values(self, name: str) -> object:
-        """One column of :attr:`requests` without building the frame: a numpy array, or the
-        tuple of a column of strings (a column pandas had to type itself: its array); the
-        frame's own when one was read or assigned."""
-        if "requests" in self._built:
-            return self.requests[name].to_numpy()
-        return self._request_columns[name]
-
-    def event_rows(self) -> Iterator[tuple]:
-        """The rows of :attr:`events` in order, each as ``events.itertuples(index=False)``
-        gives it (fields named after the columns, values as Python objects), without building
-        the frame when the records allow it (``pdsim.engine.log.plain_rows``); the frame's own when
-        one was read or assigned."""
-        if "events" not in self._built:
-            if not self._event_records:
-                return iter(())
-            rows = plain_rows(plain_columns(self._event_records, EVENT_COLUMNS))
-            if rows is not None:
-                return map(_EventRow._make, rows)
-        return self.events.itertuples(index=False)
-
-    def write(self, out: str | Path, fmt: str = "csv") -> list[Path]:
-        """Write a self-describing run directory: records, events, time series,
-        ``summary.json``, the resolved ``scenario.yaml`` (after ``extends:`` and ``--set``;
-        ``pdsim run DIR/scenario.yaml`` re-runs it), ``run.json`` (pdsim version, seeds, how it
-        was made) and ``report.txt`` (the human report). Nothing in it depends on the machine
-        or the clock, so the same scenario and seed write the same bytes."""
-        import json
-
-        out = Path(out)
-        out.mkdir(parents=True, exist_ok=True)
-        written = []
-        tables = {"requests": self.requests, "events": self.events,
-                  "timeseries": self.timeseries}
-        if len(self.answers):
-            tables["answers"] = self.answers
-        for name, df in tables.items():
-            path = out / f"{name}.{fmt}"
-            if fmt == "parquet":
-                df.to_parquet(path, index=False)
-            else:
-                df.to_csv(path, index=False, float_format="%.9g")
-            written.append(path)
-        path = out / "summary.json"
-        path.write_text(json.dumps(self.summary, indent=2, sort_keys=True) + "\n")
-        written.append(path)
-        for name, text in self.describe().items():
-            path = out / name
-            path.write_text(text)
-            written.append(path)
-        return written
-
-    def describe(self) -> dict[str, str]:
-        """``scenario.yaml``, ``run.json`` and ``report.txt`` of a run directory, as text
-        (independent of where the directory is, so that two runs' directories compare equal)."""
-        import json
-
-        import yaml
-
-        from pdsim import __version__
-        from pdsim.config import unknowns
-        from pdsim.output import report
-
-        sc = self.scenario
-        # declared unknowns stay declared (at the nominal the run used), so a re-run matches
-        data = unknowns.redeclare(sc.model_dump(mode="python"), sc.unknowns)
-        # (robust) trace files as resolved at load time: the run directory holds no traces
-        rerun = "pdsim run RUN_DIR/scenario.yaml"
-        for c, cd in zip(sc.clients, data["clients"], strict=True):
-            if c.dataset.kind == "trace":
-                cd["dataset"]["path"] = str(c.dataset.resolved_path)
-                rerun = "pdsim run RUN_DIR/scenario.yaml --allow-outside-paths"
-        if sc.profiles and sc._context is not None:  # (steptime) profile files likewise
-            data["profiles"] = [str(sc._context.resolve(rel, f"'profiles.{i}'"))
-                                for i, rel in enumerate(sc.profiles)]
-            rerun = "pdsim run RUN_DIR/scenario.yaml --allow-outside-paths"
-        resolved = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
-        head = (f"# Resolved scenario of this run (pdsim {__version__}): {sc._source or 'a dict'}"
-                f" after extends: and overrides {list(sc._overrides) or 'none'}.\n"
-                f"# Re-run: {rerun}\n")
-        meta = {"pdsim_version": __version__, "scenario": sc.name, "source": sc._source,
-                "overrides": list(sc._overrides), "seed": sc.seed,
-                "seeds": seeds_of(sc.seed, sc.seeds.model_dump()),
-                "streams": "numpy SeedSequence([seeds[subsystem], crc32(subsystem)]), one "
-                           "per subsystem (pdsim/util/rng.py); a seed under seeds: in the "
-                           "scenario replaces the root seed for its subsystem",
-                "what_if": self.what_if or None,
-                "rerun": rerun,
-                "files": {"requests": "one row per HTTP request", "events": "one row per event",
-                          "timeseries": f"gauges every {sc.timeseries_interval_s:g} simulated s",
-                          "summary.json": "the metrics (pdsim run --json)",
-                          "report.txt": "the human report (pdsim run)",
-                          "scenario.yaml": "the scenario exactly as run"}}
-        return {"scenario.yaml": head + resolved,
-                "run.json": json.dumps(meta, indent=2) + "\n",
-                "report.txt": report.render(self) + "\n"}
 
 
 def _records(fleet: Fleet) -> dict | None:
@@ -412,26 +229,17 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
     return clean(top)
 
 
-def run(scenario: str | Path | dict | scenario_mod.Scenario, sets: list[str] | None = None,
-        progress: bool | float = False, record_steps: bool = False, *,
-        allow_outside_paths: bool = False) -> Result:
-    """Simulate ``scenario`` (a path, dict or :class:`Scenario`) and return its Result.
-
-    ``progress``: a bar of simulated seconds on stderr, ``True`` at once, or a number of
-    wall seconds after which a run still going shows one (``pdsim run`` on a terminal: 2).
-
-    ``record_steps``: keep every batch step and KV write for a Perfetto trace
-    (:mod:`pdsim.output.perfetto`); it changes nothing that is simulated. ``allow_outside_paths``:
-    let the scenario name files (``extends:``, traces) outside its directory tree (for a
-    dict: outside the current directory).
-    """
-    sc = loader.load(scenario, sets, allow_outside_paths=allow_outside_paths)
+def simulate(sc: Scenario, recorder: Recorder | None = None, progress: bool | float = False,
+             make: type[Outcome] = Outcome) -> Outcome:
+    """Simulate a loaded scenario; ``make``: the Outcome class to return (``pdsim.run``'s
+    Result). ``recorder``: keep every batch step and KV write (:mod:`pdsim.output.perfetto`);
+    ``progress``: as ``pdsim.run``'s. The cyclic garbage collector pauses meanwhile."""
     with _cyclic_gc_paused():
-        return _simulate(sc, Recorder() if record_steps else None, progress)
+        return _simulate(sc, recorder, progress, make)
 
 
-def _simulate(sc: scenario_mod.Scenario, recorder: Recorder | None,
-              progress: bool | float) -> Result:
+def _simulate(sc: Scenario, recorder: Recorder | None, progress: bool | float,
+              make: type[Outcome] = Outcome) -> Outcome:
     """Build the fleet, run it and make its Result (which keeps no reference to the fleet)."""
     wall0 = time.perf_counter()
     fleet = Fleet(sc, recorder)
@@ -470,7 +278,7 @@ def _simulate(sc: scenario_mod.Scenario, recorder: Recorder | None,
                 "events": partial(records_frame, log_rows, EVENT_COLUMNS),
                 "timeseries": partial(_timeseries, rows),
                 "answers": partial(_answers, answers)}
-    return Result(sc, summary, fleet.router.flush_calls, wall, pools, what_if(sc), recorder,
+    return make(sc, summary, fleet.router.flush_calls, wall, pools, what_if(sc), recorder,
                   sim_entries, end, builders, _request_columns=cols, _event_records=log_rows)
 
 
@@ -506,7 +314,7 @@ def _cyclic_gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-def what_if(sc: scenario_mod.Scenario) -> str:
+def what_if(sc: Scenario) -> str:
     """Why the scenario's ``reference:`` figures are not this run's own, or "" when they are:
     overrides other than the seed changed it, or its file inherits them through ``extends:``."""
     if not sc.reference:

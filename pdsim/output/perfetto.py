@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from pdsim.engine.recorder import KV_STEP, Recorder
 
 if TYPE_CHECKING:
-    from pdsim.engine.sim import Result
+    from pdsim.output.result import Result
 
 __all__ = ["KV_STEP", "Recorder", "trace_events", "write"]
 

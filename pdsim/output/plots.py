@@ -1,4 +1,4 @@
-"""Figures for a postmortem, from a :class:`~pdsim.engine.sim.Result` (matplotlib).
+"""Figures for a postmortem, from a :class:`~pdsim.output.result.Result` (matplotlib).
 
     fig = plots.postmortem(res)                   # the incident at a glance, nine panels
     fig = plots.compare({"healthy": h, "drop": d, "forward": f})   # throughput side by side
@@ -23,7 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from pdsim.engine.sim import Result
+from pdsim.output.result import Result
 
 OK = "#2166ac"
 FAIL = "#ef8a62"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from pdsim.config.clients import BenchClientConfig, EvalClientConfig
 from pdsim.config.scenario import ReferenceFigure, Scenario
 from pdsim.config.unknowns import block as unknowns_lines
-from pdsim.engine.sim import Result
+from pdsim.engine.outcome import Outcome
 from pdsim.engine.transfer import DEAD_MSG
 
 if TYPE_CHECKING:
@@ -195,7 +195,7 @@ ROUTINE = ("retract", "flush_doomed", "probe", "flush_received", "flush_answer")
 
 
 def told(rows: Iterable) -> list:
-    """The events the timeline tells (``Result.event_rows``): all but the routine ones, and
+    """The events the timeline tells (``Outcome.event_rows``): all but the routine ones, and
     the probes that failed (a probe logs ``value`` 1.0 when its peer answered, and a detail
     "ok after ... s" or "failed after ... s", pdsim.engine.blacklist)."""
     return [e for e in rows
@@ -206,7 +206,7 @@ def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 
              verbose: bool = False) -> list[str]:
     """The story a postmortem reader needs, in order and concise.
 
-    ``ev``: events as ``Result.events`` has them, or its rows (``Result.event_rows``). A burst
+    ``ev``: events as ``Outcome.events`` has them, or its rows (``Outcome.event_rows``). A burst
     of ``ret != 0`` failures (and the blacklist growth it causes) is one line; with
     ``verbose`` every failure and pair gets its own line and nothing is cut.
     """
@@ -337,7 +337,7 @@ def band(r: ReferenceFigure) -> str:
     return ""
 
 
-def unknowns_block(res: Result) -> list[str]:
+def unknowns_block(res: Outcome) -> list[str]:
     """The chosen inputs this run took at their nominal values (pdsim explore samples them)."""
     if not res.unknowns:
         return []
@@ -399,7 +399,7 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
     return out
 
 
-def horizon_warning(res: Result) -> list[str]:
+def horizon_warning(res: Outcome) -> list[str]:
     """A run that hit ``horizon_s`` before its clients finished says so, with counts."""
     s = res.summary
     running = int(sum(v == "unfinished" for v in res.request_values("status")))
@@ -454,7 +454,7 @@ def not_reached(sc: Scenario, end: float) -> list[str]:
     return out
 
 
-def not_reached_warning(res: Result) -> list[str]:
+def not_reached_warning(res: Outcome) -> list[str]:
     """Faults, operator flushes and clients timed after the run ended say so: they never
     happened, so the figures above show nothing of them."""
     end = res.summary["simulated_s"] if math.isnan(res.end_s) else res.end_s  # (unrounded:
@@ -471,7 +471,7 @@ def not_reached_warning(res: Result) -> list[str]:
             "(more num_prompts, a later horizon_s)."]
 
 
-def render(res: Result, verbose: bool = False) -> str:
+def render(res: Outcome, verbose: bool = False) -> str:
     """The whole human report of a run (what ``pdsim run`` prints)."""
     s = res.summary
     lines: list[str] = []

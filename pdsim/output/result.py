@@ -1,0 +1,116 @@
+"""The public ``run``: a scenario, loaded, simulated, and its :class:`Result`.
+
+A Result is the engine's :class:`~pdsim.engine.outcome.Outcome` (summary and tables) that can
+also write itself as a self-describing run directory, ``report.txt`` included. Both live here,
+above the engine and beside the report, so that the engine never imports the report (the
+circle ``sim`` <-> ``report`` this layout removed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pdsim.config import loader
+from pdsim.config.scenario import Scenario
+from pdsim.engine.outcome import Outcome
+from pdsim.engine.recorder import Recorder
+from pdsim.engine.sim import simulate
+from pdsim.util.rng import seeds_of
+from pdsim.util.version import __version__
+
+
+class Result(Outcome):
+    """What a run produced: the summary, DataFrames for notebooks and tests, and the run
+    directory (:meth:`write`)."""
+
+    def write(self, out: str | Path, fmt: str = "csv") -> list[Path]:
+        """Write a self-describing run directory: records, events, time series,
+        ``summary.json``, the resolved ``scenario.yaml`` (after ``extends:`` and ``--set``;
+        ``pdsim run DIR/scenario.yaml`` re-runs it), ``run.json`` (pdsim version, seeds, how it
+        was made) and ``report.txt`` (the human report). Nothing in it depends on the machine
+        or the clock, so the same scenario and seed write the same bytes."""
+        import json
+
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        written = []
+        tables = {"requests": self.requests, "events": self.events,
+                  "timeseries": self.timeseries}
+        if len(self.answers):
+            tables["answers"] = self.answers
+        for name, df in tables.items():
+            path = out / f"{name}.{fmt}"
+            if fmt == "parquet":
+                df.to_parquet(path, index=False)
+            else:
+                df.to_csv(path, index=False, float_format="%.9g")
+            written.append(path)
+        path = out / "summary.json"
+        path.write_text(json.dumps(self.summary, indent=2, sort_keys=True) + "\n")
+        written.append(path)
+        for name, text in self.describe().items():
+            path = out / name
+            path.write_text(text)
+            written.append(path)
+        return written
+
+    def describe(self) -> dict[str, str]:
+        """``scenario.yaml``, ``run.json`` and ``report.txt`` of a run directory, as text
+        (independent of where the directory is, so that two runs' directories compare equal)."""
+        import json
+
+        import yaml
+
+        from pdsim.config import unknowns
+        from pdsim.output import report
+
+        sc = self.scenario
+        # declared unknowns stay declared (at the nominal the run used), so a re-run matches
+        data = unknowns.redeclare(sc.model_dump(mode="python"), sc.unknowns)
+        # (robust) trace files as resolved at load time: the run directory holds no traces
+        rerun = "pdsim run RUN_DIR/scenario.yaml"
+        for c, cd in zip(sc.clients, data["clients"], strict=True):
+            if c.dataset.kind == "trace":
+                cd["dataset"]["path"] = str(c.dataset.resolved_path)
+                rerun = "pdsim run RUN_DIR/scenario.yaml --allow-outside-paths"
+        if sc.profiles and sc._context is not None:  # (steptime) profile files likewise
+            data["profiles"] = [str(sc._context.resolve(rel, f"'profiles.{i}'"))
+                                for i, rel in enumerate(sc.profiles)]
+            rerun = "pdsim run RUN_DIR/scenario.yaml --allow-outside-paths"
+        resolved = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+        head = (f"# Resolved scenario of this run (pdsim {__version__}): {sc._source or 'a dict'}"
+                f" after extends: and overrides {list(sc._overrides) or 'none'}.\n"
+                f"# Re-run: {rerun}\n")
+        meta = {"pdsim_version": __version__, "scenario": sc.name, "source": sc._source,
+                "overrides": list(sc._overrides), "seed": sc.seed,
+                "seeds": seeds_of(sc.seed, sc.seeds.model_dump()),
+                "streams": "numpy SeedSequence([seeds[subsystem], crc32(subsystem)]), one "
+                           "per subsystem (pdsim/util/rng.py); a seed under seeds: in the "
+                           "scenario replaces the root seed for its subsystem",
+                "what_if": self.what_if or None,
+                "rerun": rerun,
+                "files": {"requests": "one row per HTTP request", "events": "one row per event",
+                          "timeseries": f"gauges every {sc.timeseries_interval_s:g} simulated s",
+                          "summary.json": "the metrics (pdsim run --json)",
+                          "report.txt": "the human report (pdsim run)",
+                          "scenario.yaml": "the scenario exactly as run"}}
+        return {"scenario.yaml": head + resolved,
+                "run.json": json.dumps(meta, indent=2) + "\n",
+                "report.txt": report.render(self) + "\n"}
+
+
+def run(scenario: str | Path | dict | Scenario, sets: list[str] | None = None,
+        progress: bool | float = False, record_steps: bool = False, *,
+        allow_outside_paths: bool = False) -> Result:
+    """Simulate ``scenario`` (a path, dict or :class:`Scenario`) and return its Result.
+
+    ``progress``: a bar of simulated seconds on stderr, ``True`` at once, or a number of
+    wall seconds after which a run still going shows one (``pdsim run`` on a terminal: 2).
+
+    ``record_steps``: keep every batch step and KV write for a Perfetto trace
+    (:mod:`pdsim.output.perfetto`); it changes nothing that is simulated. ``allow_outside_paths``:
+    let the scenario name files (``extends:``, traces) outside its directory tree (for a
+    dict: outside the current directory).
+    """
+    sc = loader.load(scenario, sets, allow_outside_paths=allow_outside_paths)
+    return simulate(sc, Recorder() if record_steps else None, progress, Result)
