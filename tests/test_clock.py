@@ -435,3 +435,43 @@ def test_the_queue_front_time_and_the_counts_follow_simpy_s_queue():
     # SimPy events: 5 s, call, late, 0.5 s, 20 s timeouts and the stopping event queued
     # again; entries: the timer and the link
     assert clock.counts(env) == (6, 2)
+
+
+def test_an_unsupported_simpy_is_refused_at_import_in_one_line():
+    """pdsim.engine.clock reads SimPy's private event queue (verified on 4.1.x, pinned in
+    pyproject.toml): another release is one ImportError line naming the supported versions and
+    why, at import of the clock, and the CLI prints it as a user error (exit 2), not a bug
+    (fails without the check: the child imports and runs)."""
+    import subprocess
+    import sys
+
+    import pytest
+    from conftest import ROOT
+
+    clock.check_simpy(simpy.__version__)  # the installed one passes
+    for version in ("4.1.0", "4.1.9", "4.1"):
+        clock.check_simpy(version)
+    for version in ("4.0.2", "4.2.0", "5.0.0", "3.0.13", "dev"):
+        with pytest.raises(ImportError, match=r"^pdsim needs SimPy 4\.1\.x \(simpy>=4\.1,<4\.2"
+                           rf"\), found {version}: pdsim\.engine\.clock relies on") as err:
+            clock.check_simpy(version)
+        assert "\n" not in str(err.value) and err.value.name == "simpy"
+
+    child = """
+import sys, simpy
+simpy.__version__ = "4.2.0"  # as if another release were installed
+try:
+    import pdsim.engine.clock
+except ImportError as err:
+    print("import:", err)
+else:
+    print("imported")
+from pdsim.cli.main import main
+sys.exit(main(["run", "scenarios/healthy.yaml"]))
+"""
+    out = subprocess.run([sys.executable, "-c", child], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.startswith("import: pdsim needs SimPy 4.1.x"), out.stdout + out.stderr
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("pdsim: error: pdsim needs SimPy 4.1.x (simpy>=4.1,<4.2), "
+                                 "found 4.2.0") and out.stderr.count("\n") == 1, out.stderr

@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:
         return die("out of memory; shorten the run (num_prompts, horizon_s) or the sweep")
     except Exception as err:  # last resort: a bug, not a user error
+        if isinstance(err, ImportError) and err.name == "simpy":  # not a bug: SimPy missing, or
+            return die(str(err))  # a release pdsim.engine.clock does not support
         if _interrupted(err):
             print("pdsim: interrupted", file=sys.stderr)
             return 130

@@ -37,7 +37,10 @@ always true: every such link queued as its event would have been).
 
 They use SimPy 4's scheduling internals (``Environment._queue`` entries
 ``(time, priority, id, event)``, the ``_eid`` counter, ``Event._ok/_value/callbacks``);
-tests/test_sim_speed.py checks that contract.
+tests/test_sim_speed.py checks that contract. Those internals are private, so pdsim supports
+only the SimPy releases it was verified on (:data:`SIMPY_SUPPORTED`, pinned in pyproject.toml):
+importing this module under another raises one ImportError line saying so
+(:func:`check_simpy`), rather than simulating wrongly or failing deep in a run.
 """
 
 from __future__ import annotations
@@ -51,6 +54,29 @@ from math import inf as INF
 import simpy
 from simpy.core import EmptySchedule, StopSimulation
 from simpy.events import NORMAL, URGENT, Event, Timeout
+
+# SimPy releases whose scheduling internals this module was verified against (4.1.2 installed
+# when the pin was made): major.minor, and the pip requirement that says the same.
+SIMPY_SUPPORTED = ((4, 1), "simpy>=4.1,<4.2")
+
+
+def check_simpy(version: str) -> None:
+    """Raise ImportError (one line, ``name="simpy"``) unless SimPy ``version`` is one this
+    module supports: it reads SimPy's private event queue, and another release may order or
+    store events differently (outputs would change, or a run would fail midway)."""
+    (major, minor), requirement = SIMPY_SUPPORTED
+    try:
+        got = tuple(int(p) for p in version.split(".")[:2])
+    except ValueError:
+        got = ()
+    if got != (major, minor):
+        raise ImportError(f"pdsim needs SimPy {major}.{minor}.x ({requirement}), found "
+                          f"{version}: pdsim.engine.clock relies on SimPy {major}.{minor}'s "
+                          f"private scheduling internals (Environment._queue, _eid); run: "
+                          f"pip install '{requirement}'", name="simpy")
+
+
+check_simpy(simpy.__version__)
 
 
 class Environment(simpy.Environment):
