@@ -6,21 +6,26 @@ exactly what ``pdsim run`` runs, so a scenario that validates does not fail at r
 1. read YAML safely (:func:`read_yaml`): a size limit, strict UTF-8, a bounded loader (no
    duplicate keys, bounded nesting and alias expansion, no over-long integers, safe tags only);
    ``extends:`` merged, every path confined to the scenario's directory tree
-(``pdsim.util.safeio``); 2. apply ``--set`` overrides (:func:`apply_overrides`), parsed with the
-same loader; 3. pydantic validation: types, and documented bounds on every size and interval (the
-   ``MAX_*``/``MIN_*`` constants below, shown in the JSON Schema and the README);
+   (``pdsim.util.safeio``);
+2. apply ``--set`` overrides (:func:`apply_overrides`), parsed with the same loader;
+3. pydantic validation (:func:`pdsim.config.scenario.from_dict`): types, and documented bounds
+   on every size and interval (the ``MAX_*``/``MIN_*`` constants of :mod:`pdsim.config.units`,
+   shown in the JSON Schema and the README);
 4. cross-field checks: each section may define ``check(self, ctx)``, called after validation
-   with the validated scenario in ``ctx.scenario``; it raises :class:`Invalid` with a key
-   relative to the section (``raise Invalid("decode_rank", "must be < 4 ...", got=7)``) and the
-   message names the full path (``faults.1.decode_rank``). Add a ``check`` to a new fault kind
-   or config section to get the same treatment;
+   with the validated scenario in ``ctx.scenario``; it raises
+   :class:`~pdsim.config.units.Invalid` with a key relative to the section
+   (``raise Invalid("decode_rank", "must be < 4 ...", got=7)``) and the message names the full
+   path (``faults.1.decode_rank``). Add a ``check`` to a new fault kind or config section to
+   get the same treatment;
 5. load-time checks owned by other modules (the predictor builds, the KV pool fits, ...):
-   register ``fn(scenario, ctx)`` with :func:`load_check`; it raises :class:`Invalid` with a
-   full key path. File checks read through ``pdsim.util.safeio`` (``ctx.resolve(rel, what)``).
+   register ``fn(scenario, ctx)`` with :func:`pdsim.config.scenario.load_check`; it raises
+   ``Invalid`` with a full key path. File checks read through ``pdsim.util.safeio``
+   (``ctx.resolve(rel, what)``).
 
-Every user error is a :class:`ScenarioError` whose ``str()`` is one line; echoed values are
-capped and escaped (:func:`pdsim.util.safeio.echo`). Numeric fields use the aliases below
-(``PosInt``, ``PosFloat``, ...), which reject ``true``/``false`` where a number is expected.
+Every user error is a :class:`~pdsim.config.units.ScenarioError` whose ``str()`` is one line;
+echoed values are capped and escaped (:func:`pdsim.util.safeio.echo`). Numeric fields use the
+aliases of :mod:`pdsim.config.units` (``PosInt``, ``PosFloat``, ...), which reject
+``true``/``false`` where a number is expected.
 """
 
 

@@ -25,7 +25,7 @@ from typing import BinaryIO
 from pdsim.util.safeio import UserFileError, clip, open_user_file, show_path
 
 MAX_TRACE_BYTES = 256 << 20  # a trace file, and its data after gzip decompression
-MAX_TRACE_ROWS = 1_000_000  # requests replayed from one trace (scenario.MAX_REQUESTS)
+MAX_TRACE_ROWS = 1_000_000  # requests replayed from one trace (units.MAX_REQUESTS)
 MAX_TRACE_TOKENS = 10_000_000  # input_length / output_length of one row
 # Lines of one trace file, blank ones included. The byte limits bound a file's bytes, not the
 # per-line Python work: gzip packs 256 MB of newlines into ~250 KB, and reading them one by one

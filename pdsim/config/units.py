@@ -121,8 +121,7 @@ class Context:
     base_dir: Path
     root: Path
     allow_outside: bool = False
-    # the validated Scenario (pdsim.config.scenario, a layer of its own above this module), set
-    # for checks
+    # the validated Scenario (pdsim.config.scenario, which imports this module), set for checks
     scenario: Any = field(default=None, repr=False)
     path: str = ""  # key path of the section being checked
 

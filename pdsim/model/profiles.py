@@ -363,7 +363,7 @@ def _resolve(gpu: str, model: str, engine: str, stamped: tuple,
 def for_scenario(sc: Any, ctx: Any = None) -> Resolved:
     """The profiles a validated :class:`~pdsim.config.scenario.Scenario` runs with.
 
-    ``profiles:`` entries resolve against ``ctx`` (a :class:`pdsim.config.scenario.Context`;
+    ``profiles:`` entries resolve against ``ctx`` (a :class:`pdsim.config.units.Context`;
     default: where the scenario was loaded from), confined to the scenario's directory tree.
     """
     ctx = ctx or sc._context

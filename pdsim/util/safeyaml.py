@@ -3,8 +3,8 @@
 Scenario files, their ``extends`` parents, ``--set``/``--vary`` values, fault-set files and
 user profile files all go through :func:`parse_yaml`: safe tags only, bounded nesting, size and
 alias expansion, no duplicate keys, no over-long integers. A hostile file is one line, never a
-RecursionError or an unbounded parse. Its own module so that :mod:`pdsim.model.profiles` (imported
-by :mod:`pdsim.config.scenario`) reads with the same parser.
+RecursionError or an unbounded parse. Its own module so that :mod:`pdsim.model.profiles` reads
+with the same parser as the scenario's :mod:`pdsim.config.loader`.
 """
 
 from __future__ import annotations
