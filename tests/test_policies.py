@@ -330,7 +330,7 @@ def test_user_policy_runs_from_yaml_and_is_in_the_schema(user_policy, tmp_path):
 def test_user_policy_from_a_plugin_file_on_the_cli(tmp_path, capsys):
     plugin = tmp_path / "my_policies.py"
     plugin.write_text(
-        "from pdsim import blacklist\n"
+        "from pdsim.engine import blacklist\n"
         "from pdsim.config.registry import BLACKLIST_POLICIES\n\n"
         "@BLACKLIST_POLICIES.register('always_fail_fast')\n"
         "class AlwaysFailFast(blacklist.Never):\n"
@@ -454,7 +454,7 @@ def test_a_folder_is_not_a_plugin_but_a_package_is(tmp_path, monkeypatch, capsys
     pkg = tmp_path / "pdsim_h1_pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text(
-        "from pdsim import blacklist\n"
+        "from pdsim.engine import blacklist\n"
         "from pdsim.config.registry import BLACKLIST_POLICIES\n\n"
         "@BLACKLIST_POLICIES.register('pkg_never')\n"
         "class PkgNever(blacklist.Never):\n"
