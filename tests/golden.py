@@ -129,6 +129,18 @@ EXTRA: dict[str, dict] = {
                 {"preset": "flush_race", "at_s": 18.0}],
         clients=[{"kind": "bench", "num_prompts": 300, "request_rate": 15.0,
                   "dataset": {"kind": "random", "input_len": 2048, "output_len": 64}}]),
+    # a decode restarted behind its old host:rpc_port: it re-registers, its writes then fail
+    # on the prefills' stale descriptor and a one-strike blacklist keeps it out
+    "small_restart_reused": _small(
+        fleet={"gpu": "H20", "model": "dsv3-ci-test",
+               "prefill": {"dp": 2, "tp": 2, "dp_attention": True, "balance": "total_tokens",
+                           "chunked_prefill_size": 4096},
+               "decode": {"servers": 2, "dp": 2, "tp": 2, "dp_attention": True,
+                          "balance": "total_tokens"}},
+        faults=[{"preset": "decode_crash", "at_s": 2.0, "restart_after_s": 3.0,
+                 "restart_session": "reused"}],
+        clients=[{"kind": "bench", "num_prompts": 300, "request_rate": 15.0,
+                  "dataset": {"kind": "random", "input_len": 2048, "output_len": 64}}]),
     # timeouts everywhere: router, bootstrap, waiting; a decode that stays down; roofline
     "small_timeouts": _small(
         router={"request_timeout_s": 2.0},

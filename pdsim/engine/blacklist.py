@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import Field
 
@@ -58,7 +58,12 @@ Prober = Callable[[str], Generator[Any, Any, bool]]
 
 
 class Params(Strict):
-    """Keys every blacklist policy takes (a scenario section: ``check(ctx)`` runs at load)."""
+    """Keys every blacklist policy takes (a scenario section: ``check(ctx)`` runs at load).
+
+    ``label_keys``: the parameters a what-if row names even when left at their defaults
+    (``ttl(ttl_s=30)``, not ``ttl``): a verdict must say which parameter value it is about."""
+
+    label_keys: ClassVar[tuple[str, ...]] = ()
 
     reregister_on_invalidate: bool = Field(
         True, description="Decode re-registration (after a waiting timeout or a heartbeat loss) "
@@ -179,6 +184,7 @@ class Permanent(Policy):
 
 
 class ProbeParams(StrikesParams):
+    label_keys: ClassVar[tuple[str, ...]] = ("probe_interval_s",)
     probe_interval_s: Interval = Field(
         30.0, description="Seconds between recovery probes of a blacklisted session "
         "(SGLANG_FAILED_SESSION_PROBE_INTERVAL_S, PR #25287)")
@@ -207,6 +213,7 @@ class Probe(Permanent):
 
 
 class V0523Params(ProbeParams):
+    label_keys: ClassVar[tuple[str, ...]] = ("probe_interval_s", "probe_max_interval_s")
     probe_max_interval_s: Interval = Field(300.0, description="Cap of the doubling interval")
     idle_drop_s: Seconds = Field(600.0, description="An entry no request targeted for this "
                                  "long is dropped")
@@ -246,6 +253,7 @@ class V0523(Permanent):
 
 
 class TTLParams(StrikesParams):
+    label_keys: ClassVar[tuple[str, ...]] = ("ttl_s",)
     ttl_s: Seconds = Field(30.0, description="Seconds an entry lives after it was added "
                            "(SGLang PR #35823 proposes a TTL; the value is chosen, sweep it)")
 
@@ -261,6 +269,7 @@ class TTL(Permanent):
 
 
 class StrikesWindowParams(Params):
+    label_keys: ClassVar[tuple[str, ...]] = ("strikes", "window_s")
     strikes: PosInt = Field(3, le=MAX_COUNT, description="Failures within window_s that "
                             "blacklist the session")
     window_s: Seconds = Field(10.0, description="Sliding window for counting failures")
@@ -301,6 +310,7 @@ class StrikesWindow(Policy):
 
 
 class BreakerParams(Params):
+    label_keys: ClassVar[tuple[str, ...]] = ("failures", "window_s", "cooldown_s")
     failures: PosInt = Field(3, le=MAX_COUNT, description="Failures within window_s that "
                              "open the breaker")
     window_s: Seconds = Field(10.0, description="Sliding window for counting failures (closed)")

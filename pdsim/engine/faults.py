@@ -6,8 +6,10 @@ KV paths (prefill server -> decode session), stalls or kills decode servers, slo
 ``ret != 0`` or flushes; the transfer engine asks :class:`Paths` what a write on a path meets:
 
 - ``UP``: the write proceeds.
-- ``GONE``: the peer process is gone but its host answers (a crashed decode): the RDMA QP
-  exhausts its retries (``transfer.qp_retry_s``) and the reconnect is refused at once.
+- ``GONE``: the peer process is gone but its host answers (a crashed decode; or a decode
+  restarted behind the same ``host:rpc_port`` whose buffers the prefill's cached descriptor no
+  longer names): the RDMA QP exhausts its retries (``transfer.qp_retry_s``) and the reconnect
+  is refused at once.
 - ``SILENT``: nothing answers (hung decode, partition, a NIC link down): after the QP's retries
   the engine's reconnects wait; the write returns ``ret != 0`` when the path comes back (its
   other slices were already flushed as failed) or at the transfer timeout, whichever is first.
@@ -80,6 +82,7 @@ class FaultHost(Protocol):
     env: simpy.Environment
     decode_ranks: Sequence[DecodeRankView]
     decode_servers: Sequence[ServerView]
+    prefill_servers: Sequence[Any]
 
     def log(self, event: str, component: str = "", rank: int = -1, rid: int = -1,
             room: int = -1, peer: str = "", value: float = 0.0, detail: str = "") -> None: ...
@@ -246,18 +249,35 @@ class TransferErrorsParams(FaultParams):
 
 class DecodeCrashParams(FaultParams):
     """A decode server's processes die (all its DP ranks; with DP attention one rank's death
-    takes the server down) and restart after ``restart_after_s`` under new session ids.
+    takes the server down) and restart after ``restart_after_s``.
 
     Its requests get a broken connection (HTTP 502); new ones are refused by it at once (the
     router answers 502) while the prefill's copy waits out the bootstrap timeout. The prefill
-    learns of the crash only when a write to an old session fails (``GONE``). A restarted
-    Mooncake engine binds a new RPC port, so the session id (``host:rpc_port``) is new.
+    learns of the crash only when a write to an old session fails (``GONE``).
+
+    ``restart_session`` (a choice the sources leave open; the what-if library declares it):
+
+    - ``new``: the restarted Mooncake engine binds another RPC port, so its session id
+      (``host:rpc_port``) is new; the old sessions' blacklist entries name a dead process.
+    - ``reused``: it binds the same ``host:rpc_port``. The restarted decode registers its
+      buffers with each prefill, which takes the session off that prefill's blacklist (SGLang
+      ``mooncake/conn.py`` ``bootstrap_thread``: a KVArgs registration removes it from
+      ``failed_sessions``), but the prefill's transfer engine keeps the old process's cached
+      segment descriptor (Mooncake ``transfer_metadata.cpp`` ``getSegmentDescByName``: the
+      metadata cache is on by default and the RDMA transport does not refresh it on failure),
+      so its writes to the restarted decode fail (``ret != 0``, modelled as ``GONE``, cause
+      ``stale_descriptor``) for the rest of the run, and a one-strike blacklist keeps it out
+      for the life of the prefill process. Read from code; not observed at run time.
     """
 
     decode_server: NonNegInt = Field(0, description="The decode server that dies; default 0")
     at_s: Instant = Field(description="When it dies (simulated s)")
     restart_after_s: Seconds | None = Field(
-        60.0, description="Seconds until the server serves again (new sessions); null: never")
+        60.0, description="Seconds until the server serves again; null: never")
+    restart_session: Literal["new", "reused"] = Field(
+        "new", description="new: the restarted engine binds a new RPC port (new session ids); "
+        "reused: the same host:rpc_port, whose cached segment descriptor at the prefills "
+        "still names the dead process's buffers (its writes fail); default new")
 
     def window(self, horizon: float) -> tuple[float, float]:
         end = horizon if self.restart_after_s is None else self.at_s + self.restart_after_s
@@ -387,7 +407,12 @@ def _decode_crash(f: DecodeCrashParams, faults: Faults) -> Generator:
         return
     yield env.timeout(f.restart_after_s)
     for rank in server.ranks:
-        fleet.new_session(rank)
+        if f.restart_session == "new":
+            fleet.new_session(rank)
+        else:  # same session id: it re-registers (clears blacklists), then writes fail
+            faults.paths.set_session(rank.session, GONE, "stale_descriptor")
+            for p in range(len(fleet.prefill_servers)):
+                fleet.reregister(rank.session, p)
         rank.restart()
     server.down = False
     faults.log("fault_end", server.name, detail="decode restarted",
@@ -458,52 +483,7 @@ PATH_FAULTS = {"decode_unreachable", "partition", "decode_crash", "decode_hang",
 """Kinds that break KV paths (the engine then watches path state on every write)."""
 
 
-# --- the library -------------------------------------------------------------------------------
-
-LIBRARY: dict[str, tuple[dict[str, Any], str]] = {
-    "flush_race": (
-        {"kind": "flush_race", "at_s": 60.0},
-        "The incident's trigger: a bare flush under load at 60 s (chosen: the load is steady "
-        "from ~5 s). Every pair with a write in flight fails once; the pair is healthy after."),
-    "decode_crash": (
-        {"kind": "decode_crash", "decode_server": 0, "at_s": 60.0, "restart_after_s": 60.0},
-        "Decode server 0 dies at 60 s and restarts 60 s later under new session ids (chosen; a "
-        "real restart reloads weights and captures CUDA graphs: 1-10 min). Blacklisting the "
-        "old sessions is right and costs nothing afterwards."),
-    "decode_hang": (
-        {"kind": "decode_hang", "decode_server": 0, "at_s": 60.0, "duration_s": 45.0,
-         "kv_writes": "time_out"},
-        "Decode server 0 stalls for 45 s (chosen: longer than the 30 s transfer timeout; a GC "
-        "or NCCL stall lasts 1-120 s), then serves under the same sessions. Writes in flight "
-        "at the stall meet a silent peer; new requests wait for it to pre-allocate, so few "
-        "writes reach it. A pair blacklisted during the stall is healthy after it."),
-    "decode_nic_down": (
-        {"kind": "decode_unreachable", "decode_rank": 0, "at_s": 60.0, "duration_s": 120.0},
-        "Decode rank 0's RDMA endpoint goes silent for 120 s while its scheduler keeps "
-        "serving and pre-allocating (chosen: a NIC or switch-port failure on the KV network "
-        "only, 10 s to the rest of the run). The one fault where the peer keeps accepting "
-        "work it cannot receive: every write to it waits out the 30 s transfer timeout."),
-    "nic_flaps": (
-        {"kind": "nic_flaps", "prefill_server": 0, "at_s": 60.0, "flaps": 5, "every_s": 10.0,
-         "down_s": 2.0},
-        "Prefill server 0's RDMA link drops 5 times for 2 s, every 10 s (chosen; each outage "
-        "outlasts the 0.54 s QP retry budget, so writes in flight fail)."),
-    "nic_degraded": (
-        {"kind": "nic_degraded", "prefill_server": 0, "at_s": 60.0, "duration_s": 60.0,
-         "bandwidth_fraction": 1e-5},
-        "Prefill server 0's NICs run at 1e-5 of line rate for 60 s (chosen so that a KV chunk "
-        "of the base workload outlasts the 30 s transfer timeout)."),
-    "partition": (
-        {"kind": "partition", "prefill_server": 0, "at_s": 60.0, "duration_s": 40.0},
-        "Prefill server 0 cut off for 40 s (chosen: longer than the 2 x 5 s heartbeat loss "
-        "and the 30 s transfer timeout); decodes re-register when it heals."),
-    "transient_errors": (
-        {"kind": "transfer_errors", "probability": 0.002, "from_s": 0.0},
-        "Steady rare ret != 0: 0.2% of writes for the whole run (chosen; plausible "
-        "0.1-1%). Each error is transient: the pair is healthy right after."),
-}
-for _name, (_spec, _doc) in LIBRARY.items():
-    FAULTS.add_preset(_name, _spec, _doc)
+# --- the library: pdsim.engine.fault_library (imported at the end: it needs the kinds above) ---
 
 
 # --- runtime -------------------------------------------------------------------------------------
@@ -574,3 +554,8 @@ class Faults:
             for req in list(rank.transfer.values()) + list(rank.prealloc):
                 if req.p_server == p and not req.room.resolved:
                     req.room.fail("prefill_heartbeat_lost")
+
+
+from pdsim.engine import fault_library  # noqa: E402  (registers the library's presets)
+
+DECLARED = fault_library.DECLARED
