@@ -2,18 +2,23 @@
 
     w = pdsim.whatif("scenarios/whatif_base.yaml",
                      policies=["permanent", "never", {"policy": "ttl", "ttl_s": [10, 60]}],
-                     faults=["flush_race", "decode_crash"], seeds=range(1, 4))
-    w.table        # one row per (policy, fault): medians and 10-90% intervals over seeds
-    w.ranking      # policies by worst-case regret across the faults
+                     faults=["flush_race", "decode_crash"], seeds=range(1, 6))
+    w.table        # one row per (policy, fault): means over seeds with 95% bootstrap intervals
+    w.ranking      # policies by worst-case regret across the faults, ties as ties
     w.heatmap(); w.timelines("decode_crash"); w.vs_param("ttl_s")
     w.write("out/"); WhatIf.read("out/")   # the same table and plots, without re-running
 
 Every (policy, fault, seed) is a run of the base scenario with ``blacklist`` and ``faults``
-replaced; every seed also runs without faults (``healthy``), which goodput lost and recovery
-are measured against. A blacklist policy cannot change a fault-free run in which no transfer
-fails, so then one healthy run per seed serves all policies; when the base fails transfers
-without faults (its clients or operators flush KV under load: ``drop_timeout.yaml``), each
-policy gets healthy runs of its own (``healthy.policy``), and each is measured against its own.
+replaced; every seed also runs without faults (``healthy``), which goodput lost and regret are
+measured against. Every figure is over a fixed window of simulated time named from the fault's
+own timing (:mod:`pdsim.analysis.windows`): runs last until the end of the last fault's
+lasting-harm window plus a drain, and the base's open-loop load is extended to last that long,
+so a figure is never divided by how long a run happened to take. A blacklist policy cannot
+change a fault-free run in which no transfer fails, so then one healthy run per seed serves
+all policies; when the base fails transfers without faults (its clients or operators flush KV
+under load: ``drop_timeout.yaml``), each policy gets healthy runs of its own.
+
+``pdsim.analysis.study`` runs this at several loads chosen from the fleet's measured capacity.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +34,7 @@ import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
+from pdsim.analysis import windows as win
 from pdsim.analysis.whatif_table import WhatIf, _short
 from pdsim.config import loader, units
 from pdsim.config import scenario as scenario_mod
@@ -38,8 +45,18 @@ from pdsim.util.safeio import echo
 
 RECOVERY_WINDOW_S = 10.0
 RECOVERED_AT = 0.9  # "back within 10% of healthy"
+LOAD_MARGIN = 1.25  # open-loop prompts: rate x horizon x this, so Poisson gaps never end it early
 
 # --- specification ---------------------------------------------------------------------------
+
+
+def _label(name: str, section: dict, model: Any) -> str:
+    """``ttl(ttl_s=3)``: the parameters given, then the policy's ``label_keys`` at their
+    defaults (a row names the parameter values it is about)."""
+    given = [k for k in section if k != "policy"]
+    keys = given + [k for k in getattr(model, "label_keys", ()) if k not in given]
+    shown = [f"{k}={_short(section[k] if k in section else getattr(model, k))}" for k in keys]
+    return name + (f"({', '.join(shown)})" if shown else "")
 
 
 def expand_policies(policies: Iterable[str | dict]) -> list[tuple[str, dict]]:
@@ -59,11 +76,11 @@ def expand_policies(policies: Iterable[str | dict]) -> list[tuple[str, dict]]:
             shown = [f"{k}={_short(v)}" for k, v in section.items() if k != "policy"]
             label = name + (f"({', '.join(shown)})" if shown else "")
             try:
-                BLACKLIST_POLICIES.validate(section)  # fail before any run starts
+                model = BLACKLIST_POLICIES.validate(section)  # fail before any run starts
             except ValidationError as err:
                 raise ValueError(f"policy {label}: "
                                  f"{scenario_mod.section_error(err, 'blacklist')}") from None
-            out.append((label, section))
+            out.append((_label(name, section, model), section))
     labels = [lbl for lbl, _ in out]
     if len(set(labels)) != len(labels):
         dup = sorted({x for x in labels if labels.count(x) > 1})
@@ -85,11 +102,19 @@ def _fault_set_name(key: object) -> str:
     return name
 
 
+def _library_item(name: str) -> dict:
+    """A library entry as a fault item: with its declared unknowns, if it has any (they
+    resolve to their nominal values like any scenario's), else by preset name."""
+    from pdsim.engine.faults import DECLARED
+
+    return dict(DECLARED[name]) if name in DECLARED else {"preset": name}
+
+
 def expand_faults(faults: Iterable[str] | dict[str, list] | None) -> dict[str, list[dict]]:
-    """Fault specs -> name: list of fault items. Names are library presets; a dict maps your
-    names to fault lists. None: the whole library."""
+    """Fault specs -> name: list of fault items. Names are library presets (any registered
+    one); a dict maps your names to fault lists. None: the whole library."""
     if faults is None:
-        return {name: [{"preset": name}] for name in FAULTS.presets}
+        return {name: [_library_item(name)] for name in FAULTS.presets}
     if isinstance(faults, dict):
         out = {_fault_set_name(k): list(v) if isinstance(v, list) else [v]
                for k, v in faults.items()}
@@ -101,7 +126,29 @@ def expand_faults(faults: Iterable[str] | dict[str, list] | None) -> dict[str, l
         if name not in FAULTS.presets:
             raise ValueError(f"unknown fault {name!r}; the library has: "
                              f"{', '.join(FAULTS.presets)} (or pass a faults file)")
-        out[name] = [{"preset": name}]
+        out[name] = [_library_item(name)]
+    return out
+
+
+def unknown_variants(name: str, unknowns: Sequence[Any]) -> dict[str, dict[str, Any]]:
+    """The other values of a fault set's declared unknowns, one at a time: variant name ->
+    {path: value}. A choice: every other choice; a range: its ends and middle (geometric for
+    a loguniform), the nominal left out."""
+    out: dict[str, dict[str, Any]] = {}
+    for u in unknowns:
+        if not u.path.startswith("faults."):
+            continue
+        if u.dist == "choice":
+            values = [c for c in u.choices if c != u.nominal]
+        else:
+            mid = math.sqrt(u.low * u.high) if u.dist == "loguniform" else (u.low + u.high) / 2
+            values = [v for v in (u.low, float(f"{mid:.3g}"), u.high)
+                      if not math.isclose(v, u.nominal, rel_tol=1e-9)]
+            if u.integer:
+                values = sorted({int(round(v)) for v in values} - {u.nominal})
+        key = u.path.split(".", 2)[-1]
+        for v in values:
+            out[f"{name}[{key}={_short(v)}]"] = {u.path: v}
     return out
 
 
@@ -111,8 +158,8 @@ def expand_faults(faults: Iterable[str] | dict[str, list] | None) -> dict[str, l
 def goodput_series(requests: pd.DataFrame, t_end: float, dt: float = 1.0) -> np.ndarray:
     """Output tokens/s of requests that completed, per ``dt`` bin from 0 to ``t_end``.
 
-    A completed request's tokens are spread evenly over [first token, done].
-    """
+    A completed request's tokens are spread evenly over [first token, done] (for plots and
+    :func:`recover_s`; the decision metrics are the windows')."""
     done = requests[(requests.status == "completed") & (requests.kind != "warmup")]
     edges = np.arange(0.0, t_end + dt, dt)
     if not len(done):
@@ -188,59 +235,71 @@ def blacklist_harm(events: pd.DataFrame, t_end: float) -> tuple[float, float]:
     return longest, total
 
 
-def _window(items: list, horizon: float) -> tuple[float, float]:
-    """(start, end) of a fault set, from the faults' own windows."""
-    if not items:
-        return math.nan, math.nan
-    ws = [f.window(horizon) for f in items]
-    return min(w[0] for w in ws), max(w[1] for w in ws)
+def measure(res: Any, windows: dict[str, tuple[float, float] | None] | None = None) -> dict:
+    """The metrics of one run: over the named ``windows`` (:func:`pdsim.analysis.windows.
+    measure`; default: the whole run as ``span``) and its goodput per second."""
+    t_end = float(res.summary["simulated_s"])
+    return measure_all(res, {"": windows or {"span": (0.0, t_end)}})[0]
 
 
-def measure(res: Any) -> dict:
-    """The scalar metrics of one run, and its goodput per second."""
+def measure_all(res: Any, by_fault: dict[str, dict]) -> list[dict]:
+    """:func:`measure` through each fault set's windows (one row each; what does not depend
+    on a window is computed once)."""
+    from pdsim.engine.summary import columns
+
     s = res.summary
     req = res.requests
     measured = req[req.kind != "warmup"]
     t_end = float(s["simulated_s"])
-    start, end = _window(res.scenario.faults, t_end)
-    series = goodput_series(req, math.ceil(t_end))
-    first = float(measured.t_arrival.min()) if len(measured) else 0.0
-    last = float(measured.t_done.max()) if measured.t_done.notna().any() else first
-    done = measured[measured.status == "completed"]
-    good = float(done.generated.sum())
-    ttft = (done.t_first_token - done.t_arrival).to_numpy(float)
+    start, end = win.fault_span(res.scenario.faults)
+    series = goodput_series(req, math.ceil(t_end)).round(6).tolist()
     longest, pair_s = blacklist_harm(res.events, t_end)
     ev = res.events
     counted = int(((ev.event == "transfer_failed") & (ev.detail != "blacklisted_session")).sum()
                   + (ev.event == "blacklist_add").sum()) if len(ev) else 0
     by_reason = s.get("failed_by_reason", {})
-    return {
-        "goodput_tok_s": good / (last - first) if last > first else 0.0,
-        "failed": int(measured.status.isin(["failed", "timed_out"]).sum()),
+    col = columns(measured)
+    last = float(measured.t_arrival.max()) if len(measured) else 0.0
+    common = {
         "wasted_prefill_tokens": int(s["wasted_prefill_tokens"]),
         "fast_fails": int(by_reason.get("blacklisted_session", 0)),
         "dead_peer_writes": int(s.get("dead_peer_writes", 0)),
         "dead_peer_write_s": float(s.get("dead_peer_write_s", 0.0)),
-        "ttft_p99_s": round(float(np.percentile(ttft, 99)), 6) if len(ttft) else math.nan,
         "max_healthy_blacklisted_s": round(longest, 6),
         "healthy_blacklisted_pair_s": round(pair_s, 6),
         "ret_failures": counted,
         "fault_start_s": start,
         "fault_end_s": end,
+        "load_until_s": round(last, 3),
         "simulated_s": t_end,
-        "series": series.round(6).tolist(),
     }
+    rows = []
+    for fault, windows in by_fault.items():
+        a, b = windows["span"]
+        arrived = measured[(measured.t_arrival >= a) & (measured.t_arrival < b)]
+        done = arrived[arrived.status == "completed"]
+        ttft = (done.t_first_token - done.t_arrival).to_numpy(float)
+        out = win.measure(col, res.scenario.slo, windows)
+        out.update({
+            "fault": fault,
+            "goodput_tok_s": out["span_goodput_tok_s"],
+            "failed": int(arrived.status.isin(["failed", "timed_out"]).sum()),
+            "ttft_p99_s": round(float(np.percentile(ttft, 99)), 6) if len(ttft) else math.nan,
+            **common, "series": series})
+        rows.append(out)
+    return rows
 
 
-def _one(task: tuple[dict, list[str], dict, Sequence[str]]) -> dict:
+def _one(task: tuple) -> list[dict]:
+    """One run, measured through each fault set's windows it is compared under (a faulty run:
+    its own; a healthy run: every fault set's)."""
     from pdsim.config.registry import load_plugin
     from pdsim.output.result import run
 
-    data, sets, labels, plugins = task
+    data, labels, plugins, by_fault = task
     for p in plugins:  # workers started by spawn need the user's registrations too
         load_plugin(p)
-    res = run(data, sets=sets)
-    return {**labels, **measure(res)}
+    return [{**labels, **row} for row in measure_all(run(data), by_fault)]
 
 
 def recover_s(faulty: Sequence[float], healthy: Sequence[float], end: float,
@@ -264,6 +323,163 @@ def recover_s(faulty: Sequence[float], healthy: Sequence[float], end: float,
     return math.inf
 
 
+# --- a condition: one base, its tasks, and its table ----------------------------------------
+
+
+@dataclass
+class Condition:
+    """One load of a what-if: its scenario data, its plan (windows), and its runs' tasks."""
+
+    label: str
+    data: Any
+    plan: win.Plan
+    shared: list  # healthy tasks, one per seed (all policies)
+    own: list  # healthy tasks per policy and seed (used only if a shared one fails transfers)
+    faulty: list
+    variants: dict[str, str]  # variant fault set -> the fault set it varies
+    fset: dict[str, list]  # every fault set run (variants included)
+    extended: list[str]  # what the what-if changed in the base (said in the table's header)
+
+
+def _with(data: Any, over: dict) -> Any:
+    d = loader.ScenarioData({**data, **over})
+    d.context = getattr(data, "context", None)
+    return d
+
+
+def prepare(base: str | Path | dict, pols: list[tuple[str, dict]], fset: dict[str, list],
+            seeds: Sequence[int], sets: Sequence[str] = (), plugins: Sequence[str] = (),
+            *, timeline: win.Timeline | None = None, label: str = "",
+            across_unknowns: bool = False, allow_outside_paths: bool = False,
+            t_end: float | None = None) -> Condition:
+    """Validate every run of one condition and plan its windows (nothing runs yet)."""
+    tl = timeline or win.Timeline()
+    data = loader.as_data(base, allow_outside_paths)  # keeps where its paths resolve
+    if sets:
+        data = loader.apply_overrides(data, list(sets))
+    first_policy = pols[0][1]
+    spans = {}
+    fset = dict(fset)
+    variants: dict[str, str] = {}
+    for fault, items in list(fset.items()):
+        sc = loader.load(_with(data, {"blacklist": first_policy, "faults": items}))
+        spans[fault] = win.fault_span(sc.faults)
+        if across_unknowns:
+            from pdsim.config import unknowns
+
+            resolved = unknowns.resolve({"faults": items})[0]
+            for vname, values in unknown_variants(fault, sc.unknowns).items():
+                vitems = unknowns.substitute(resolved, values)["faults"]
+                vsc = loader.load(_with(data, {"blacklist": first_policy, "faults": vitems}))
+                fset[vname] = vitems
+                spans[vname] = win.fault_span(vsc.faults)
+                variants[vname] = fault
+    plan = win.plan(spans, tl, t_end)
+    sc0 = loader.load(_with(data, {"faults": []}))
+    over, extended = [f"horizon_s={plan.horizon:g}"], []
+    for i, c in enumerate(sc0.clients):
+        rate = getattr(c, "request_rate", None)
+        if c.kind != "bench" or getattr(c.dataset, "kind", "") != "random":
+            continue
+        if isinstance(rate, int | float) and math.isfinite(rate):
+            need = math.ceil(rate * max(plan.horizon - c.start_s, 0.0) * LOAD_MARGIN) + 20
+            if (c.num_prompts or 0) < need:
+                over.append(f"clients.{i}.num_prompts={need}")
+                extended.append(f"{c.name}: {need:,} prompts at {rate:g} req/s")
+    data = loader.apply_overrides(data, over)
+    shared = [({"faults": [], "seed": seed}, {"seed": seed, "_h": True}) for seed in seeds]
+    own = [({"blacklist": section, "faults": [], "seed": seed},
+            {"policy": lbl, "seed": seed, "_h": True})
+           for lbl, section in pols for seed in seeds]
+    faulty = [({"blacklist": section, "faults": items, "seed": seed},
+               {"policy": lbl, "fault": fault, "seed": seed})
+              for fault, items in fset.items() for lbl, section in pols for seed in seeds]
+    cond = Condition(label, data, plan, [], own, [], variants, fset,
+                     [f"horizon {plan.horizon:g} s", *extended])
+    cond.shared = _tasks(cond, shared, plugins, check=True)
+    cond.faulty = _tasks(cond, faulty, plugins, check=True)
+    return cond
+
+
+def _tasks(cond: Condition, jobs: list[tuple[dict, dict]], plugins: Sequence[str],
+           check: bool = False) -> list[tuple]:
+    """Run tasks: the scenario data, labels, plugins, and the windows to measure through (a
+    healthy run: every fault set's; a faulty run: its own)."""
+    every = cond.plan.windows
+    out = []
+    for over, labels in jobs:
+        d = _with(cond.data, over)
+        if check:
+            loader.load(d)  # validate every run before any process starts
+        ws = every if labels.get("_h") else {labels["fault"]: every[labels["fault"]]}
+        out.append((d, {**labels, "condition": cond.label}, list(plugins), ws))
+    return out
+
+
+def run_conditions(conds: list[Condition], pols: list[tuple[str, dict]],
+                   workers: int | None = None,
+                   progress: bool = True, plugins: Sequence[str] = (), command: str = "", *,
+                   backend: str = "process", address: str | None = None, base: str = ""
+                   ) -> list[WhatIf]:
+    """Run every condition's tasks on one pool; one :class:`WhatIf` per condition."""
+    shared = [t for c in conds for t in c.shared]
+    faulty = [t for c in conds for t in c.faulty]
+    bar = progress_bar(len(shared) + len(faulty), enabled=progress)
+    try:
+        rows = run_tasks(_one, shared, workers, backend=backend, address=address, bar=bar)
+        per_policy = {c.label: any(r["ret_failures"] for rs, t in zip(rows, shared, strict=True)
+                                   for r in rs if t[1]["condition"] == c.label) for c in conds}
+        own = [t for c in conds if per_policy[c.label] for t in _tasks(c, c.own, plugins)]
+        if own:
+            keep = {c.label for c in conds if not per_policy[c.label]}
+            rows = [rs for rs, t in zip(rows, shared, strict=True)
+                    if t[1]["condition"] in keep]
+            bar.total += len(own)
+            bar.refresh()
+        rows += run_tasks(_one, own + faulty, workers, backend=backend, address=address,
+                          bar=bar)
+    finally:
+        bar.close()
+    flat = [r for rs in rows for r in rs]
+    out = []
+    for c in conds:
+        mine = [r for r in flat if r["condition"] == c.label]
+        out.append(assemble(c, [r for r in mine if not r.get("_h")],
+                            [r for r in mine if r.get("_h")], pols, per_policy[c.label], base,
+                            command))
+    return out
+
+
+def assemble(cond: Condition, runs_rows: list[dict], healthy_rows: list[dict],
+             pols: list[tuple[str, dict]], per_policy: bool, base: str,
+             command: str) -> WhatIf:
+    """A condition's rows as its :class:`WhatIf` (goodput lost and recovery against healthy)."""
+    runs = pd.DataFrame(runs_rows).drop(columns=["condition"], errors="ignore")
+    healthy = pd.DataFrame(healthy_rows).drop(columns=["_h", "condition"], errors="ignore")
+    if not per_policy and "policy" in healthy:
+        healthy = healthy.drop(columns="policy")
+    key = ["policy", "fault", "seed"] if per_policy else ["fault", "seed"]
+    h_by = {tuple(k): r for k, r in zip(healthy[key].itertuples(index=False, name=None),
+                                        healthy.to_dict("records"), strict=True)}
+    lost, lasting, rec = [], [], []
+    for r in runs.to_dict("records"):
+        h = h_by[tuple(r[k] for k in key)]
+        lost.append(_pct_lost(h["goodput_tok_s"], r["goodput_tok_s"]))
+        lasting.append(_pct_lost(h["lasting_goodput_tok_s"], r["lasting_goodput_tok_s"]))
+        rec.append(recover_s(r["series"], h["series"], r["fault_end_s"]))
+    runs.insert(runs.columns.get_loc("goodput_tok_s") + 1, "goodput_lost_pct", lost)
+    runs["lasting_lost_pct"] = lasting
+    runs["recover_s"] = rec
+    return WhatIf(runs, healthy, pols, cond.fset, base, command, plan=cond.plan,
+                  condition=cond.label, variants=cond.variants, notes=cond.extended)
+
+
+def _pct_lost(healthy: float, faulty: float) -> float:
+    if not (isinstance(healthy, float | int) and math.isfinite(healthy) and healthy > 0):
+        return math.nan
+    return 100.0 * (healthy - faulty) / healthy
+
+
 # --- execution -------------------------------------------------------------------------------
 
 
@@ -271,15 +487,17 @@ def whatif(base: str | Path | dict, policies: Iterable[str | dict] = ("permanent
            faults: Iterable[str] | dict[str, list] | None = None, seeds: Iterable[int] = (1,),
            workers: int | None = None, progress: bool = True, sets: Sequence[str] = (),
            plugins: Sequence[str] = (), command: str = "", *, backend: str = "process",
-           address: str | None = None, allow_outside_paths: bool = False) -> WhatIf:
+           address: str | None = None, allow_outside_paths: bool = False,
+           timeline: win.Timeline | None = None, across_unknowns: bool = False,
+           condition: str = "") -> WhatIf:
     """Run every policy under every fault for every seed (plus a healthy run per seed).
 
-    ``backend``/``address``: where the runs go (pdsim/util/backends.py: "process" or "ray");
-    ``plugins``: modules or files registering policies or faults, imported in every worker.
+    ``timeline``: the chosen window lengths (:class:`pdsim.analysis.windows.Timeline`);
+    ``across_unknowns``: also run each fault set at the other values of its declared unknowns
+    (``decode_crash[restart_session=reused]``); ``backend``/``address``: where the runs go
+    (pdsim/util/backends.py: "process" or "ray"); ``plugins``: modules or files registering
+    policies or faults, imported in every worker.
     """
-    data = loader.as_data(base, allow_outside_paths)  # keeps where its paths resolve
-    if sets:
-        data = loader.apply_overrides(data, list(sets))
     if len(seeds := seeds if isinstance(seeds, range) else list(seeds)) > MAX_RUNS:
         raise ValueError(f"{len(seeds):,} seeds; at most {MAX_RUNS:,} runs")
     pols = expand_policies(policies)
@@ -288,51 +506,8 @@ def whatif(base: str | Path | dict, policies: Iterable[str | dict] = ("permanent
         raise ValueError("give at least one policy, one fault and one seed")
     if (runs := len(seeds) * (1 + len(pols) * (1 + len(fset)))) > MAX_RUNS:  # (at most)
         raise ValueError(f"policies x faults x seeds: {runs:,} runs; at most {MAX_RUNS:,}")
-    shared = [({"faults": [], "seed": seed}, {"fault": "healthy", "seed": seed})
-              for seed in seeds]
-    own = [({"blacklist": section, "faults": [], "seed": seed},
-            {"policy": label, "fault": "healthy", "seed": seed})
-           for label, section in pols for seed in seeds]
-    faulty = [({"blacklist": section, "faults": items, "seed": seed},
-               {"policy": label, "fault": fault, "seed": seed})
-              for fault, items in fset.items() for label, section in pols for seed in seeds]
-
-    def tasks(jobs: list[tuple[dict, dict]]) -> list[tuple]:
-        out = []
-        for over, labels in jobs:
-            d = loader.ScenarioData({**data, **over})
-            d.context = getattr(data, "context", None)
-            loader.load(d)  # validate every run before any process starts
-            out.append((d, [], labels, list(plugins)))
-        return out
-
-    shared_t, faulty_t = tasks(shared), tasks(faulty)  # (``own`` only if needed, below: each
-    # is a faulty run's scenario without its faults, so it loads if that one did)
-    # the healthy runs first: if any fails a transfer, a policy could change it (one bar,
-    # its total grown by the policies' own healthy runs when they are needed)
-    bar = progress_bar(len(shared_t) + len(faulty_t), enabled=progress)
-    try:
-        rows = run_tasks(_one, shared_t, workers, backend=backend, address=address, bar=bar)
-        per_policy = any(r["ret_failures"] for r in rows)
-        own_t = tasks(own) if per_policy else []
-        if per_policy:
-            rows = []
-            bar.total += len(own_t)
-            bar.refresh()
-        rows += run_tasks(_one, own_t + faulty_t, workers,
-                          backend=backend, address=address, bar=bar)
-    finally:
-        bar.close()
-    healthy = pd.DataFrame([r for r in rows if r["fault"] == "healthy"])
-    runs = pd.DataFrame([r for r in rows if r["fault"] != "healthy"])
-    h_by = {(r.policy if per_policy else "", r.seed): r for r in healthy.itertuples()}
-    lost, rec = [], []
-    for r in runs.itertuples():
-        h = h_by[(r.policy if per_policy else "", r.seed)]
-        lost.append(100.0 * (h.goodput_tok_s - r.goodput_tok_s) / h.goodput_tok_s
-                    if h.goodput_tok_s else math.nan)
-        rec.append(recover_s(r.series, h.series, r.fault_end_s))
-    runs.insert(runs.columns.get_loc("goodput_tok_s") + 1, "goodput_lost_pct", lost)
-    runs.insert(runs.columns.get_loc("dead_peer_write_s") + 1, "recover_s", rec)
-    return WhatIf(runs, healthy, pols, fset, str(base) if not isinstance(base, dict) else "",
-                  command)
+    cond = prepare(base, pols, fset, seeds, sets, plugins, timeline=timeline, label=condition,
+                   across_unknowns=across_unknowns, allow_outside_paths=allow_outside_paths)
+    return run_conditions([cond], pols, workers, progress, plugins, command,
+                          backend=backend, address=address,
+                          base=str(base) if not isinstance(base, dict) else "")[0]
