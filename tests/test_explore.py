@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -68,6 +69,14 @@ def test_acceptance_region_and_sensitivity_recover_the_known_answer(tmp_path):
     assert s.loc[("F1", "clients.0.num_prompts"), "spearman_rho"] > 0.99
     assert s.loc[("F1", "clients.0.stream"), "S1"] < 0.2
     assert abs(s.loc[("F1", "clients.0.stream"), "spearman_rho"]) < 0.3
+    # each S1 carries its 95% half-width (SALib's S1_conf; a bootstrap for a choice): at 32
+    # runs an unknown with no effect cannot be told from one with a little
+    f1 = s.loc["F1"]  # (F2 never varies: no variance to share out, no S1)
+    assert f1.S1_conf.notna().all() and (f1.S1_conf > 0).all()
+    assert s.loc[("F1", "clients.0.stream"), "S1_conf"] > 0.02
+    from pdsim.analysis.explore import render
+
+    assert " ±" in render(ex) and "half-width" in render(ex)
     # the store on disk holds the same rows
     assert _rows(read_runs(tmp_path)).equals(_rows(runs))
 
@@ -301,3 +310,46 @@ def test_a_small_exploration_says_why_its_sensitivity_cells_are_empty_and_rho_is
     assert not any(n.startswith("seed noise") for n in notes)  # two seeds per sample
     assert notes[-1] == ("rho over 24 runs: |rho| below about 2/sqrt(runs - 1) = 0.42 is "
                          "within noise")
+
+
+def test_seed_noise_is_the_unbiased_share_left_between_seeds():
+    """Two seeds per point: the within-point variance has one degree of freedom, and
+    var(ddof=0) halves it (the seed noise read as half what it is). Pure noise, no effect of
+    the point: the share left between seeds is ~1, not ~0.5."""
+    from pdsim.analysis.explore_stats import seed_noise
+
+    rng = np.random.default_rng(0)
+    sample = np.repeat(np.arange(4000), 2)
+    y = rng.normal(0.0, 1.0, len(sample))
+    assert seed_noise(y, sample) == pytest.approx(1.0, abs=0.05)
+    # half of the variance between points, half between seeds
+    y2 = np.repeat(rng.normal(0, 1, 4000), 2) + rng.normal(0, 1, len(sample))
+    assert seed_noise(y2, sample) == pytest.approx(0.5, abs=0.05)
+
+
+def test_stories_are_compared_by_posterior_probability_with_matched_draws():
+    """Stories sampled with different numbers of draws were ranked by their share of accepted
+    runs. Model choice gives each story the same number of draws (a prefix of its Sobol
+    design), an equal prior, and a posterior probability with a bootstrap interval over its
+    sample points."""
+    from pdsim.analysis.explore_stats import model_choice
+
+    def runs(n_points: int, hits: set[int]) -> pd.DataFrame:
+        return pd.DataFrame({"sample": np.repeat(np.arange(n_points), 2),
+                             "accepted": [i in hits for i in np.repeat(np.arange(n_points),
+                                                                       2)]})
+
+    # a: 128 draws, its fits all early in the design; b: 32 draws, 2 fitting points
+    got = model_choice({"a": runs(128, {1, 5, 9, 20}), "b": runs(32, {3, 30})}).set_index(
+        "story")
+    assert got.draws.to_dict() == {"a": 32, "b": 32}  # matched: the fewest any story has
+    assert got.posterior.to_dict() == pytest.approx({"a": 4 / 6, "b": 2 / 6})
+    assert got.posterior.sum() == pytest.approx(1.0)
+    for r in got.itertuples():
+        assert r.posterior_lo <= r.posterior <= r.posterior_hi
+    assert got.posterior_lo["a"] < 0.5 < got.posterior_hi["a"]  # 6 points decide little
+    # all draws, unmatched: b's share (2/32) looks twice a's (4/128)
+    loose = model_choice({"a": runs(128, {1, 5, 9, 20}), "b": runs(32, {3, 30})}, draws=128)
+    assert loose.set_index("story").posterior["b"] > 0.5
+    none = model_choice({"a": runs(16, set()), "b": runs(16, set())})
+    assert none.posterior.isna().all()  # no story accepts anything: no evidence either way

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pdsim.analysis import explore_stats as stats
 from pdsim.config import loader, unknowns
 from pdsim.config.scenario import ReferenceFigure, Scenario
 from pdsim.config.units import ScenarioError
@@ -39,7 +40,7 @@ from pdsim.config.unknowns import Unknown
 from pdsim.util import backends
 
 KEY = ["scenario_hash", "design", "sample", "seed"]
-MIN_RUNS_S1 = 32  # RBD-FAST's bootstrap needs ~8M runs: below, a numeric S1 is not estimated
+MIN_RUNS_S1 = stats.MIN_RUNS_S1
 WALL = ["sim_wall_s"]  # the only columns that differ between identical explorations
 DESIGNS = ("sobol", "lhs")
 _NOT_SIMULATED = ("name", "description", "reference")
@@ -304,12 +305,7 @@ def _within(runs: pd.DataFrame, r: ReferenceFigure) -> pd.Series:
     return (v - r.reported).abs() <= r.limit
 
 
-def _as_number(runs: pd.DataFrame, u: Unknown) -> pd.Series:
-    """The unknown's values as numbers (a choice by its position in the list)."""
-    if u.numeric:
-        return runs[u.path].astype(float)
-    order = {repr(c): i for i, c in enumerate(u.choices)}
-    return runs[u.path].map(lambda v: order.get(repr(v), np.nan)).astype(float)
+_as_number = stats.as_number
 
 
 def _edge(x: float) -> str:
@@ -395,85 +391,9 @@ def analyse(sc: Scenario, runs: pd.DataFrame, out: Path | None = None, resumed: 
             bin_rows.append(b)
     region = pd.DataFrame(reg_rows)
     bins = pd.DataFrame(bin_rows)
-    sensitivity = _sensitivity(runs, unk, figs, ids)
+    sensitivity = stats.sensitivity(runs, unk, figs, ids)
     return Exploration(sc, unk, figs, runs, acceptance, region, bins, sensitivity, out,
                        resumed, ran, design, list(seeds or []))
-
-
-def _untie(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """``x`` with ties (seeds of one sample, integer values) broken at random, order kept.
-
-    RBD-FAST reads the figure in the order of the input; tied inputs would otherwise be read
-    in the design's order, which is not random.
-    """
-    vals = np.unique(x[np.isfinite(x)])
-    gap = np.min(np.diff(vals)) if len(vals) > 1 else 1.0
-    return x + rng.uniform(-0.25, 0.25, len(x)) * gap
-
-
-def _eta2(x: np.ndarray, y: np.ndarray) -> float:
-    """First-order index of a categorical input: between-group share of the variance,
-    bias-corrected (epsilon squared)."""
-    groups = [y[x == v] for v in np.unique(x)]
-    n, k = len(y), len(groups)
-    total = float(((y - y.mean()) ** 2).sum())
-    if total == 0 or k < 2 or n <= k:
-        return np.nan
-    between = sum(len(g) * (g.mean() - y.mean()) ** 2 for g in groups)
-    within = total - between
-    return max(0.0, float((between - (k - 1) * within / (n - k)) / total))
-
-
-def _sensitivity(runs: pd.DataFrame, unk: list[Unknown], figs: list[ReferenceFigure],
-                 ids: list[str]) -> pd.DataFrame:
-    """Per figure and unknown: first-order index S1 and Spearman rho; seed noise.
-
-    S1 is the share of the figure's variance explained by that unknown alone: RBD-FAST
-    (SALib; it works on any space-filling sample) for numeric unknowns, the between-choice
-    variance share for a choice; both bias-corrected (a small negative estimate means "none"
-    and is shown as 0). ``seed_noise`` is the share of the variance left between seeds at one
-    sample point: what no unknown explains.
-    """
-    from SALib.analyze import rbd_fast
-    from scipy.stats import spearmanr
-
-    rows = []
-    if len(runs) < 4:
-        return pd.DataFrame(rows)
-    X = np.column_stack([_as_number(runs, u).to_numpy() for u in unk])
-    rng = np.random.default_rng(0)
-    Xu = np.column_stack([_untie(X[:, j], rng) for j in range(len(unk))])
-    numeric = [j for j, u in enumerate(unk) if u.numeric]
-    for fid, r in zip(ids, figs, strict=True):
-        y = pd.to_numeric(runs.get(r.metric, pd.Series(np.nan, index=runs.index)),
-                          errors="coerce").to_numpy(dtype=float)
-        ok = np.isfinite(y)
-        total = np.var(y[ok]) if ok.sum() > 1 else 0.0
-        noise = np.nan
-        if total > 0 and runs["sample"].duplicated().any():
-            within_var = pd.Series(y[ok]).groupby(runs["sample"].to_numpy()[ok]).var(ddof=0)
-            noise = float(within_var.mean() / total)
-        s1 = [np.nan] * len(unk)
-        if total > 0 and numeric and ok.sum() >= MIN_RUNS_S1:
-            problem = {"num_vars": len(numeric), "names": [unk[j].path for j in numeric],
-                       "bounds": [[0.0, 1.0]] * len(numeric)}
-            with warnings.catch_warnings(), np.errstate(all="ignore"):
-                warnings.simplefilter("ignore")
-                res = rbd_fast.analyze(problem, Xu[ok][:, numeric], y[ok], M=4, seed=1,
-                                       print_to_console=False)
-            for j, v in zip(numeric, res["S1"], strict=True):
-                s1[j] = max(0.0, float(v)) if np.isfinite(v) else np.nan
-        for j, u in enumerate(unk):
-            if not u.numeric and total > 0:
-                s1[j] = _eta2(X[ok, j], y[ok])
-            rho = np.nan
-            if total > 0 and np.nanstd(X[ok, j]) > 0:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    rho = float(spearmanr(X[ok, j], y[ok]).statistic)
-            rows.append({"figure": fid, "metric": r.metric, "unknown": u.path, "S1": s1[j],
-                         "spearman_rho": rho, "seed_noise": noise})
-    return pd.DataFrame(rows)
 
 
 # --- text ------------------------------------------------------------------------------------
@@ -544,15 +464,20 @@ def render(ex: Exploration) -> str:
     lines.append("")
     if len(ex.sensitivity):
         lines.append("Sensitivity: S1 = share of the figure's variance explained by the unknown "
-                     "alone (RBD-FAST, SALib; between-choice share for a choice); rho = "
-                     "Spearman rank correlation; seed noise = share left between seeds at one "
-                     "sample point")
+                     "alone, ± its 95% half-width (RBD-FAST with SALib's S1_conf; between-choice "
+                     "share with a bootstrap over sample points for a choice): an S1 whose "
+                     "half-width reaches 0 cannot be told from none; rho = Spearman rank "
+                     "correlation; seed noise = share of the variance left between seeds at "
+                     "one sample point (unbiased variances)")
         s = ex.sensitivity
-        wide = s.pivot_table(index="figure", columns="unknown", values=["S1", "spearman_rho"],
-                             sort=False, dropna=False)
+        wide = s.pivot_table(index="figure", columns="unknown",
+                             values=["S1", "S1_conf", "spearman_rho"], sort=False,
+                             dropna=False)
         out = pd.DataFrame(index=wide.index)
         for u in ex.unknowns:
-            out[f"{u.path} S1"] = [_g(x, 2) for x in wide[("S1", u.path)]]
+            out[f"{u.path} S1"] = [stats.fmt_s1(a, b) for a, b in
+                                   zip(wide[("S1", u.path)], wide[("S1_conf", u.path)],
+                                       strict=True)]
             out[f"{u.path} rho"] = [_g(x, 2) for x in wide[("spearman_rho", u.path)]]
         noise = s.groupby("figure", sort=False).seed_noise.first()
         out["seed noise"] = [_g(x, 2) for x in noise.reindex(out.index)]
