@@ -29,6 +29,7 @@ import pandas as pd
 
 import pdsim
 from pdsim.analysis import explore as explore_mod
+from pdsim.analysis.explore_stats import fmt_s1
 from pdsim.output import plots, report
 
 matplotlib.use("Agg")
@@ -45,10 +46,10 @@ STORIES = {
     "story_two_benches": "(iii) two overlapping CI bench runs",
     "story_outside_flush": "(iv) an outside caller's flush during the bench",
 }
-# samples per story (x 2 seeds): the bench alone needs few (nothing in flight at its flush);
-# story (iii) more, as its fits sit in a narrow part of its offset range
-SAMPLES = {"story_bench_alone": 32, "story_eval_running": 64, "story_two_benches": 128,
-           "story_outside_flush": 64}
+# samples per story (x 2 seeds): the same for every story, so that stories are compared with
+# matched priors (ABC model choice: equal draws from each story's declared ranges)
+SAMPLES = {"story_bench_alone": 128, "story_eval_running": 128, "story_two_benches": 128,
+           "story_outside_flush": 128}
 SEEDS_PER_SAMPLE = 2
 TIMING = {"story_eval_running": "clients.1.start_s", "story_two_benches": "clients.1.start_s",
           "story_outside_flush": "operator_flushes.0.at_s", "story_bench_alone": "model.layers"}
@@ -176,6 +177,44 @@ def partial_region(ex: explore_mod.Exploration, best: tuple = FAILURE_COUNTS) ->
     return lines
 
 
+def choice_table(exs: dict[str, explore_mod.Exploration]) -> str:
+    """Which story the figures favour: ABC model choice with matched priors (equal draws per
+    story, equal prior weight), for all four figures and for the two failure counts."""
+    from pdsim.analysis.explore_stats import model_choice
+
+    rules = {"all four figures": None, "both failure counts (F1+F2)": FAILURE_COUNTS}
+    out = ["| story | draws (x seeds) | " + " | ".join(
+        f"{r}: accepted runs (points), posterior [95%]" for r in rules) + " |",
+        "|---|---|" + "---|" * len(rules)]
+    tables = {}
+    for rule, figs in rules.items():
+        acc = {}
+        for name, ex in exs.items():
+            within = pd.DataFrame({f"F{i + 1}": explore_mod._within(ex.runs, f)
+                                   for i, f in enumerate(ex.figures)})
+            cols = list(within.columns) if figs is None else list(figs)
+            acc[name] = pd.DataFrame({"sample": ex.runs["sample"].to_numpy(),
+                                      "accepted": within[cols].all(axis=1).to_numpy()})
+        tables[rule] = model_choice(acc).set_index("story")
+    for name in exs:
+        first = tables[next(iter(rules))].loc[name]
+        cells = [f"{STORIES[name].split(' ', 1)[0]} `{name}`",
+                 f"{int(first.draws)} (x {int(first.runs / max(first.draws, 1))})"]
+        for rule in rules:
+            t = tables[rule].loc[name]
+            post = ("undefined (no story accepts a run)" if not np.isfinite(t.posterior)
+                    else f"{t.posterior:.2f} [{t.posterior_lo:.2f}, {t.posterior_hi:.2f}]")
+            cells.append(f"{int(t.accepted_runs)} ({int(t.accepted_points)}): {post}")
+        out.append("| " + " | ".join(cells) + " |")
+    return "\n".join(out) + (
+        "\n\nPosterior probability of each story given the figures, with equal prior weight "
+        "per story and each story's prior its declared ranges (ABC model choice by rejection, "
+        "pdsim.analysis.explore_stats.model_choice): a story's acceptance rate over the sum of "
+        "all stories'. Matched priors: every story has the same number of draws (a prefix of "
+        "its Sobol design) x 2 seeds. Interval: 95% bootstrap over each story's sample points "
+        "(a point's seeds together), 2,000 resamples.")
+
+
 def story_table(exs: dict[str, explore_mod.Exploration]) -> str:
     """One row per story: the share of its unknowns' space reproducing each figure."""
     first = next(iter(exs.values()))
@@ -242,14 +281,33 @@ def story_detail(name: str, ex: explore_mod.Exploration) -> str:
     if len(s):
         top = (s.dropna(subset=["S1"]).sort_values("S1", ascending=False)
                .groupby("figure", sort=False).head(1).sort_values("figure"))
-        parts = [f"{r.figure}: `{r.unknown}` (S1 {r.S1:.2f}, rho {r.spearman_rho:+.2f})"
-                 for r in top.itertuples() if np.isfinite(r.S1)]
+        parts = [f"{r.figure}: `{r.unknown}` (S1 {fmt_s1(r.S1, r.S1_conf)}, rho "
+                 f"{r.spearman_rho:+.2f})" for r in top.itertuples() if np.isfinite(r.S1)]
         noise = s.groupby("figure").seed_noise.first()
         if parts:
             out.append("Most influential unknown per figure: " + "; ".join(parts) +
-                       f". Seed noise (share of variance between seeds): "
+                       f". Seed noise (share of variance between seeds, unbiased): "
                        f"{', '.join(f'{k} {v:.2f}' for k, v in noise.items() if np.isfinite(v))}.")
+            out.append("")
+            out.append(s1_table(ex))
     return "\n".join(out)
+
+
+def s1_table(ex: explore_mod.Exploration) -> str:
+    """Every figure x unknown: S1 ± its 95% half-width (a half-width reaching 0: not told from
+    none)."""
+    s = ex.sensitivity.set_index(["figure", "unknown"])
+    figs = list(dict.fromkeys(s.index.get_level_values(0)))
+    head = ["unknown", *figs]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for u in ex.unknowns:
+        cells = [f"`{u.path}`"]
+        for f in figs:
+            r = s.loc[(f, u.path)]
+            cells.append(fmt_s1(r.S1, r.S1_conf))
+        rows.append("| " + " | ".join(cells) + " |")
+    return ("S1 ± 95% half-width (RBD-FAST with SALib's S1_conf; a choice: between-choice "
+            "share, bootstrap over sample points):\n\n" + "\n".join(rows))
 
 
 def nominal_table(seeds: range = SEEDS) -> str:
@@ -403,6 +461,7 @@ def main() -> None:
                    "what guards the figures is tests/golden.json, whose hashes of every story's "
                    "outputs must stay identical unless a commit says why they moved.")
     text = replace(text, "stories", story_table(exs))
+    text = replace(text, "choice", choice_table(exs))
     for name, ex in exs.items():
         text = replace(text, name, story_detail(name, ex))
     stories_figure(exs)

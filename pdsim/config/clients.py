@@ -87,7 +87,8 @@ class ClientFlush(Strict):
         "default none"
     )
     timeout_s: Seconds = Field(60.0, description="The flush's ?timeout= in seconds, with mode "
-                               "timeout; default 60")
+                               "timeout; default 60 (bench_serving's --flush-cache-timeout "
+                               "default, SGLang PR #33663)")
 
 
 class BenchClientConfig(Strict):
