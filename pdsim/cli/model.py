@@ -246,8 +246,10 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
                 for e, m in zip(df.held_out_error, df.metric, strict=True)])
         print(shown.drop(columns=[c for c in drop if c in shown]).to_string(index=False))
     s = validation.summary(df)
-    print(f"\n{s['rows']} rows: median |error| {s['median_abs_error']:.1%}, max "
-          f"{s['max_abs_error']:.1%}, {s['within_25pct']} within +-25%")
+    bounds = (f"; {s['bounds_met']} of {s['bounds']} upper bounds met" if s["bounds"]
+              else "")
+    print(f"\n{s['rows']} point predictions: median |error| {s['median_abs_error']:.1%}, max "
+          f"{s['max_abs_error']:.1%}, {s['within_25pct']} within +-25%{bounds}")
     if "row" in df:
         print("\n".join(holdout.summary_lines(df)))
     if do_holdout:
