@@ -169,7 +169,11 @@ def training_table(rows: pd.DataFrame, root: Path = validation.ROOT
                           "step_ms": step_s * 1e3, "tp": cfg.tp, "dp": cfg.dp,
                           "dp_attention": cfg.dp_attention, "ep": cfg.ep,
                           "tbo": sc.predictor.two_batch_overlap,
-                          "expert_imbalance": sc.predictor.expert_imbalance})
+                          "expert_imbalance": sc.predictor.expert_imbalance,
+                          "moe_a2a_backend": cfg.moe_a2a_backend,
+                          "moe_dense_tp_size": cfg.moe_dense_tp_size,
+                          "enable_dp_lm_head": cfg.enable_dp_lm_head,
+                          "deepep_ll_nvlink": cfg.deepep_ll_nvlink})
         elif measure == "run" and r.metric in SERVING_METRICS:
             if spec.get("vary") != "clients.0.dataset.input_len" or x is None:
                 raise HoldoutError(f"{r.case}: a serving row needs vary: "
