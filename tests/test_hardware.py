@@ -278,3 +278,13 @@ def test_a_scenario_on_blackwell_runs():
                                               "output_len": 32}}]})
     assert res.summary["completed_requests"] == 8
     assert res.summary["chunked_prefill_size_per_rank"] == 16384  # >= 160 GiB: 16k
+
+
+def test_a_profile_still_giving_hbm_gb_is_told_what_replaced_it(tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("gpus:\n  MyGPU:\n    extends: H100\n    hbm_gb: 80\n")
+    with pytest.raises(profiles.ProfileError) as err:
+        profiles.resolve("MyGPU", "llama-3.1-8b", files=(str(f),))
+    msg = str(err.value)
+    assert "unknown key 'gpus.MyGPU.hbm_gb': hbm_gb is now hbm_mib" in msg and "81559" in msg
+    assert "\n" not in msg
