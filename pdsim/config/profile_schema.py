@@ -187,19 +187,27 @@ class Model(_Profile):
     index_topk: NonNegInt = Field(0, description="Sparse attention (DSA: DeepSeek-V3.2, GLM-5): "
                                   "tokens each query attends to, chosen by the indexer "
                                   "(index_topk); 0: dense attention")
-    index_head_dim: NonNegInt = Field(0, description="DSA indexer key width (index_head_dim)")
-    index_n_heads: NonNegInt = Field(0, description="DSA indexer query heads (index_n_heads)")
+    index_head_dim: NonNegInt = Field(
+        0, description="DSA indexer key width (index_head_dim); default 0")
+    index_n_heads: NonNegInt = Field(
+        0, description="DSA indexer query heads (index_n_heads); default 0")
     sliding_window_layers: NonNegInt = Field(0, description="Layers attending to the last "
                                              "sliding_window tokens only (layer_types "
                                              "sliding_attention); default 0")
-    sliding_window: NonNegInt = Field(0, description="sliding_window (tokens)")
+    sliding_window: NonNegInt = Field(
+        0, description="Window of the sliding-window layers, tokens (sliding_window); default 0")
     linear_attention_layers: NonNegInt = Field(0, description="Gated DeltaNet layers (layer_types "
                                                "linear_attention; Qwen3-Next/3.5); default 0")
-    linear_key_heads: NonNegInt = Field(0, description="linear_num_key_heads")
-    linear_key_head_dim: NonNegInt = Field(0, description="linear_key_head_dim")
-    linear_value_heads: NonNegInt = Field(0, description="linear_num_value_heads")
-    linear_value_head_dim: NonNegInt = Field(0, description="linear_value_head_dim")
-    linear_conv_kernel: NonNegInt = Field(0, description="linear_conv_kernel_dim")
+    linear_key_heads: NonNegInt = Field(
+        0, description="Gated DeltaNet key heads (linear_num_key_heads); default 0")
+    linear_key_head_dim: NonNegInt = Field(
+        0, description="Gated DeltaNet key head width (linear_key_head_dim); default 0")
+    linear_value_heads: NonNegInt = Field(
+        0, description="Gated DeltaNet value heads (linear_num_value_heads); default 0")
+    linear_value_head_dim: NonNegInt = Field(
+        0, description="Gated DeltaNet value head width (linear_value_head_dim); default 0")
+    linear_conv_kernel: NonNegInt = Field(
+        0, description="Gated DeltaNet short-convolution width (linear_conv_kernel_dim); default 0")
     mamba_ssm_dtype: Literal["fp32", "bf16"] = Field(
         "fp32", description="Recurrent (SSM) state dtype of linear-attention layers (SGLang "
         "--mamba-ssm-dtype; default float32); the conv state is BF16")
@@ -220,7 +228,8 @@ class Model(_Profile):
     vision_layers: NonNegInt = Field(0, description="Vision tower depth (vision_config."
                                      "num_hidden_layers) of a VLM; 0: text only. SGLang lowers "
                                      "its default mem_fraction_static by it")
-    vision_hidden_size: NonNegInt = Field(0, description="vision_config.hidden_size")
+    vision_hidden_size: NonNegInt = Field(
+        0, description="Vision tower width (vision_config.hidden_size); default 0")
     weight_dtype: Dtype = Field("bf16", description="Linear-layer weights: bf16; fp8 (W8A8); "
                                 "fp8_block (128x128-block scales, W8A8); int4 (W4A16); nvfp4 "
                                 "(W4A4 on FP4 tensor cores); mxfp4")
@@ -228,7 +237,8 @@ class Model(_Profile):
                                        "differ (gpt-oss: mxfp4 experts, BF16 elsewhere); "
                                        "default weight_dtype")
     kv_dtype: Literal["bf16", "fp8"] = Field("bf16", description="KV cache dtype (--kv-cache-"
-                                             "dtype; fp8: fp8_e4m3)")
+                                             "dtype; fp8: fp8_e4m3); default bf16 (auto: the "
+                                             "model dtype)")
     params_total_b: Pos | None = Field(None, description="Published total parameters "
                                        "(billions), a cross-check of the architecture")
     fitted: dict[str, dict[str, float]] | None = Field(
