@@ -188,3 +188,15 @@ def test_a_derived_fraction_sglang_could_not_start_with_is_one_line():
                               "decode": {"tp": 8}},
                     "clients": [{"kind": "bench"}]})
     assert "\n" not in str(err.value) and "set mem_fraction_static" in str(err.value)
+
+
+def test_a_vlms_default_fraction_is_lowered_as_sglang_does():
+    """adjust_mem_fraction_for_vlm: Qwen3.5's 27 x 1152 vision tower, 1.42x ViT-L/14's
+    complexity: x 0.95 x (1 - 0.1 x 0.42)."""
+    g = profiles.gpu("H200")
+    q35, text = profiles.model("qwen3.5-397b-a17b"), profiles.model("qwen3-235b-a22b")
+    args = (8, 1, False, 8192, 512, "0.5.9")
+    ratio = 27 * 1152**2 / (24 * 1024**2)
+    assert sglang.mem_fraction_static(g, text, *args) == 0.897
+    assert sglang.mem_fraction_static(g, q35, *args) == pytest.approx(
+        0.897 * 0.95 * (1 - 0.1 * (ratio - 1)))
