@@ -108,7 +108,7 @@ EXTRA: dict[str, dict] = {
                            "page_size": 16},
                "decode": {"dp": 2, "tp": 2, "dp_attention": True, "lockstep": False,
                           "balance": "round_robin", "page_size": 16,
-                          "kv_pool_tokens": 30000, "retract_reserve_tokens": 32}},
+                          "kv_pool_tokens": 30000, "num_reserved_decode_tokens": 32}},
         clients=[{"kind": "bench", "num_prompts": 200, "max_concurrency": 96,
                   "dataset": {"kind": "random", "input_len": 1024, "output_len": 512}}]),
     # the fault library on two decode servers: crash and restart, hang, NIC flaps, degraded

@@ -43,7 +43,7 @@ def role(draw, prefill: bool, prompt: int) -> dict:
         r["chunked_prefill_size"] = draw(st.sampled_from([256, 1024, 8192]))
         r["prefix_cache"] = draw(st.booleans())
     else:
-        r["retract_reserve_tokens"] = draw(st.sampled_from([0, 0, 64]))
+        r["num_reserved_decode_tokens"] = draw(st.sampled_from([0, 64, 512]))
     return r
 
 

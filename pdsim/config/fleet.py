@@ -114,13 +114,29 @@ class PrefillConfig(RoleConfig):
                                         description="Tokens per prefix-cache block, what one "
                                         "trace hash_id stands for (512 in the Mooncake traces); "
                                         "default 512")
+    max_prefill_tokens: PosInt = Field(
+        16384, le=MAX_TOKENS, description="--max-prefill-tokens: new input tokens one prefill "
+        "forward of a rank takes at most beside the chunk budget (the first request of a "
+        "forward is admitted whatever its size; PrefillAdder.add_one_req); default 16384, as "
+        "SGLang's")
 
 
 class DecodeConfig(RoleConfig):
-    retract_reserve_tokens: NonNegInt = Field(
-        0, le=MAX_TOKENS, description="Tokens of growth reserved per request at admission; "
-        "default 0"
-    )
+    num_reserved_decode_tokens: NonNegInt = Field(
+        512, le=MAX_TOKENS, description="--num-reserved-decode-tokens: decode headroom SGLang's "
+        "admission keeps per request running, transferring or waiting (a bookkeeping reserve: "
+        "pre-allocation takes the prompt's pages only, and admits a request only while the "
+        "free tokens beyond every such reserve cover its prompt and its own reserve; "
+        "DecodePreallocQueue._allocatable_tokens); default 512, as SGLang's")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: object) -> object:
+        if isinstance(data, dict) and "retract_reserve_tokens" in data:
+            raise ValueError("retract_reserve_tokens is now num_reserved_decode_tokens "
+                             "(SGLang's --num-reserved-decode-tokens, default 512), a reserve "
+                             "per request in SGLang's admission rather than pages taken")
+        return data
 
 
 class FleetConfig(Strict):

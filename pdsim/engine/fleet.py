@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import simpy
 
+from pdsim.config.engine_version import has
 from pdsim.config.fleet import PrefillConfig, RoleConfig
 from pdsim.config.scenario import Scenario
 from pdsim.engine import balance, blacklist, clock, lockstep
@@ -85,6 +86,7 @@ class Fleet:
                 rank = DecodeRank(env, s, r, dc, d_pred, d_pages, tc.waiting_timeout_s, port,
                                   sc.flush.semantics, self.log, self.stats, sc.flush.dooms)
                 rank.bootstrap_s = engine.bootstrap_ms / 1e3
+                rank.retract_20_steps = not has(sc.engine.version, "retract_until_next_step_fits")
                 rank.tokenize_s_per_token = engine.tokenize_us_per_token * 1e-6
                 ranks.append(rank)
                 self.decode_ranks.append(rank)
@@ -117,6 +119,8 @@ class Fleet:
                                          tc.saturation_mb * 1e6))
                 rank = PrefillRank(env, s, r, pc, p_pred, kvb, p_pages, tc.bootstrap_timeout_s,
                                    sc.flush.semantics, self.log, self.stats, chunk)
+                rank.page_aligned_chunk = has(sc.engine.version, "page_aligned_chunk")
+                rank.chunk_capped_by_memory = has(sc.engine.version, "chunk_capped_by_memory")
                 bl = blacklist.build(sc.blacklist, env, f"{rank.name}.r{r}", self.log)
                 bl.on_change = self._blacklist_changed
                 rank.engine = TransferEngine(env, rank.name, r, self.nics[-1], bl,
