@@ -14,6 +14,12 @@ first release), so a release between two wheels gets the older wheel's behaviour
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import Field
+
+from pdsim.config.profile_schema import EngineOverrides
+
 SGLANG_VERSIONS: dict[str, str] = {
     "0.5.1.post1": "retraction frees 20 decode steps of headroom per remaining request; "
                    "chunks truncated to rem_chunk - page + 1",
@@ -59,22 +65,11 @@ def has(version: str, rule: str) -> bool:
     return parse(version) >= parse(RULES[rule][0])
 
 
-def _section() -> type:
-    """The scenario's ``engine:`` section: the engine profile's overrides plus ``version``."""
-    from typing import Literal
 
-    from pydantic import Field
+class EngineSection(EngineOverrides):  # type: ignore[valid-type, misc]
+    """``engine:`` of a scenario: overrides of the engine profile's values, and ``version``."""
 
-    from pdsim.config.profile_schema import EngineOverrides
-
-    class EngineSection(EngineOverrides):  # type: ignore[valid-type, misc]
-        version: Literal[tuple(SGLANG_VERSIONS)] = Field(  # type: ignore[valid-type]
-            DEFAULT_VERSION, description="SGLang release whose scheduler the run follows "
-            "(retraction stop rule, chunk truncation; pdsim.config.engine_version lists what "
-            f"each changes); one of {', '.join(SGLANG_VERSIONS)}; default {DEFAULT_VERSION}")
-
-    return EngineSection
-
-
-EngineSection = _section()
-"""``engine:`` of a scenario: overrides of the engine profile's values, and ``version``."""
+    version: Literal[tuple(SGLANG_VERSIONS)] = Field(  # type: ignore[valid-type]
+        DEFAULT_VERSION, description="SGLang release whose scheduler the run follows "
+        "(retraction stop rule, chunk truncation; pdsim.config.engine_version lists what each "
+        f"changes); one of {', '.join(SGLANG_VERSIONS)}; default {DEFAULT_VERSION}")

@@ -221,6 +221,9 @@ class Scenario(Strict):
 
 
 def _decode_ranks(sc: Scenario) -> int:
+    """Decode ranks with a session port (a colocated fleet has no KV sessions)."""
+    if sc.fleet.mode == "colocated":
+        return 0
     return sc.fleet.decode.servers * sc.fleet.decode.dp
 
 
