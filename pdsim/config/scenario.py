@@ -42,9 +42,11 @@ from pdsim.config.units import (
     MAX_TICKS,
     MAX_TOTAL_REQUESTS,
     Context,
+    Fraction,
     Instant,
     Interval,
     Invalid,
+    Millis,
     Name,
     ScenarioError,
     Seconds,
@@ -72,6 +74,36 @@ class OperatorFlush(Strict):
 
 
 Finite = Annotated[float, Field(allow_inf_nan=False), _NUM]
+
+
+class SLOConfig(Strict):
+    """Service-level objectives: what a request must meet to count as *goodput*.
+
+    A request meets the SLO when it completed (generated every token it asked for) and each
+    threshold that is set holds for it: TTFT (first token - arrival), TPOT ((last token -
+    first token) / (tokens - 1)) and E2E (last token - arrival), at the token times the server
+    produced them (what a streaming client sees). Unset thresholds are not checked, so with none
+    set goodput is the completed requests. The same thresholds as vLLM's and SGLang's bench
+    ``--goodput ttft:MS tpot:MS e2el:MS``; the fleet *meets* the SLO when the share of requests
+    meeting it (SLO attainment, as DistServe defines it) is at least ``attainment``.
+
+    Only the metrics read these (:mod:`pdsim.engine.slo`); nothing in the model does.
+    """
+
+    ttft_ms: Millis | None = Field(None, description="Largest TTFT (ms) a request may have to "
+                                   "count as goodput (bench --goodput ttft:MS); default unset")
+    tpot_ms: Millis | None = Field(None, description="Largest TPOT (ms) a request may have to "
+                                   "count as goodput (bench --goodput tpot:MS); default unset")
+    e2e_ms: Millis | None = Field(None, description="Largest end-to-end latency (ms) a request "
+                                  "may have (bench --goodput e2el:MS); default unset")
+    attainment: Fraction = Field(0.9, description="Share of requests that must meet the SLO for "
+                                 "the fleet to meet it (capacity is the highest load whose "
+                                 "attainment is at least this); default 0.9")
+
+    @property
+    def active(self) -> bool:
+        """Whether any threshold is set (without one, goodput is the completed requests)."""
+        return any(v is not None for v in (self.ttft_ms, self.tpot_ms, self.e2e_ms))
 
 
 class ReferenceFigure(Strict):
@@ -174,6 +206,9 @@ class Scenario(Strict):
     reference: list[ReferenceFigure] = Field(
         default_factory=list, max_length=MAX_LIST,
         description="Reported figures to compare against (report only)")
+    slo: SLOConfig = Field(SLOConfig(), description="Service-level objectives for goodput and "
+                           "SLO attainment (TTFT, TPOT, E2E thresholds in ms; metrics only); "
+                           "default none set")
     _context: Context | None = PrivateAttr(None)
     # None, not default_factory=list: pydantic inspects a factory's signature on every
     # validation (~0.25 ms each, and a load validates the scenario once per unknown's end)

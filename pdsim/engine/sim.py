@@ -19,6 +19,7 @@ import simpy
 from pdsim.config import loader, units
 from pdsim.config.scenario import Scenario
 from pdsim.engine import clock
+from pdsim.engine import slo as slo_mod
 from pdsim.engine import summary as summary_mod
 from pdsim.engine.fleet import Fleet
 from pdsim.engine.log import COLUMNS as EVENT_COLUMNS
@@ -230,6 +231,9 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
         "stopped_at_horizon": stopped,
         "clients": clients,
     })
+    slo_cfg = fleet.scenario.slo
+    if slo_cfg.active:  # (only then: without thresholds goodput is the completed requests)
+        top["slo"] = slo_mod.summary(measured, slo_cfg, t0, t_end)
     return clean(top)
 
 
