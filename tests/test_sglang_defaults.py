@@ -74,16 +74,19 @@ def test_cuda_graph_cap_and_chunk_defaults_per_release():
 
 def test_the_engine_version_is_a_validated_scenario_choice(tmp_path):
     base = {"fleet": {"gpu": "H100", "model": "llama-3.1-8b"}, "clients": [{"kind": "bench"}]}
-    with pytest.raises(ScenarioError, match="unknown SGLang version '0.4.0'; known: "
-                       "0.5.1.post1, 0.5.6.post2") as err:
+    with pytest.raises(ScenarioError, match="invalid value at 'engine.version': .*'0.5.1.post1'"
+                       ".*'glm5-hopper'") as err:
         pdsim.load({**base, "engine": {"version": "0.4.0"}})
     assert "\n" not in str(err.value)
+    assert pdsim.load(base).engine.version == "0.5.9"
     new = memory.pools(pdsim.load(base))["decode"]
     old = memory.pools(pdsim.load({**base, "engine": {"version": "0.5.1.post1"}}))["decode"]
     assert (old.mem_fraction_static, new.mem_fraction_static) == (0.874, 0.835)
     assert old.tokens > new.tokens
     assert "SGLang 0.5.1.post1's default for H100 at tp 1" in old.how
-    assert profiles.engine().version == "0.5.9"
+    # the image tag the corpus's GLM-5 rows ran: 0.5.9's rules
+    glm = memory.pools(pdsim.load({**base, "engine": {"version": "glm5-hopper"}}))["decode"]
+    assert glm.mem_fraction_static == new.mem_fraction_static
 
 
 # --- the KV pool -------------------------------------------------------------------------------
@@ -174,9 +177,10 @@ def test_decode_above_the_cuda_graph_cap_runs_eagerly():
     from pdsim.config.fleet import PredictorConfig
     from pdsim.model.predictor import layout_for
 
-    assert layout_for(DecodeConfig(tp=2), PredictorConfig(), 1, g, ENGINE).graph_bs == 256
+    assert layout_for(DecodeConfig(tp=2), PredictorConfig(), 1, g, "0.5.9").graph_bs == 256
+    assert layout_for(DecodeConfig(tp=2), PredictorConfig(), 1, g, "0.5.1.post1").graph_bs == 160
     assert layout_for(DecodeConfig(tp=2, cuda_graph_max_bs=0), PredictorConfig(), 1, g,
-                      ENGINE).graph_bs == 0
+                      "0.5.9").graph_bs == 0
 
 
 def test_a_derived_fraction_sglang_could_not_start_with_is_one_line():

@@ -54,7 +54,7 @@ def _step_predictor(sc: Any, role_name: str) -> tuple[Any, Any, int]:
     prof = profiles.for_scenario(sc)
     role = getattr(sc.fleet, role_name)
     gather = role.dp if role.dp_attention else 1
-    lay = predictor.layout_for(role, sc.predictor, gather, prof.gpu, prof.engine)
+    lay = predictor.layout_for(role, sc.predictor, gather, prof.gpu, sc.engine.version)
     pred = predictor.build(sc.predictor, prof.gpu, prof.model, role.tp, gather, prof.engine, lay)
     return pred, prof, ranks_per_node(sc, role_name)
 

@@ -119,7 +119,7 @@ def profiles_cmd(args: argparse.Namespace) -> int:
         except (units.ScenarioError, profiles.ProfileError) as err:
             return die(str(err))
         print(f"{args.scenario}: {res.gpu.name} / {res.model.name} / {res.engine.name} "
-              f"(SGLang {res.engine.version})")
+              f"(SGLang {sc.engine.version})")
         print(f"calibration: {res.calibration or 'none: the GPU and engine profiles as shipped'}")
         declared = {u.path: u for u in sc.unknowns}
         for key, (value, origin) in res.origins.items():

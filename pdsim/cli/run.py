@@ -134,7 +134,7 @@ def run_or_validate(args: argparse.Namespace) -> int:
         roles = pools(sc)
         how = {role: roles[role].how
                + (f", in whole {cfg.page_size}-token pages" if cfg.page_size > 1 else "")
-               for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode))}
+               for role, cfg in sc.fleet.roles()}
         print("KV pool per DP rank (SGLang's max_total_num_tokens): " + ", ".join(
             f"{role} {p.tokens:,} tokens ({how[role]})" for role, p in roles.items()))
         if sc.unknowns:  # each range end (or choice) was validated as a value of its own

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, create_model
-
-from pdsim.config import versions
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 MAX_PROFILE_BYTES = 1 << 20  # a profile file is a few kB; refuse anything past 1 MB
 
@@ -122,19 +120,9 @@ class GPU(_Profile):
         return self.hbm_mib / 1024
 
 
-Version = Annotated[str, AfterValidator(versions.check),
-                    Field(json_schema_extra={"enum": list(versions.VERSIONS)})]
-
-
 class Engine(_Profile):
-    """The serving engine's CPU-side costs (per forward, per layer, per request) and the SGLang
-    release whose defaults and rules apply."""
-
-    version: Version = Field(versions.DEFAULT_VERSION, description="SGLang release whose "
-                             "behaviour applies where releases differ (mem_fraction_static, "
-                             "chunked-prefill and CUDA-graph defaults, ...; pdsim/config/"
-                             "versions.py lists them); a scenario picks one with engine: "
-                             f"{{version: ...}}; default {versions.DEFAULT_VERSION}")
+    """The serving engine's CPU-side costs (per forward, per layer, per request). (Which SGLang
+    release's rules apply is the scenario's ``engine.version``: pdsim.config.engine_version.)"""
 
     prefill_step_ms: NonNeg = Field(description="Per prefill forward: scheduling, batch "
                                     "preparation, sampling")

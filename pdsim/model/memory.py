@@ -32,13 +32,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdsim.config import versions
+from pdsim.config.engine_version import DEFAULT_VERSION
 from pdsim.config.fleet import RoleConfig
 from pdsim.config.scenario import Scenario, load_check
 from pdsim.config.units import Context, Invalid, ScenarioError
 from pdsim.model import predictor, profiles, sglang
 
 GIB = 1 << 30
+# server_args.py@0.5.9 (the same defaults in every release pdsim knows): --swa-full-tokens-ratio
+# (l.339) and --mamba-full-memory-ratio (l.523)
+SWA_FULL_TOKENS_RATIO = 0.8
+MAMBA_FULL_MEMORY_RATIO = 0.9
 
 
 @dataclass(frozen=True)
@@ -91,7 +95,8 @@ def cell_bytes(model: profiles.Model, attn_tp: int) -> float:
 
 def pool(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
          engine: profiles.Engine | None = None,
-         role_predictor: predictor.Predictor | None = None) -> Pool:
+         role_predictor: predictor.Predictor | None = None,
+         version: str = DEFAULT_VERSION) -> Pool:
     """One DP rank's KV pool (and state pool): given, or what ``mem_fraction_static`` of the
     device leaves after the weights (module docstring).
 
@@ -106,7 +111,6 @@ def pool(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
         pages = max(1, tokens // page)
         return Pool(pages * page, pages, "kv_pool_tokens")
     engine = engine or profiles.engine()
-    version = engine.version
     op = role_predictor
     if not isinstance(op, predictor.OperatorPredictor):
         op = predictor.OperatorPredictor(gpu, model, engine, predictor.role_layout(role_cfg))
@@ -141,12 +145,11 @@ def pool(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
     states, cap = 0, None
     if model.linear_attention_layers:
         per_req = model.state_bytes_per_request(attn_tp)
-        ver = versions.get(version)
         if not radix_cache(role_cfg):  # --disable-radix-cache with --max-running-requests
             states = role_cfg.max_running_requests
             cap = states
         else:
-            r = ver.mamba_full_memory_ratio
+            r = MAMBA_FULL_MEMORY_RATIO
             states = int(rest * r / (1 + r) // per_req)
             cap = states // 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
         rest -= states * per_req
@@ -160,7 +163,7 @@ def pool(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
     swa = 0
     if model.sliding_window_layers and model.full_attention_layers:
         per = cell / (model.full_attention_layers + model.sliding_window_layers)
-        ratio = versions.get(version).swa_full_tokens_ratio
+        ratio = SWA_FULL_TOKENS_RATIO
         total = tokens * cell
         tokens = int(total / (per * (model.full_attention_layers
                                      + ratio * model.sliding_window_layers)))
@@ -172,9 +175,10 @@ def pool(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
 
 def pool_pages(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
                engine: profiles.Engine | None = None,
-               role_predictor: predictor.Predictor | None = None) -> int:
+               role_predictor: predictor.Predictor | None = None,
+               version: str = DEFAULT_VERSION) -> int:
     """KV pages per rank (:func:`pool`'s pages)."""
-    return pool(role_cfg, gpu, model, engine, role_predictor).pages
+    return pool(role_cfg, gpu, model, engine, role_predictor, version).pages
 
 
 @load_check
@@ -198,17 +202,17 @@ def pools(sc: Scenario, ctx: Context | None = None) -> dict[str, Pool]:
     except profiles.ProfileError as err:
         raise ScenarioError(str(err)) from None
     out = {}
-    for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode)):
+    for role, cfg in sc.fleet.roles():  # (prefill and decode, or colocated)
         _heads_split(role, cfg, prof.model)
         gather = cfg.dp if cfg.dp_attention else 1
         try:  # (built first, for pool to reuse; its error is reported second)
+            lay = predictor.layout_for(cfg, sc.predictor, gather, prof.gpu, sc.engine.version)
             pred, bad = predictor.build(sc.predictor, prof.gpu, prof.model, cfg.tp, gather,
-                                        prof.engine, predictor.layout_for(cfg, sc.predictor,
-                                                                          gather)), None
+                                        prof.engine, lay), None
         except ValueError as err:
             pred, bad = None, err
         try:
-            out[role] = pool(cfg, prof.gpu, prof.model, prof.engine, pred)
+            out[role] = pool(cfg, prof.gpu, prof.model, prof.engine, pred, sc.engine.version)
         except ValueError as err:
             raise Invalid(f"fleet.{role}", str(err)) from None
         if bad is not None:

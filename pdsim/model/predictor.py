@@ -528,16 +528,16 @@ def role_layout(role: object, gather: int = 1, graph_bs: int | None = None,
 
 
 def layout_for(role: object, cfg: PredictorConfig, gather: int, gpu: GPU | None = None,
-               engine: Engine | None = None) -> Layout:
+               version: str | None = None) -> Layout:
     """The :class:`Layout` of a scenario role (``fleet.prefill`` / ``fleet.decode``) under the
     scenario's predictor settings. The CUDA-graph cap: the role's ``cuda_graph_max_bs``, else
-    SGLang's default for ``gpu`` and ``engine``'s version (none known without a GPU)."""
+    SGLang's default for ``gpu``, its tp and the release ``version`` (the scenario's
+    ``engine.version``; none known without a GPU)."""
     graph = getattr(role, "cuda_graph_max_bs", None)
     if graph is None and gpu is not None:
         from pdsim.model import sglang
 
-        version = engine.version if engine is not None else sglang.versions.DEFAULT_VERSION
-        graph = sglang.cuda_graph_max_bs(gpu, role.tp, version)
+        graph = sglang.cuda_graph_max_bs(gpu, role.tp, version or sglang.DEFAULT_VERSION)
     return role_layout(role, gather, graph, cfg.two_batch_overlap, cfg.expert_imbalance)
 
 

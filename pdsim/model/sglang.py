@@ -4,13 +4,17 @@ when the flag is not given.
 
 ``gpu_mem`` is the device memory in MiB as ``nvidia-smi --query-gpu=memory.total`` reports it
 (SGLang's ``get_nvgpu_memory_capacity``; pdsim's :attr:`GPU.hbm_mib`). Which release's rules apply
-is the engine profile's ``version`` (:mod:`pdsim.config.versions`); each rule below names where
-it was read (``server_args.py@0.5.9`` = ``python/sglang/srt/server_args.py`` of the 0.5.9 wheel).
+is the scenario's ``engine.version`` (:mod:`pdsim.config.engine_version`, rule
+``memory_defaults_0_5_3``); each rule below names where it was read (``server_args.py@0.5.9``
+= ``python/sglang/srt/server_args.py`` of the 0.5.9 wheel).
 """
 
 from __future__ import annotations
 
-from pdsim.config import versions
+from pdsim.config.engine_version import DEFAULT_VERSION, has
+
+__all__ = ["DEFAULT_VERSION", "chunked_prefill_size", "cuda_graph_max_bs", "mem_fraction_static",
+           "reserved_mib", "vlm_factor"]
 from pdsim.config.profile_schema import GPU, Model
 
 GIB = 1024  # MiB
@@ -28,10 +32,11 @@ CHUNK_LARGE = 16384  # B200 and larger (>= 160 GiB)
 
 
 def _rule(version: str) -> str:
-    return versions.get(version).memory_rule
+    """The family of memory defaults ``version`` follows: "0.5.3" (PR #10975) or "0.5.1"."""
+    return "0.5.3" if has(version, "memory_defaults_0_5_3") else "0.5.1"
 
 
-def chunked_prefill_size(gpu: GPU, version: str = versions.DEFAULT_VERSION) -> int:
+def chunked_prefill_size(gpu: GPU, version: str = DEFAULT_VERSION) -> int:
     """SGLang's default ``--chunked-prefill-size`` for ``gpu`` (the whole server's budget;
     DP attention divides it by dp afterwards)."""
     for limit, size in CHUNK_TIERS[_rule(version)]:
@@ -40,7 +45,7 @@ def chunked_prefill_size(gpu: GPU, version: str = versions.DEFAULT_VERSION) -> i
     return CHUNK_LARGE
 
 
-def cuda_graph_max_bs(gpu: GPU, tp: int, version: str = versions.DEFAULT_VERSION) -> int:
+def cuda_graph_max_bs(gpu: GPU, tp: int, version: str = DEFAULT_VERSION) -> int:
     """The largest decode batch SGLang captures a CUDA graph for (``--cuda-graph-max-bs``
     unset); larger decode batches run eagerly.
 
@@ -68,7 +73,7 @@ def cuda_graph_max_bs(gpu: GPU, tp: int, version: str = versions.DEFAULT_VERSION
 
 
 def reserved_mib(gpu: GPU, tp: int, dp: int, dp_attention: bool, chunk: int, graph_bs: int,
-                 version: str = versions.DEFAULT_VERSION) -> float:
+                 version: str = DEFAULT_VERSION) -> float:
     """Memory (MiB) SGLang keeps out of ``mem_fraction_static`` for activations and CUDA
     graphs (no speculative decoding, no pipeline parallelism, piecewise CUDA graphs off).
 
@@ -111,7 +116,7 @@ def vlm_factor(model: Model) -> float:
 
 
 def mem_fraction_static(gpu: GPU, model: Model, tp: int, dp: int, dp_attention: bool,
-                        chunk: int, graph_bs: int, version: str = versions.DEFAULT_VERSION
+                        chunk: int, graph_bs: int, version: str = DEFAULT_VERSION
                         ) -> float:
     """SGLang's default ``--mem-fraction-static``: ``round((gpu_mem - reserved) / gpu_mem,
     3)`` (:func:`reserved_mib`), lowered for a VLM (:func:`vlm_factor`)."""
