@@ -257,3 +257,24 @@ def test_a_decode_restarted_on_its_old_port_stays_unwritable_and_blacklisted(ses
         assert len(late) and not (late.status == "completed").any()
         removed = ev[(ev.event == "blacklist_remove") & (ev.detail == "decode re-registered")]
         assert len(removed)  # the restart's registration cleared the crash's entries first
+
+
+def test_across_unknowns_runs_each_declared_value_and_prints_its_verdict(tiny_capacity):
+    """A fault-model choice declared as an unknown ({choice: [...], nominal: x}) runs at its
+    nominal value in the fault mixes, and with --across-unknowns also at its other values, as
+    fault sets of their own whose verdict is printed beside the nominal one's."""
+    faults = {"errs": [{"kind": "transfer_errors", "from_s": 3.0, "to_s": 3.5,
+                        "probability": {"choice": [0.3, 0.05], "nominal": 0.3,
+                                        "why": "test"}}]}
+    s = study_mod.study(_tiny(), ["permanent", {"policy": "ttl", "ttl_s": [2.0]}], faults,
+                        seeds=[1], loads=[0.5], capacity=tiny_capacity, across_unknowns=True,
+                        timeline=win.Timeline(1, 5, 10, 5), workers=1, progress=False)
+    w = s.conditions["0.5x"]
+    assert w.variants == {"errs[probability=0.05]": "errs"}
+    assert w.nominal_faults == ["errs"]  # the mixes are over the nominal faults only
+    runs = w.runs.set_index(["fault", "policy"])
+    assert runs.loc[("errs", "permanent")].fast_fails > \
+        runs.loc[("errs[probability=0.05]", "permanent")].fast_fails
+    text = s.render(tables=False)
+    assert "Across the faults' declared unknowns" in text
+    assert "errs[probability=0.05]" in text and "(nominal errs:" in text

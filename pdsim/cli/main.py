@@ -30,7 +30,7 @@ examples:
   pdsim run scenarios/drop_timeout.yaml               the incident, bench_serving-style report
   pdsim run scenarios/drop_timeout.yaml --set blacklist.policy=probe
   pdsim sweep scenarios/drop_timeout.yaml --vary blacklist.policy=permanent,probe,v0_5_23
-  pdsim whatif scenarios/whatif_base.yaml --seeds 3   blacklist policies x fault library
+  pdsim whatif scenarios/whatif_base.yaml             which blacklist policy, per load
   pdsim validate my.yaml                              check a scenario before running it
   pdsim profiles dsv3-ci-test                         a model profile, every value's source"""
 

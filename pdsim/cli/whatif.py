@@ -333,8 +333,12 @@ def whatif_cmd(args: argparse.Namespace) -> int:
 
 
 def _summary(result: object) -> str:
-    """Without --tables: capacity, each load's ranking, the recommendation."""
+    """Without --tables: capacity, the windows (the same at every load), each load's ranking,
+    the recommendation."""
     lines = [result.capacity.describe(), ""]
+    first = next(iter(result.conditions.values()), None)
+    if first is not None:
+        lines += [x for x in first.header() if not x.startswith("set in the base")] + [""]
     for cond, w in result.conditions.items():
         text = w.render()
         lines.append(f"=== {cond}: {result.loads[cond]} ===")
