@@ -76,10 +76,12 @@ def test_blacklist_whatif_notebook_runs(monkeypatch):
     import matplotlib.pyplot as plt
 
     env = _execute("blacklist_whatif.ipynb", monkeypatch)
-    lib = env["lib"]
-    assert len(lib.table) == len(lib.policies) * len(lib.faults)
-    assert not lib.table.duplicated(["policy", "fault"]).any()
-    assert set(lib.ranking.policy) == {p for p, _ in lib.policies}
+    s = env["s"]
+    assert list(s.conditions) == ["0.3x", "0.6x", "0.9x", "closed"]
+    w = env["w"]
+    assert len(w.table) == len(w.policies) * len(w.faults)
+    assert not w.table.duplicated(["policy", "fault"]).any()
+    assert set(w.ranking.policy) == {p for p, _ in w.policies}
     runs = env["runs"]
     assert runs["permanent (as shipped)"].summary["blacklisted_pairs_final"] > 0
     assert runs["ttl_s=10"].summary["blacklisted_pairs_final"] == 0

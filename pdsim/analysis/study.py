@@ -84,14 +84,16 @@ class Study:
     recommendation: pd.DataFrame = field(init=False)
 
     def __post_init__(self) -> None:
-        self.recommendation = self._recommend()
+        self.recommendation = self.recommend()
 
-    def _recommend(self) -> pd.DataFrame:
+    def recommend(self, policies: Sequence[str] | None = None) -> pd.DataFrame:
+        """Condition x metric x fault mix -> best or tied-best, among ``policies`` (default:
+        every policy run; regret is then against the best of those)."""
         rows = []
         for cond, w in self.conditions.items():
             for metric in vd.METRICS:
                 for mix in vd.MIXES:
-                    v = w.verdict(metric, mix)
+                    v = w.verdict(metric, mix, policies)
                     if not v.known:
                         continue
                     t = v.table.set_index("policy")

@@ -39,6 +39,10 @@ METRICS: dict[str, tuple[str, str, str]] = {
                 "the last lasting-harm window), regret in % of healthy"),
     "attainment": ("span_attainment", "pp", "SLO attainment of the requests arriving in the "
                    "span, regret in points"),
+    "throughput": ("span_completed_tok_s", "pct", "output tokens/s of every request that "
+                   "completed in the span, SLO or not (work done: past capacity, where few "
+                   "requests meet the SLO, a fault that holds clients' slots lowers queueing "
+                   "and can raise SLO goodput), regret in % of healthy"),
     "lasting": ("lasting_goodput_tok_s", "pct", "SLO goodput in the lasting-harm window after "
                 "the fault's end, regret in % of healthy (faults with an end only)"),
 }

@@ -54,7 +54,8 @@ class PlotsMixin:
 
     def timelines(self, fault: str, ax: Any = None, smooth_s: int = 5,
                   policies: Sequence[str] | None = None) -> Any:
-        """Goodput over time for each policy under one fault (median over seeds), healthy
+        """Output tokens/s of completed requests over time for each policy under one fault
+        (median over seeds; the SLO is not applied: this is work done), healthy
         dashed, the fault's window shaded and its lasting-harm window hatched."""
         import matplotlib.pyplot as plt
 
@@ -86,7 +87,7 @@ class PlotsMixin:
             ax.axvspan(a, b, facecolor="none", edgecolor="#555555", hatch="//", lw=0,
                        label="lasting-harm window")
         ax.set_xlabel("time (s)")
-        ax.set_ylabel(f"goodput, tok/s ({smooth_s} s mean)")
+        ax.set_ylabel(f"completed tok/s ({smooth_s} s mean)")
         ax.set_ylim(bottom=0)
         ax.set_title(f"recovery under {fault}")
         ax.legend(fontsize=7, ncol=2)

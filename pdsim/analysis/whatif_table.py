@@ -36,6 +36,8 @@ COLUMNS: dict[str, str] = {
                         "healthy, over the same span",
     "span_attainment": "SLO attainment: share of the requests arriving in the span that met "
                        "the SLO",
+    "span_completed_tok_s": "output tokens/s of every request that completed in the span, "
+                            "SLO or not (work done)",
     "during_goodput_tok_s": "SLO goodput in the fault's own window (n/a: an instant fault)",
     "lasting_goodput_tok_s": "SLO goodput in the lasting-harm window: the timeline's "
                              "lasting_s after its recovery_s past the fault's end (n/a: the "
@@ -66,6 +68,7 @@ COLUMNS: dict[str, str] = {
                   "run when it has them); mean over seeds (paired: every policy meets the same "
                   "seed's arrivals and faults)",
     "attainment_regret_pp": "the same for SLO attainment, in points",
+    "throughput_regret_pct": "the same for completed tokens/s over the span, in % of healthy",
     "lasting_regret_pct": "the same for lasting-harm goodput, in % of healthy",
     "rank": "rank of the policy for this fault by goodput regret under the tie rule (1: best "
             "or tied-best; see the rule printed with the table)",
@@ -73,12 +76,14 @@ COLUMNS: dict[str, str] = {
 STATS_NOTE = ("each metric: mean over seeds, _lo/_hi its 95% percentile bootstrap interval "
               "(seeds resampled with replacement, the same resample for every policy); "
               "recover_s: median, _lo/_hi the fewest and most seconds over seeds")
-METRICS = ["goodput_tok_s", "goodput_lost_pct", "span_attainment", "during_goodput_tok_s",
+METRICS = ["goodput_tok_s", "goodput_lost_pct", "span_attainment", "span_completed_tok_s",
+           "during_goodput_tok_s",
            "lasting_goodput_tok_s", "lasting_lost_pct", "failed", "wasted_prefill_tokens",
            "fast_fails", "dead_peer_writes", "dead_peer_write_s", "ttft_p99_s", "recover_s",
            "max_healthy_blacklisted_s", "healthy_blacklisted_pair_s"]
 REGRET = {"goodput": ("regret_pct", "rank"), "attainment": ("attainment_regret_pp",
                                                             "attainment_rank"),
+          "throughput": ("throughput_regret_pct", "throughput_rank"),
           "lasting": ("lasting_regret_pct", "lasting_rank")}
 
 
@@ -121,21 +126,27 @@ class WhatIf(PlotsMixin):
         """The fault sets a fault mix is over (not the variants of declared unknowns)."""
         return [f for f in self.faults if f not in self.variants]
 
-    def cube(self, metric: str, faults: Sequence[str] | None = None) -> np.ndarray:
-        """Regret R[policy, fault, seed] of a decision metric (:data:`verdict.METRICS`)."""
+    def cube(self, metric: str, faults: Sequence[str] | None = None,
+             policies: Sequence[str] | None = None) -> np.ndarray:
+        """Regret R[policy, fault, seed] of a decision metric (:data:`verdict.METRICS`),
+        against the best of ``policies`` (default: all)."""
         col, unit, _ = vd.METRICS[metric]
-        return vd.regret_cube(self.runs, self.healthy, col, unit, self.labels,
+        labels = list(policies or self.labels)
+        runs = self.runs if policies is None else self.runs[self.runs.policy.isin(labels)]
+        return vd.regret_cube(runs, self.healthy, col, unit, labels,
                               list(faults or self.faults), self.seeds)
 
-    def verdict(self, metric: str = "goodput", mix: str = "worst") -> vd.Verdict:
-        """The policies under a fault mix ("worst", "mean" over the nominal faults, or one
-        fault's name) by the tie rule."""
+    def verdict(self, metric: str = "goodput", mix: str = "worst",
+                policies: Sequence[str] | None = None) -> vd.Verdict:
+        """The policies (or ``policies`` only) under a fault mix ("worst", "mean" over the
+        nominal faults, or one fault's name) by the tie rule."""
+        labels = list(policies or self.labels)
         if mix in ("worst", "mean"):
-            return vd.decide(self.cube(metric, self.nominal_faults), self.labels, mix)
+            return vd.decide(self.cube(metric, self.nominal_faults, policies), labels, mix)
         faults = list(self.faults)
         if mix not in faults:
             raise ValueError(f"no fault {mix!r} in this matrix: {', '.join(faults)}")
-        return vd.decide(self.cube(metric, [mix]), self.labels, 0)
+        return vd.decide(self.cube(metric, [mix], policies), labels, 0)
 
     def _table(self) -> pd.DataFrame:
         if self.runs.empty:

@@ -1,0 +1,158 @@
+"""The runs behind reports/blacklist_policy.md, in resumable chunks (one load at a time).
+
+    nice -n 10 python reports/blacklist_policy_runs.py capacity
+    nice -n 10 python reports/blacklist_policy_runs.py headline            # every load
+    nice -n 10 python reports/blacklist_policy_runs.py headline --load 0.9x
+    nice -n 10 python reports/blacklist_policy_runs.py unknowns --load closed
+    python reports/blacklist_policy_runs.py rewrite     # tables from the runs (no re-run)
+
+``headline`` is exactly what ``pdsim whatif scenarios/whatif_base.yaml --out DIR`` runs (the
+CLI's defaults, from pdsim.analysis.study), one load per chunk; ``unknowns`` runs the other
+values of the library's declared unknowns (what ``--across-unknowns`` adds), as fault sets of
+their own. A chunk whose directory already holds the same command's output is skipped, so an
+interrupted regeneration resumes where it stopped. Each chunk writes what ``pdsim whatif --out``
+writes (timelines gzipped) under reports/blacklist_policy/<matrix>/<load>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "reports" / "blacklist_policy"
+BASE = "scenarios/whatif_base.yaml"
+CLI = f"pdsim whatif {BASE}"
+
+
+def specs() -> dict:
+    """matrix -> (fault sets, the CLI command that gives the same runs)."""
+    from pdsim.analysis import study
+    from pdsim.analysis.whatif import expand_faults, unknown_variants
+    from pdsim.config import loader, unknowns
+
+    fset = expand_faults(study.DEFAULT_FAULTS)
+    variants = {}
+    base = loader.as_data(ROOT / BASE)
+    for name, items in fset.items():
+        data = loader.ScenarioData({**base, "faults": items})
+        data.context = base.context
+        sc = loader.load(data)
+        resolved = unknowns.resolve({"faults": items})[0]
+        for vname, values in unknown_variants(name, sc.unknowns).items():
+            variants[vname] = unknowns.substitute(resolved, values)["faults"]
+    return {"headline": (fset, f"{CLI} --out DIR"),
+            "unknowns": (variants, f"{CLI} --across-unknowns --out DIR (its variant rows)")}
+
+
+def capacity(workers: int | None) -> None:
+    from pdsim.analysis import capacity as cap_mod
+    from pdsim.analysis import study
+    from pdsim.analysis import windows as win
+    from pdsim.analysis.whatif import expand_faults, expand_policies
+
+    fset = expand_faults(study.DEFAULT_FAULTS)
+    plan = study.plan_of(ROOT / BASE, fset, expand_policies(study.DEFAULT_POLICIES), [],
+                         win.Timeline())
+    cap = cap_mod.measure(ROOT / BASE, (win.Timeline().steady_s, plan.t_end), plan.horizon,
+                          study.CAPACITY_SEEDS, workers=workers, progress=True,
+                          use_cache=False)
+    DATA.mkdir(parents=True, exist_ok=True)
+    (DATA / "capacity.json").write_text(json.dumps(cap.as_dict(), indent=1) + "\n")
+    print(cap.describe(), file=sys.stderr)
+
+
+def load_capacity():
+    from pdsim.analysis import capacity as cap_mod
+
+    path = DATA / "capacity.json"
+    if not path.is_file():
+        sys.exit(f"{path.relative_to(ROOT)} missing: run `python {Path(__file__).name} "
+                 f"capacity` first")
+    return cap_mod.Capacity.from_dict(json.loads(path.read_text()))
+
+
+def run_chunk(matrix: str, load: str, workers: int | None) -> None:
+    from pdsim.analysis import study
+
+    fset, command = specs()[matrix]
+    out = DATA / matrix / load
+    meta = out / "columns.json"
+    if meta.is_file():
+        old = json.loads(meta.read_text())
+        if old.get("command") == command and old.get("condition") == load:
+            print(f"{out.relative_to(ROOT)}: done, skipped", file=sys.stderr)
+            return
+    value = next(x for x in study.DEFAULT_LOADS if study.label(x) == load)
+    cap = load_capacity()
+    s = study.study(ROOT / BASE, study.DEFAULT_POLICIES, fset, loads=[value], capacity=cap,
+                    workers=workers, progress=True, command=command,
+                    t_end=cap.window[1])  # the headline's span, whatever faults run
+    w = s.conditions[load]
+    w.base = BASE
+    if out.exists():
+        shutil.rmtree(out)
+    w.write(out, ["csv"])
+    plain = out / "timelines.csv"
+    with plain.open("rb") as src, gzip.GzipFile(out / "timelines.csv.gz", "wb", mtime=0) as dst:
+        shutil.copyfileobj(src, dst)  # mtime=0: the same runs give the same bytes
+    plain.unlink()
+    study_json = DATA / matrix / "study.json"
+    loads = json.loads(study_json.read_text())["loads"] if study_json.is_file() else {}
+    loads[load] = s.loads[load]
+    order = [study.label(x) for x in study.DEFAULT_LOADS]
+    (DATA / matrix / "study.json").write_text(json.dumps({
+        "capacity": s.capacity.as_dict(), "command": command,
+        "loads": {k: loads[k] for k in order if k in loads},
+        "conditions": [k for k in order if k in loads]}, indent=1) + "\n")
+    print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
+
+
+def rewrite(matrix: str) -> None:
+    """Recompute each load's table, ranking and columns.json from its committed runs and
+    healthy runs (after a change to the statistics, not to the model: nothing re-runs)."""
+    import json as _json
+
+    from pdsim.analysis.whatif_table import COLUMNS, STATS_NOTE, WhatIf
+
+    for d in sorted((DATA / matrix).iterdir()):
+        if not (d / "columns.json").is_file():
+            continue
+        w = WhatIf.read(d)
+        w.table.to_csv(d / "table.csv", index=False, float_format="%.9g")
+        w.ranking.to_csv(d / "ranking.csv", index=False, float_format="%.9g")
+        meta = _json.loads((d / "columns.json").read_text())
+        meta.update({"columns": COLUMNS, "statistics": STATS_NOTE})
+        (d / "columns.json").write_text(_json.dumps(meta, indent=1, default=str) + "\n")
+        print(f"rewrote {d.relative_to(ROOT)}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from pdsim.analysis import study
+
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["capacity", "headline", "unknowns", "rewrite"])
+    ap.add_argument("--load", action="append", default=[],
+                    help="a load (0.3x, 0.6x, 0.9x, closed); default every one")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args(argv)
+    if args.what == "capacity":
+        capacity(args.workers)
+        return
+    if args.what == "rewrite":
+        for matrix in ("headline", "unknowns"):
+            if (DATA / matrix).is_dir():
+                rewrite(matrix)
+        return
+    loads = args.load or [study.label(x) for x in study.DEFAULT_LOADS]
+    for load in loads:
+        run_chunk(args.what, load, args.workers)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""reports/blacklist_policy.md cannot drift from the model or from pdsim whatif: a cell of its
+matrix re-runs to the committed rows, the CLI's default is its matrix, and the report and the
+README's paragraph are what the script writes from the committed CSVs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pandas as pd
+import pytest
+from conftest import ROOT
+
+from pdsim.analysis import study as study_mod
+from pdsim.analysis import windows as win
+
+DATA = ROOT / "reports" / "blacklist_policy"
+HEAD = DATA / "headline"
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "reports" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_cli_default_is_the_reports_matrix():
+    """`pdsim whatif scenarios/whatif_base.yaml` must print the report's answer: its defaults
+    are the committed matrix's policies, faults, loads, seeds, windows and capacity search."""
+    from pdsim.analysis.capacity import Capacity
+    from pdsim.analysis.whatif import expand_policies
+    from pdsim.cli.main import _parser
+
+    args = _parser().parse_args(["whatif", "scenarios/whatif_base.yaml"])
+    assert args.seeds == study_mod.DEFAULT_SEEDS and args.capacity is None
+    assert args.loads.split(",") == [str(x) for x in study_mod.DEFAULT_LOADS]
+    assert args.capacity_seeds == len(study_mod.CAPACITY_SEEDS) and args.faults == "library"
+    assert (args.steady_s, args.recovery_s, args.lasting_s, args.drain_s) == tuple(
+        win.Timeline().__dict__.values())
+    meta = json.loads((HEAD / "study.json").read_text())
+    assert meta["conditions"] == [study_mod.label(x) for x in study_mod.DEFAULT_LOADS]
+    cap = Capacity.from_dict(meta["capacity"])
+    assert cap.seeds == list(study_mod.CAPACITY_SEEDS) and cap.window[0] == win.Timeline().steady_s
+    for cond in meta["conditions"]:
+        cols = json.loads((HEAD / cond / "columns.json").read_text())
+        assert list(cols["policies"]) == [lbl for lbl, _ in
+                                          expand_policies(study_mod.DEFAULT_POLICIES)]
+        assert list(cols["faults"]) == study_mod.DEFAULT_FAULTS
+        assert cols["plan"]["timeline"] == win.Timeline().__dict__
+        runs = pd.read_csv(HEAD / cond / "runs.csv")
+        assert sorted(runs.seed.unique()) == list(range(1, study_mod.DEFAULT_SEEDS + 1))
+
+
+def test_a_cell_of_the_report_reruns_to_the_committed_rows():
+    """Two policies under one fault at the cheapest load, seed 1, and its healthy run: the
+    committed runs.csv rows are what the model gives now (a model change that moves them
+    must re-run the report's matrix)."""
+    from pdsim.analysis.capacity import Capacity
+    from pdsim.analysis.whatif import expand_faults, expand_policies, prepare, run_conditions
+
+    cap = Capacity.from_dict(json.loads((HEAD / "study.json").read_text())["capacity"])
+    cond = "0.3x"
+    load = next(x for x in study_mod.DEFAULT_LOADS if study_mod.label(x) == cond)
+    pols = [p for p in expand_policies(study_mod.DEFAULT_POLICIES)
+            if p[0] in ("permanent", "ttl(ttl_s=3)")]
+    fset = expand_faults(["flush_race"])
+    over, _ = study_mod.condition_sets(load, cap.rate, cap.horizon)
+    c = prepare(ROOT / "scenarios/whatif_base.yaml", pols, fset, [1], over, label=cond,
+                t_end=cap.window[1])
+    w = run_conditions([c], pols, workers=1, progress=False)[0]
+    committed = pd.read_csv(HEAD / cond / "runs.csv").set_index(["policy", "fault", "seed"])
+    cols = [k for k in ("goodput_tok_s", "span_attainment", "span_completed_tok_s",
+                        "lasting_goodput_tok_s", "recovery_errors", "failed", "fast_fails",
+                        "ttft_p99_s", "max_healthy_blacklisted_s") if k in committed]
+    assert len(cols) == 9
+    for r in w.runs.itertuples():
+        want = committed.loc[(r.policy, r.fault, r.seed)]
+        for k in cols:
+            assert getattr(r, k) == pytest.approx(want[k], rel=1e-6, abs=1e-6, nan_ok=True), \
+                (r.policy, k)
+    h = pd.read_csv(HEAD / cond / "healthy.csv")
+    h = h[(h.seed == 1) & (h.fault == "flush_race")].iloc[0]
+    got = w.healthy[(w.healthy.seed == 1) & (w.healthy.fault == "flush_race")].iloc[0]
+    assert got.goodput_tok_s == pytest.approx(h.goodput_tok_s, rel=1e-6)
+
+
+def test_the_report_and_readme_are_the_tables():
+    """The committed report and the README's what-if paragraph are what
+    reports/make_blacklist_policy.py writes from the committed CSVs (no hand-edited figure)."""
+    mk = _module("make_blacklist_policy")
+    s, u = mk.load_study()
+    inc = pd.read_csv(DATA / "incident.csv")
+    ev = pd.read_csv(DATA / "eval.csv")
+    text, par = mk.render(s, u, inc, ev)
+    assert (ROOT / "reports" / "blacklist_policy.md").read_text() == text
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split("<!-- begin:whatif -->\n", 1)[1].split("<!-- end:whatif -->", 1)[0]
+    assert block == par + "\n"
+    assert "pdsim whatif scenarios/whatif_base.yaml" in text.split("## The answer")[0]
