@@ -180,7 +180,7 @@ def test_a_study_runs_each_load_from_capacity_and_ends_with_a_recommendation(
     closed = s.conditions["closed"]
     assert (closed.runs.load_until_s > closed.plan.t_end).all()  # busy to the end
     r = s.recommendation
-    assert set(r.metric) == {"goodput", "attainment", "lasting"}
+    assert set(r.metric) == {"goodput", "attainment", "throughput", "lasting"}
     assert {"worst", "mean"} == set(r["mix"])
     text = s.render(tables=False)
     assert "Recommendation: best or tied-best policy per condition" in text

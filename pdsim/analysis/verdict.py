@@ -58,16 +58,16 @@ def boot_index(n: int, b: int = N_BOOT, seed: int = BOOT_SEED) -> np.ndarray:
     return idx
 
 
-def regret_cube(runs: pd.DataFrame, healthy: pd.DataFrame, column: str, unit: str,
+def value_cubes(runs: pd.DataFrame, healthy: pd.DataFrame, column: str,
                 policies: Sequence[str], faults: Sequence[str], seeds: Sequence[int]
-                ) -> np.ndarray:
-    """R[policy, fault, seed]: regret (see the module docstring); NaN where a run is missing
-    or its healthy value is not positive (a window in which nothing was due)."""
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(V, H)[policy, fault, seed]: the runs' and their healthy runs' values of ``column``
+    (NaN where missing)."""
     P, F, S = len(policies), len(faults), len(seeds)
     v = np.full((P, F, S), np.nan)
     h = np.full((P, F, S), np.nan)
     if column not in runs or column not in healthy:
-        return v
+        return v, h
     pi = {p: i for i, p in enumerate(policies)}
     fi = {f: i for i, f in enumerate(faults)}
     si = {s: i for i, s in enumerate(seeds)}
@@ -75,22 +75,34 @@ def regret_cube(runs: pd.DataFrame, healthy: pd.DataFrame, column: str, unit: st
         if p in pi and f in fi and s in si:
             v[pi[p], fi[f], si[s]] = x
     own = "policy" in healthy
-    for row in healthy.itertuples():
-        f, s = row.fault, row.seed
+    hp = healthy.policy if own else [None] * len(healthy)
+    for p, f, s, x in zip(hp, healthy.fault, healthy.seed, healthy[column], strict=True):
         if f not in fi or s not in si:
             continue
-        x = getattr(row, column)
         if own:
-            if row.policy in pi:
-                h[pi[row.policy], fi[f], si[s]] = x
+            if p in pi:
+                h[pi[p], fi[f], si[s]] = x
         else:
             h[:, fi[f], si[s]] = x
+    return v, h
+
+
+def regret(v: np.ndarray, h: np.ndarray, unit: str) -> np.ndarray:
+    """Regret from value cubes (:func:`value_cubes`): the best policy's value at the fault and
+    seed minus each one's, in % of healthy (``pct``) or in points of a share (``pp``)."""
     with np.errstate(invalid="ignore", divide="ignore"), _quiet():
-        best = np.nanmax(v, axis=0, keepdims=True)
-        diff = best - v
+        diff = np.nanmax(v, axis=0, keepdims=True) - v
         if unit == "pp":
             return 100.0 * diff
         return np.where(h > 0, 100.0 * diff / h, np.nan)
+
+
+def regret_cube(runs: pd.DataFrame, healthy: pd.DataFrame, column: str, unit: str,
+                policies: Sequence[str], faults: Sequence[str], seeds: Sequence[int]
+                ) -> np.ndarray:
+    """R[policy, fault, seed]: regret (see the module docstring); NaN where a run is missing
+    or its healthy value is not positive (a window in which nothing was due)."""
+    return regret(*value_cubes(runs, healthy, column, policies, faults, seeds), unit)
 
 
 @contextlib.contextmanager
@@ -151,23 +163,17 @@ def decide(R: np.ndarray, policies: Sequence[str], mix: str | int,
     vs, vs_lo, vs_hi = (np.full(P, np.nan) for _ in range(3))
     if finite.any():
         best = int(np.nanargmin(np.where(finite, point, np.inf)))
-        for p in range(P):
-            if not finite[p]:
-                continue
-            better = 0
-            for q in range(P):
-                if q == p or not finite[q]:
-                    continue
-                d = b[:, p] - b[:, q]  # > 0: q has less regret
-                d = d[np.isfinite(d)]
-                if len(d) and np.percentile(d, 100 * a) > 0:
-                    better += 1
-            rank[p] = 1 + better
-            d = b[:, p] - b[:, best]
-            d = d[np.isfinite(d)]
-            vs[p] = point[p] - point[best]
-            if len(d):
-                vs_lo[p], vs_hi[p] = np.percentile(d, 100 * a), np.percentile(d, 100 * (1 - a))
+        d = b[:, :, None] - b[:, None, :]  # d[:, p, q] > 0: q has less regret than p
+        with _quiet():
+            d_lo = np.nanpercentile(d, 100 * a, axis=0)  # (P, P)
+            d_hi = np.nanpercentile(d, 100 * (1 - a), axis=0)
+        ok = finite[:, None] & finite[None, :] & ~np.eye(P, dtype=bool)
+        better = (ok & (d_lo > 0)).sum(axis=1)
+        rank = np.where(finite, 1.0 + better, np.nan)
+        vs = np.where(finite, point - point[best], np.nan)
+        vs_lo = np.where(finite, d_lo[:, best], np.nan)
+        vs_hi = np.where(finite, d_hi[:, best], np.nan)
+        vs_lo[best] = vs_hi[best] = 0.0
         rank[best] = 1.0
     t = pd.DataFrame({"policy": list(policies), "regret": point, "lo": lo, "hi": hi,
                       "vs_best": vs, "vs_best_lo": vs_lo, "vs_best_hi": vs_hi, "rank": rank})

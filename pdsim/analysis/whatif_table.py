@@ -103,6 +103,7 @@ class WhatIf(PlotsMixin):
     notes: list[str] = field(default_factory=list)
     table: pd.DataFrame = field(init=False)
     ranking: pd.DataFrame = field(init=False)
+    _cubes: dict = field(init=False, default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if len(self.healthy) and "fault" not in self.healthy:  # one healthy run per seed,
@@ -131,10 +132,13 @@ class WhatIf(PlotsMixin):
         """Regret R[policy, fault, seed] of a decision metric (:data:`verdict.METRICS`),
         against the best of ``policies`` (default: all)."""
         col, unit, _ = vd.METRICS[metric]
-        labels = list(policies or self.labels)
-        runs = self.runs if policies is None else self.runs[self.runs.policy.isin(labels)]
-        return vd.regret_cube(runs, self.healthy, col, unit, labels,
-                              list(faults or self.faults), self.seeds)
+        if col not in self._cubes:  # the values once per column; regret per subset
+            self._cubes[col] = vd.value_cubes(self.runs, self.healthy, col, self.labels,
+                                              list(self.faults), self.seeds)
+        v, h = self._cubes[col]
+        pi = [self.labels.index(p) for p in (policies or self.labels)]
+        fi = [list(self.faults).index(f) for f in (faults or self.faults)]
+        return vd.regret(v[pi][:, fi], h[pi][:, fi], unit)
 
     def verdict(self, metric: str = "goodput", mix: str = "worst",
                 policies: Sequence[str] | None = None) -> vd.Verdict:
