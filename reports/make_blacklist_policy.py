@@ -358,14 +358,34 @@ def unknowns_section(s, u) -> list[str]:
     for x in ug.itertuples():
         base = x.fault.split("[", 1)[0]
         lx = ul[(ul.condition == x.condition) & (ul.fault == x.fault)]
-        rows.append([f"`{x.fault}`", x.condition, ", ".join(_code(p) for p in x.best),
+        t = u.conditions[x.condition].table
+        lost = t[t.fault == x.fault].goodput_lost_pct
+        lo, hi = round(lost.min(), 1) + 0.0, round(lost.max(), 1) + 0.0  # (no "-0.0")
+        rows.append([f"`{x.fault}`", x.condition, f"{lo:.1f}–{hi:.1f}",
+                     ", ".join(_code(p) for p in x.best),
                      ", ".join(_code(p) for p in nominal.get((x.condition, base), [])),
                      ", ".join(_code(p) for p in lx.best.iloc[0]) if len(lx) else "n/a",
                      ", ".join(_code(p) for p in nominal_l.get((x.condition, base), []))
                      or "n/a"])
-    L.append(_md(["fault at another value", "load", "goodput: best or tied", "(nominal)",
-                  "lasting: best or tied", "(nominal)"], rows))
+    L.append(_md(["fault at another value", "load", "goodput lost, % (policies' range)",
+                  "goodput: best or tied", "(nominal)", "lasting: best or tied", "(nominal)"],
+                 rows))
     L.append("")
+    always, _ = s.dominant()
+    off = []
+    for x in ug.itertuples():
+        out = [p for p in always if p not in x.best]
+        if out:
+            t = u.conditions[x.condition].table
+            lost = t[t.fault == x.fault].goodput_lost_pct
+            off.append(f"`{x.fault}` at {x.condition} ({', '.join(_code(p) for p in out)} not "
+                       f"best or tied by goodput; the policies' goodput lost spans "
+                       f"{round(lost.min(), 1) + 0.0:.1f}–{round(lost.max(), 1) + 0.0:.1f}%)")
+    if always:
+        L.append(f"The overall answer ({', '.join(_code(p) for p in always)}) holds at every "
+                 f"other value run" + ("." if not off else ", except: " + "; ".join(off) +
+                                       "."))
+        L.append("")
     L.append("Router health checks: the router modelled is mini_lb 0.3.2, which has none "
              "(sglang-router 0.3.2 `mini_lb.py`); sgl-model-gateway probes `/health` every 60 s "
              "and drops a worker after 3 failures (`config/types.rs` `HealthCheckConfig`), a "

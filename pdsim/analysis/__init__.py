@@ -1,6 +1,7 @@
 """Layer 6, analysis: many runs. Grids of overrides (``sweep``), explorations of declared
-unknowns, the blacklist what-if matrix and its scoring, model validation against published
-rows and its held-out refits. Imports output and below.
+unknowns and their statistics, the blacklist what-if (capacity, loads from it, windows named
+from each fault's timing, regret with bootstrap intervals and a tie rule, the recommendation),
+model validation against published rows and its held-out refits. Imports output and below.
 """
 
 from pdsim.util.lazy import submodules
