@@ -86,6 +86,15 @@ class Client:
         yield from self.run()
         self.done.succeed()
 
+    def offered(self) -> np.ndarray:
+        """When each prompt was to be sent (s): a bench client's schedule, the offered load,
+        whether a concurrency limit held a prompt back or the run ended first
+        (pdsim.engine.steady); empty before it starts and for an eval (a closed loop). (Made
+        from the schedule it keeps, not kept: a client's attributes stay under CPython's
+        inline limit, tests/test_sim_speed.py.)"""
+        at = getattr(self, "_at", None)
+        return np.asarray(at, float) + self.t0 if at else np.empty(0)
+
     def unsent(self) -> int:
         """Prompts (bench) or questions (eval) it had not finished sending when the run ended."""
         return max(0, self.planned - self.sent)

@@ -18,7 +18,7 @@ import simpy
 
 from pdsim.config import loader, units
 from pdsim.config.scenario import Scenario
-from pdsim.engine import clock
+from pdsim.engine import clock, steady
 from pdsim.engine import slo as slo_mod
 from pdsim.engine import summary as summary_mod
 from pdsim.engine.fleet import Fleet
@@ -178,6 +178,8 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
     t0 = min(starts) if starts else 0.0
     t_end = summary_mod.nanmax(measured["t_done"]) if len(m_client) else t0
     top = summary_mod.metrics(measured, (t_end - t0) if np.isfinite(t_end) else 0.0)
+    slo_cfg = fleet.scenario.slo
+    now = float(fleet.env.now)
     clients = {}
     for c in fleet.clients:
         here = m_client == names.index(c.name)
@@ -196,6 +198,11 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
             answered = sum(a["answered"] for a in c.answers)
             m["questions"] = len(c.answers)
             m["empty_answers"] = len(c.answers) - answered
+            m["steady"] = steady.closed_loop()
+        else:
+            m["steady"] = steady.window(c.offered(), mine, now)
+        if slo_cfg.active:
+            m["slo"] = slo_mod.summary(mine, slo_cfg, c.t0, end)
         clients[c.name] = m
     by_reason = {k: 0 for k in FLUSH_REASONS}
     by_reason.update(stats.transfer_failures)
@@ -227,9 +234,13 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
         "stopped_at_horizon": stopped,
         "clients": clients,
     })
-    slo_cfg = fleet.scenario.slo
     if slo_cfg.active:  # (only then: without thresholds goodput is the completed requests)
         top["slo"] = slo_mod.summary(measured, slo_cfg, t0, t_end)
+    benches = [names.index(c.name) for c in fleet.clients if c.cfg.kind == "bench"]
+    top["steady"] = (steady.window(
+        np.concatenate([c.offered() for c in fleet.clients if c.cfg.kind == "bench"]),
+        {k: v[np.isin(m_client, benches)] for k, v in measured.items()}, now)
+        if benches else steady.closed_loop())
     return clean(top)
 
 

@@ -90,6 +90,7 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
         _line("Total generated tokens:", m["total_generated_tokens"]),
         _line("Total generated tokens (retokenized):", m["total_generated_tokens_true"]),
         _line("Request throughput (req/s):", m["request_throughput_req_s"]),
+        *([_line("Request goodput (req/s):", m["slo"]["goodput_req_s"])] if "slo" in m else []),
         _line("Output token throughput (tok/s):", m["output_throughput_tok_s"]),
         _line("Total token throughput (tok/s):", m["total_throughput_tok_s"]),
         _line("Concurrency:", m["concurrency"]),
@@ -106,21 +107,67 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
         _line("Generated-token throughput (tok/s):", m["true_output_throughput_tok_s"]),
         _line("Prefix cache hit rate (prompt tokens):",
               f"{100 * m['prefix_cache_hit_rate']:.1f}%"),
-        _head("End-to-End Latency"),
-        _line("Mean E2E Latency (ms):", m["mean_e2e_ms"]),
-        _line("Median E2E Latency (ms):", m["median_e2e_ms"]),
-        _head("Time to First Token"),
-        _line("Mean TTFT (ms):", m["mean_ttft_ms"]),
-        _line("Median TTFT (ms):", m["median_ttft_ms"]),
-        _line("P99 TTFT (ms):", m["p99_ttft_ms"]),
-        _head("Time per Output Token (excl. 1st token)"),
-        _line("Mean TPOT (ms):", m["mean_tpot_ms"]),
-        _line("Median TPOT (ms):", m["median_tpot_ms"]),
-        _line("P99 TPOT (ms):", m["p99_tpot_ms"]),
-        _head("Inter-Token Latency"),
-        _line("Mean ITL (ms):", m["mean_itl_ms"]),
     ]
+    if cfg.kind == "bench":  # (an eval is a closed loop: no offered rate to keep up with)
+        out += steady_block(m.get("steady"))
+    out += slo_block(m.get("slo"))
+    for title, key, name in LATENCIES:
+        out.append(_head(title))
+        out += [_line(f"{p} {name} (ms):", m[f"{k}_{key}_ms"]) for p, k in PERCENTILE_LINES]
+    out += _define(ITL_NOTE)
     return out
+
+
+# bench_serving's sections and wording; each gets the mean, median, P90, P95 and P99
+LATENCIES = (("End-to-End Latency", "e2e", "E2E Latency"), ("Time to First Token", "ttft", "TTFT"),
+             ("Time per Output Token (excl. 1st token)", "tpot", "TPOT"),
+             ("Inter-Token Latency", "itl", "ITL"))
+PERCENTILE_LINES = (("Mean", "mean"), ("Median", "median"), ("P90", "p90"), ("P95", "p95"),
+                    ("P99", "p99"))
+ITL_NOTE = ("ITL percentiles: each request's gaps at its mean gap (no per-token times are "
+            "kept; the mean is exact).")
+
+
+def steady_block(st: dict | None) -> list[str]:
+    """Whether the load is kept up with (pdsim.engine.steady): the offered and completed rates
+    over the steady window, the queue's trend, and the verdict in one line."""
+    if not st:
+        return []
+    from pdsim.engine.steady import verdict_line
+
+    out = [_head("Keeps up? (steady window, no drain tail)")]
+    if st.get("keeps_up") is None:
+        return [*out, *_define(f"Verdict: {verdict_line(st)}")]
+    failed = f" (+{st['failed_req_s']:.2f} failed)" if st["failed_req_s"] else ""
+    return [*out,
+            _line("Steady window (s):", f"{st['from_s']:.1f} - {st['to_s']:.1f}"),
+            _line("Offered / completed rate (req/s):",
+                  f"{st['offered_req_s']:.2f} / {st['completed_req_s']:.2f}{failed}"),
+            _line("Requests in system: mean / trend:",
+                  f"{st['in_system_mean']:.0f} / {st['queue_growth_req_s']:+.2f} req/s"),
+            _line("Verdict:", verdict_line(st, rates=False))]
+
+
+def slo_block(slo: dict | None) -> list[str]:
+    """The scenario's SLO (``slo:``) and how the requests met it (pdsim.engine.slo)."""
+    if not slo:
+        return []
+    limits = ", ".join(f"{name} <= {slo[key]:g} ms" for key, name in
+                       (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "E2E"))
+                       if slo.get(key) is not None)
+    att = slo["attainment"]
+    shown = "n/a" if att is None else (
+        f"{100 * att:.1f}% (target {100 * slo['attainment_target']:g}%): "
+        f"{'meets' if slo['meets_slo'] else 'misses'} the SLO")
+    return [_head("SLO (scenario slo:)"),
+            _line("SLO:", limits),
+            _line("SLO attainment (requests meeting it):", shown),
+            _line("Goodput (req/s / generated tok/s):",
+                  f"{_fmt(slo['goodput_req_s'])} / {_fmt(slo['goodput_tok_s'])}")]
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
 
 
 def fleet_block(s: dict, pairs_total: int | None = None,
