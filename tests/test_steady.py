@@ -176,3 +176,25 @@ def test_the_summary_and_report_give_goodput_per_client_when_an_slo_is_set():
     assert f"{'Request goodput (req/s):':<50}{c['slo']['goodput_req_s']:.2f}" in text
     assert "SLO attainment" in text
     assert "slo" not in pdsim.run(_load(20, 300)).summary["clients"]["bench"]
+
+
+def test_a_non_streaming_client_has_no_tpot_rather_than_zero():
+    """bench_serving's TPOT of a one-chunk response is 0 (latency - TTFT); printed as 0.00 it
+    reads as a perfect decode. It is n/a (None in the JSON), and a mix of clients' TPOT is over
+    the streamed responses only."""
+    d = small_fleet(clients=[
+        {"kind": "bench", "name": "streamed", "num_prompts": 60, "request_rate": 10,
+         "dataset": {"kind": "random", "input_len": 512, "output_len": 64}},
+        {"kind": "bench", "name": "whole", "num_prompts": 60, "request_rate": 10,
+         "stream": False, "dataset": {"kind": "random", "input_len": 512, "output_len": 64}}])
+    res = pdsim.run(d)
+    s = res.summary
+    whole = s["clients"]["whole"]
+    for k in ("mean", "median", "p90", "p95", "p99"):
+        assert whole[f"{k}_tpot_ms"] is None and whole[f"{k}_itl_ms"] is None
+    assert whole["completed_mean_tpot_ms"] > 0  # the server-side figure stays
+    assert s["mean_tpot_ms"] == s["clients"]["streamed"]["mean_tpot_ms"]
+    text = report.render(res)
+    block = text.split("Serving Benchmark Result: whole")[1]
+    assert f"{'Mean TPOT (ms):':<50}n/a" in block
+    assert "Not streamed (stream: false)" in block

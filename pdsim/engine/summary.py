@@ -198,7 +198,10 @@ def metrics(col: dict[str, np.ndarray], duration: float) -> dict:
     with text sets it), its ``output_len`` stays the requested length, its latency is when the
     abort chunk arrived, so it adds a TTFT of 0 and a TPOT of latency / (output_len - 1) to the
     means, no ITL, and its requested length to the output throughput. A non-streamed response
-    is one chunk: its TTFT is its latency. ``true_output_throughput_tok_s`` counts tokens
+    is one chunk: its TTFT is its latency, and it has no TPOT or ITL to measure; bench_serving
+    counts a TPOT of 0 for it (latency - TTFT = 0), which here would pull the TPOT of a mix
+    of clients down and print 0.00 for a non-streaming one, so TPOT is over streamed
+    responses only (None when there is none). ``true_output_throughput_tok_s`` counts tokens
     generated, and ``completed_mean_ttft_ms`` / ``completed_mean_tpot_ms`` are over completed
     requests at their real first-token times: what bench_serving's means hide.
     ``successful_requests`` counts those HTTP 200s (bench_serving's JSON calls them
@@ -228,7 +231,7 @@ def metrics(col: dict[str, np.ndarray], duration: float) -> dict:
     as_reported = int(out_len.sum())
     first = ok_first - ok_arrival
     ttft = np.where(streamed, np.where(ok_gen > 0, first, 0.0), latency)
-    many = out_len > 1
+    many = streamed & (out_len > 1)  # (a non-streamed response has no TPOT: docstring)
     tpot = (latency - ttft)[many] / (out_len[many] - 1)
     chunks = streamed & (ok_gen > 1)  # the ITL list: streamed text chunks
     itl = ((_nansum(t_done[ok][chunks] - ok_first[chunks]) / (ok_gen[chunks] - 1).sum())

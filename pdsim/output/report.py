@@ -111,10 +111,12 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
     if cfg.kind == "bench":  # (an eval is a closed loop: no offered rate to keep up with)
         out += steady_block(m.get("steady"))
     out += slo_block(m.get("slo"))
+    streamed = cfg.kind == "bench" and cfg.stream
     for title, key, name in LATENCIES:
         out.append(_head(title))
         out += [_line(f"{p} {name} (ms):", m[f"{k}_{key}_ms"]) for p, k in PERCENTILE_LINES]
-    out += _define(ITL_NOTE)
+    out += _define(ITL_NOTE if streamed else NOT_STREAMED.format(
+        what="stream: false" if cfg.kind == "bench" else "an eval's requests"))
     return out
 
 
@@ -124,6 +126,10 @@ LATENCIES = (("End-to-End Latency", "e2e", "E2E Latency"), ("Time to First Token
              ("Inter-Token Latency", "itl", "ITL"))
 PERCENTILE_LINES = (("Mean", "mean"), ("Median", "median"), ("P90", "p90"), ("P95", "p95"),
                     ("P99", "p99"))
+NOT_STREAMED = ("Not streamed ({what}): a response is one chunk, so TTFT is its whole latency "
+                "and there is no TPOT or ITL to measure (n/a; null in the JSON; "
+                "bench_serving prints 0 for them). The server-side TPOT of completed requests "
+                "is completed_mean_tpot_ms in the JSON.")
 ITL_NOTE = ("ITL percentiles: each request's gaps at its mean gap (no per-token times are "
             "kept; the mean is exact).")
 
