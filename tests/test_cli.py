@@ -182,7 +182,7 @@ def test_run_progress_draws_its_bar_on_a_terminal_of_unknown_size():
     """`run --progress` shares the runs bar's terminal handling (validate-model and holdout
     use it too): on a 0x0 terminal tqdm alone drew nothing."""
     drawn = _stderr_on_a_sizeless_tty(["run", "scenarios/healthy.yaml", "--progress", *SMALL])
-    assert "/1800 [" in drawn and "sim s/s]" in drawn, drawn
+    assert "/60 [" in drawn and "req/s" in drawn and "60/60 [" in drawn, drawn
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])

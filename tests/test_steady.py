@@ -198,3 +198,39 @@ def test_a_non_streaming_client_has_no_tpot_rather_than_zero():
     block = text.split("Serving Benchmark Result: whole")[1]
     assert f"{'Mean TPOT (ms):':<50}n/a" in block
     assert "Not streamed (stream: false)" in block
+
+
+class _Bar:
+    """A stand-in for the progress bar: what the run's bar was told."""
+
+    def __init__(self, total, initial=0, **kw):
+        self.total, self.n, self.unit = total, initial, kw.get("unit")
+
+    def update(self, k):
+        self.n += k
+
+    def set_postfix_str(self, *a, **kw):
+        pass
+
+    def close(self):
+        self.closed = True
+
+
+def test_the_progress_bar_reaches_its_end_when_the_run_ends(monkeypatch):
+    """It counted simulated seconds of horizon_s and so ended at 49% of a run whose clients
+    finished halfway to the horizon; it counts the clients' requests now."""
+    from pdsim.util import backends
+
+    bars = []
+    monkeypatch.setattr(backends, "progress_bar", lambda *a, **kw: bars.append(_Bar(*a, **kw))
+                        or bars[-1])
+    d = small_fleet(clients=[
+        {"kind": "bench", "num_prompts": 40, "request_rate": 20,
+         "dataset": {"kind": "random", "input_len": 512, "output_len": 32}},
+        {"kind": "eval", "questions": 30, "threads": 4,
+         "dataset": {"kind": "random", "input_len": 256, "output_len": 32}}])
+    res = pdsim.run(d, progress=True)
+    assert res.summary["simulated_s"] < 0.5 * d["horizon_s"]
+    (bar,) = bars
+    assert bar.unit == "req" and bar.total == 70
+    assert bar.n == bar.total and bar.closed

@@ -83,8 +83,9 @@ def add_run(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="timeline in full: every ret != 0 failure and blacklisted pair")
     bar = r.add_mutually_exclusive_group()
     bar.add_argument("--progress", action="store_true",
-                     help="a bar of simulated seconds on stderr from the start (on a terminal "
-                     "one shows anyway once a run has taken 2 s)")
+                     help="a bar of the requests answered (of all the clients will send) and the "
+                     "simulated time, on stderr from the start (on a terminal one shows anyway "
+                     "once a run has taken 2 s)")
     bar.add_argument("--no-progress", action="store_true", help="no bar, even on a terminal")
     outside_flag(r)
     r.add_argument("--perfetto", metavar="FILE", help="record every batch step and KV write and "

@@ -95,6 +95,17 @@ class Client:
         at = getattr(self, "_at", None)
         return np.asarray(at, float) + self.t0 if at else np.empty(0)
 
+    def progress(self) -> tuple[int, int]:
+        """(prompts answered, or questions finished; how many it will send): what the run's
+        progress bar counts (read from its thread, so only plain ints are read)."""
+        cfg = self.cfg
+        if cfg.kind == "eval":
+            return self.sent, cfg.questions
+        if self.planned:
+            return getattr(self, "_returned", 0), self.planned
+        rows = getattr(cfg.dataset, "_rows", None)  # (a trace: its rows to replay, as checked)
+        return 0, rows if rows is not None else (cfg.num_prompts or 0)
+
     def unsent(self) -> int:
         """Prompts (bench) or questions (eval) it had not finished sending when the run ended."""
         return max(0, self.planned - self.sent)

@@ -269,7 +269,7 @@ def _simulate(sc: Scenario, recorder: Recorder | None, progress: bool | float,
     if delay is None:
         env.run(until=stop)
     else:
-        with _Progress(env, sc.horizon_s, delay):
+        with _Progress(env, sc.horizon_s, delay, fleet.clients):
             env.run(until=stop)
     for stepper in fleet.steppers:
         stepper.close()
@@ -369,13 +369,19 @@ def _bar_delay(progress: object) -> float | None:
 
 
 class _Progress:
-    """A bar of simulated seconds, drawn by a thread that reads the clock four times a
-    second (after ``delay`` wall seconds: a run that ends sooner shows none). The run's own
-    loop is the plain one: nothing is scheduled or stepped for the bar, so a run with it is
-    the run without it, and as fast."""
+    """A bar of the prompts answered and questions finished, of all the clients will send,
+    with the simulated time beside it, drawn by a thread that reads the clients' counters and
+    the clock four times a second (after ``delay`` wall seconds: a run that ends sooner shows
+    none). A run ends when its clients are done, so the bar reaches its end with the run (a bar
+    of simulated seconds out of ``horizon_s`` stopped where the clients finished: 49% of a
+    horizon twice their length). Without clients it counts simulated seconds of the horizon.
+    The run's own loop is the plain one: nothing is scheduled or stepped for the bar, so a run
+    with it is the run without it, and as fast."""
 
-    def __init__(self, env: simpy.Environment, horizon: float, delay: float) -> None:
-        self._env, self._total, self._delay = env, round(horizon), delay
+    def __init__(self, env: simpy.Environment, horizon: float, delay: float,
+                 clients: list = ()) -> None:
+        self._env, self._horizon, self._delay = env, round(horizon), delay
+        self._clients = list(clients)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="pdsim-progress", daemon=True)
         self._bar: Any = None
@@ -392,18 +398,31 @@ class _Progress:
                 self._show()  # (where the run ended)
             self._bar.close()
 
+    def _count(self) -> tuple[int, int, str]:
+        """(done, total, unit): requests when the clients plan any, else simulated seconds."""
+        done = total = 0
+        for c in self._clients:
+            d, t = c.progress()
+            done, total = done + d, total + t
+        if total:
+            return min(done, total), total, "req"
+        return min(int(self._env.now), self._horizon), self._horizon, "sim s"
+
     def _watch(self) -> None:
         from pdsim.util.backends import progress_bar
 
         if self._delay and self._done.wait(self._delay):
             return
-        self._bar = progress_bar(self._total, min(int(self._env.now), self._total),
-                                 unit="sim s")
+        done, total, unit = self._count()
+        self._bar = progress_bar(total, done, unit=unit)
         while not self._done.wait(0.25):
             self._show()
 
     def _show(self) -> None:
         bar = self._bar
-        n = min(int(self._env.now), self._total)
-        if n > bar.n:
-            bar.update(n - bar.n)
+        done, total, _unit = self._count()
+        if total != bar.total:  # (a trace client counts its rows once it has read them)
+            bar.total = total
+        if done > bar.n:
+            bar.update(done - bar.n)
+        bar.set_postfix_str(f"simulated {self._env.now:.0f} s", refresh=False)

@@ -104,8 +104,9 @@ def run(scenario: str | Path | dict | Scenario, sets: list[str] | None = None,
         allow_outside_paths: bool = False) -> Result:
     """Simulate ``scenario`` (a path, dict or :class:`Scenario`) and return its Result.
 
-    ``progress``: a bar of simulated seconds on stderr, ``True`` at once, or a number of
-    wall seconds after which a run still going shows one (``pdsim run`` on a terminal: 2).
+    ``progress``: a bar of requests answered (and the simulated time) on stderr, ``True`` at
+    once, or a number of wall seconds after which a run still going shows one (``pdsim run``
+    on a terminal: 2).
 
     ``record_steps``: keep every batch step and KV write for a Perfetto trace
     (:mod:`pdsim.output.perfetto`); it changes nothing that is simulated. ``allow_outside_paths``:
