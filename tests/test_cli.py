@@ -251,3 +251,17 @@ def test_validate_prints_the_kv_pool_each_rank_gets(capsys):
     assert line == (f"KV pool per DP rank (SGLang's max_total_num_tokens): prefill "
                     f"{prefill:,} tokens (mem_fraction_static 0.8 after weights, in whole "
                     f"64-token pages), decode 123,456 tokens (kv_pool_tokens)")
+
+
+def test_what_the_cli_writes_at_its_example_names_is_ignored_by_git():
+    """`pdsim run --perfetto X.perfetto.json`, `--plot FILE.png` at the top, `pdsim calibrate`'s
+    DATA.profile.yaml and DATA.residuals.png, run directories: left untracked by .gitignore,
+    and no tracked file is ignored."""
+    outputs = ["drop.perfetto.json", "x.perfetto.json.gz", "steps.profile.yaml",
+               "steps.residuals.png", "postmortem.png", "runs/dt/summary.json"]
+    got = subprocess.run(["git", "check-ignore", "--no-index", *outputs], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert got.stdout.split() == outputs, got.stderr
+    tracked = subprocess.run(["git", "ls-files", "-ci", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, text=True, check=True)
+    assert tracked.stdout == ""
