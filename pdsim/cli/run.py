@@ -45,7 +45,7 @@ examples:
   pdsim run scenarios/drop_timeout.yaml --seed 3 --out runs/dt3
   pdsim run scenarios/drop_timeout.yaml --set flush.semantics=reject_if_busy
   pdsim run scenarios/trace_replay.yaml --set clients.0.num_prompts=2000 --progress
-  pdsim run scenarios/drop_timeout.yaml --perfetto drop.perfetto.json   then open it in ui.perfetto.dev"""
+  pdsim run scenarios/drop_timeout.yaml --perfetto drop.perfetto.json  open in ui.perfetto.dev"""
 
 
 VALIDATE = """\

@@ -20,6 +20,7 @@ from pdsim.config.trace import (  # noqa: F401 (open_trace, read_trace: API)
     HASH_ID_LIMIT,
     count_rows,
     open_trace,
+    read_rows,
     read_trace,
     trace_prompts,
 )
@@ -57,6 +58,25 @@ def random_lengths(rng: np.random.Generator, n: int, input_len: int, output_len:
     else:
         outs = rng.integers(max(int(output_len * ratio), 1), output_len + 1, size=n)
     return ins, outs
+
+
+def sharegpt_lengths(rng: np.random.Generator, rows: tuple, n: int, output_len: int | None,
+                     context_len: int | None) -> tuple[list[int], list[int]]:
+    """bench_serving's ``sharegpt`` dataset over length pairs: the pairs shuffled (one
+    permutation from ``rng``), each one's output replaced by ``output_len`` when set, those
+    the filter leaves out skipped (pdsim.config.clients.sharegpt_usable: prompt or output
+    under 2 tokens, longer than ``context_len``), the first ``n`` kept (sgl-project/sglang
+    python/sglang/benchmark/datasets/sharegpt.py, sample_sharegpt_requests). ``rows``: the
+    dataset's ``(timestamp, input, output, blocks)`` rows (validation made sure ``n`` fit)."""
+    ins = np.fromiter((r[1] for r in rows), np.int64, len(rows))
+    outs = np.fromiter((r[2] for r in rows), np.int64, len(rows))
+    order = rng.permutation(len(rows))
+    ins, outs = ins[order], outs[order] if output_len is None else np.full(len(rows),
+                                                                            output_len)
+    keep = (ins >= 2) & (outs >= 2)
+    if context_len:
+        keep &= ins + outs <= context_len
+    return ins[keep][:n].tolist(), outs[keep][:n].tolist()
 
 
 class Client:
@@ -140,12 +160,19 @@ class BenchClient(Client):
                                else len(rows))
             return rows
         n = self.cfg.num_prompts
+        base = (self.index + 1) * HASH_ID_LIMIT
+        if ds.kind == "sharegpt":
+            ins, outs = sharegpt_lengths(self.rngs["lengths"], read_rows(ds.resolved_path), n,
+                                         ds.output_len, ds.context_len)
+            # private blocks as a random prompt's (below), each prompt as many as it needs
+            per = np.cumsum([0] + [-(-i // 512) for i in ins]) + base
+            blocks = map(range, per[:-1].tolist(), per[1:].tolist())
+            return [(0.0, i, o, b) for i, o, b in zip(ins, outs, blocks, strict=True)]
         ins, outs = random_lengths(self.rngs["lengths"], n, ds.input_len, ds.output_len,
                                    ds.range_ratio, ds.output_distribution)
         # random prompts share no prefix blocks, within a client, across clients or with a
         # trace (whose ids are below HASH_ID_LIMIT): each prompt's are a range, which the
         # prefix cache keeps as one private run (kv.PrefixCache)
-        base = (self.index + 1) * HASH_ID_LIMIT
         blocks_per = math.ceil(ds.input_len / 512)
         # (prompt k's: range(base + k * blocks_per, base + (k + 1) * blocks_per), made by map)
         ends = range(base, base + (n + 1) * blocks_per, blocks_per)

@@ -78,6 +78,10 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
         out += [_line("Client:", f"gsm8k-style eval, {cfg.threads} threads"),
                 _line("Questions:", m.get("questions")),
                 _line("Empty answers (retries exhausted):", m.get("empty_answers"))]
+    if cfg.kind == "bench" and cfg.dataset.kind == "sharegpt":
+        ds = cfg.dataset
+        fixed = f", output {ds.output_len}" if ds.output_len else ""
+        out.append(_line("Dataset:", f"sharegpt sampling of {ds.label}{fixed}"))
     if m.get("trace_rows") is not None:
         out.append(_line("Trace rows replayed:", _trace_rows(m, cfg)))
     if m.get("aborted"):

@@ -70,7 +70,7 @@ class Result(Outcome):
         # (robust) trace files as resolved at load time: the run directory holds no traces
         rerun = "pdsim run RUN_DIR/scenario.yaml"
         for c, cd in zip(sc.clients, data["clients"], strict=True):
-            if c.dataset.kind == "trace":
+            if c.dataset.kind in ("trace", "sharegpt") and c.dataset.path is not None:
                 cd["dataset"]["path"] = str(c.dataset.resolved_path)
                 rerun = "pdsim run RUN_DIR/scenario.yaml --allow-outside-paths"
         if sc.profiles and sc._context is not None:  # (steptime) profile files likewise
