@@ -53,6 +53,9 @@ BEHIND_SHARE = 0.05
 BEHIND_Z = 3.5
 MIN_ARRIVALS = 20
 FIRST = 20  # the first requests, whose latency (near an empty fleet) is the time to fill it
+# the keys of a verdict (a verdict without one has keeps_up and note only)
+KEYS = ("keeps_up", "note", "from_s", "to_s", "offered_req_s", "completed_req_s",
+        "failed_req_s", "queue_growth_req_s", "in_system_mean")
 SAMPLES = 201  # instants the count is sampled at across the window
 
 
