@@ -98,6 +98,7 @@ def mark_flushes(res: Result, ax: Axes, annotate: bool = False) -> list[Line2D]:
     """Vertical lines at the instants ranks flushed: harmful solid dark red, harmless dashed
     grey; ``annotate`` writes what each flush did beside it. Returns legend handles."""
     handles = {}
+    notes = []
     for f in flush_table(res).itertuples(index=False):
         if np.isnan(f.t_flush):
             continue
@@ -111,13 +112,37 @@ def mark_flushes(res: Result, ax: Axes, annotate: bool = False) -> list[Line2D]:
             why = ", ?timeout dropped" if f.timeout_dropped else ""
             text = (f"flush_cache ({f.caller}{why}):\n{f.doomed} transfers on freed pages"
                     if f.harmful else f"flush ({f.caller}): no transfer pending")
-            ax.annotate(text, xy=(f.t_flush, 0.98 if f.harmful else 0.84),
-                        xycoords=("data", "axes fraction"), xytext=(5, 0),
-                        textcoords="offset points", va="top",
-                        fontsize=8, color=color, fontweight="bold" if f.harmful else "normal",
-                        bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none",
-                              "alpha": 0.8})
+            notes.append(ax.annotate(
+                text, xy=(f.t_flush, 0.98 if f.harmful else 0.84),
+                xycoords=("data", "axes fraction"), xytext=(5, 0), textcoords="offset points",
+                va="top", fontsize=8, color=color, fontweight="bold" if f.harmful else "normal",
+                bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.8}))
+    if notes:
+        ax._pdsim_flush_notes = notes  # noqa: SLF001 (read by spread_notes)
+        spread_notes(ax)
     return list(handles.values())
+
+
+def spread_notes(ax: Axes, step: float = 0.11) -> float:
+    """Move flush notes that would overprint one another down a row each, in the order they
+    were drawn, until none overlaps one placed before it (two flushes seconds apart printed
+    their notes on top of each other); returns the lowest note's bottom (axes fraction). Call
+    again after the figure's layout changed the axes' size (:func:`postmortem` does)."""
+    notes = getattr(ax, "_pdsim_flush_notes", [])
+    if not notes:
+        return 1.0
+    renderer = ax.figure.canvas.get_renderer()
+    placed = []
+    for t in notes:
+        t.xy = (t.xy[0], 0.98 if t.get_fontweight() == "bold" else 0.84)
+        for _ in range(8):
+            box = t.get_window_extent(renderer)
+            if not any(box.overlaps(p) for p in placed):
+                break
+            t.xy = (t.xy[0], t.xy[1] - step)
+        placed.append(t.get_window_extent(renderer))
+    to_axes = ax.transAxes.inverted()
+    return min(to_axes.transform((0, p.y0))[1] for p in placed)
 
 
 # --- time series panels -----------------------------------------------------------------
@@ -175,9 +200,20 @@ def throughput(res: Result, ax: Axes | None = None, smooth_s: int = 5,
     ax.set_ylabel("generated tokens / s")
     top = max((float(np.nanmax(np.asarray(ln.get_ydata(), float))) for ln in ax.get_lines()
                if len(ln.get_ydata())), default=1.0)
+    ax._pdsim_data_top = top  # noqa: SLF001 (headroom: _make_headroom)
     ax.set_ylim(0, 1.3 * top if annotate else None)  # headroom keeps the notes off the data
+    if annotate:
+        _make_headroom(ax)
     _legend(ax, ax.get_legend_handles_labels()[0] + handles)
     return ax
+
+
+def _make_headroom(ax: Axes) -> None:
+    """Raise the axis' top so the data stays below the lowest flush note."""
+    lowest = spread_notes(ax)
+    top = getattr(ax, "_pdsim_data_top", None)
+    if top:
+        ax.set_ylim(0, top / max(0.3, min(1 / 1.3, lowest - 0.03)))
 
 
 def failures(res: Result, ax: Axes | None = None) -> Axes:
@@ -485,6 +521,8 @@ def postmortem(res: Result, title: str | None = None) -> plt.Figure:
     latency_cdf(res, fig.add_subplot(gs[3, 1]), "ttft")
     latency_cdf(res, fig.add_subplot(gs[4, 1]), "e2e")
 
+    fig.canvas.draw()  # (the layout settles the axes' sizes: the flush notes spread on it)
+    _make_headroom(ax_tp)
     s = res.summary
     real = s["transfer_failures_by_reason"].get("flush_freed_pages", 0)
     fig.suptitle(title or f"{res.scenario.name}: {real:,} flush-caused transfer failures → "
@@ -493,10 +531,13 @@ def postmortem(res: Result, title: str | None = None) -> plt.Figure:
     return fig
 
 
-def compare(results: dict[str, Result], smooth_s: int = 5) -> plt.Figure:
+def compare(results: dict[str, Result], smooth_s: int = 5, ax: Axes | None = None
+            ) -> plt.Figure:
     """Generated tokens/s of several runs on one axis, each run's flushes marked in its colour
-    (solid: harmful, dotted: harmless)."""
-    fig, ax = plt.subplots(figsize=(10, 4), constrained_layout=True)
+    (solid: harmful, dotted: harmless); on ``ax`` when given (its figure is returned)."""
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 4), constrained_layout=True)
+    fig = ax.figure
     for i, (name, res) in enumerate(results.items()):
         ts = res.timeseries
         color = plt.cm.tab10(i)
@@ -508,9 +549,12 @@ def compare(results: dict[str, Result], smooth_s: int = 5) -> plt.Figure:
     ax.set_xlabel(TIME)
     ax.set_ylabel("generated tokens / s")
     ax.set_ylim(bottom=0)
+    flushed = any(not np.isnan(f.t_flush) for res in results.values()
+                  for f in flush_table(res).itertuples(index=False))
     _legend(ax, ax.get_legend_handles_labels()[0]
-            + [Line2D([], [], color="grey", ls="-", label="harmful flush"),
-               Line2D([], [], color="grey", ls=":", label="harmless flush")], ncol=5)
+            + ([Line2D([], [], color="grey", ls="-", label="harmful flush"),
+                Line2D([], [], color="grey", ls=":", label="harmless flush")] if flushed
+               else []), ncol=5)
     return fig
 
 
