@@ -96,6 +96,17 @@ def test_a_server_at_half_the_load_falls_behind_by_the_difference():
         f"falling behind: queue grows {s['queue_growth_req_s']:.2f} req/s")
 
 
+def test_a_fleet_still_filling_is_not_called_behind():
+    """Every request takes 15 s and the arrivals span 20 s: over the window (10-20 s) the
+    count still climbs, as a fleet that keeps up fills; no verdict rather than "behind"."""
+    rng = np.random.default_rng(1)
+    t = np.cumsum(rng.exponential(1 / 20, 400))
+    s = steady.window(t, _cols(t, t + 15.0), np.inf)
+    assert s["keeps_up"] is None and "filling" in s["note"]
+    longer = np.cumsum(rng.exponential(1 / 20, 4000))  # 200 s of the same: it keeps up
+    assert steady.window(longer, _cols(longer, longer + 15.0), np.inf)["keeps_up"] is True
+
+
 def test_prompts_never_sent_count_as_offered():
     """The schedule is the load: prompts the run never got to send stay in the system."""
     t = np.arange(1000) / 20.0

@@ -33,8 +33,10 @@ below, near and above their capacity):
   times that was seen on fleets at 70-90% of their capacity (measured 300-2000 prompts, seeds
   1-4); a queue growing more than that over the window is growing.
 - :data:`MIN_ARRIVALS`: fewer offered arrivals in the window than this give no verdict; nor does
-  a growing queue when the first :data:`FIRST` requests (which met a nearly empty fleet) took
-  longer than the window: the fleet may still be filling.
+  a queue growing no faster than a fleet still filling could grow it: a fleet fills at the
+  offered rate times the share of its requests still running since the start, which the
+  first requests (:data:`FIRST` or :data:`FIRST_SHARE` of them, the more: they met a nearly
+  empty fleet) bound when the window starts.
 
 Only open-loop clients have an offered rate: a bench client with a finite ``request_rate`` or a
 trace's timestamps. ``request_rate: inf`` offers everything at once (a throughput test: the
@@ -52,7 +54,8 @@ RAMP_SHARE = 0.5
 BEHIND_SHARE = 0.05
 BEHIND_Z = 3.5
 MIN_ARRIVALS = 20
-FIRST = 20  # the first requests, whose latency (near an empty fleet) is the time to fill it
+FIRST = 20  # the first requests (at least), whose latencies bound how a fleet fills
+FIRST_SHARE = 0.05
 # the keys of a verdict (a verdict without one has keeps_up and note only)
 KEYS = ("keeps_up", "note", "from_s", "to_s", "offered_req_s", "completed_req_s",
         "failed_req_s", "queue_growth_req_s", "in_system_mean")
@@ -61,6 +64,18 @@ SAMPLES = 201  # instants the count is sampled at across the window
 
 def _na(note: str) -> dict:
     return {"keeps_up": None, "note": note}
+
+
+def _still_running(t_arrival: np.ndarray, done_at: np.ndarray, age: float, n: int) -> float:
+    """The share of the first requests (:data:`FIRST`, or :data:`FIRST_SHARE` of the ``n``
+    offered, the more) still running ``age`` seconds after they arrived. A fleet that keeps up
+    fills at the offered rate times the share of its requests still running since the start,
+    so its count can rise at most that fast ``age`` s in; the first requests met a nearly
+    empty fleet, so their share, if anything, overstates how long a kept-up request runs."""
+    first = np.argsort(t_arrival, kind="stable")[:max(FIRST, int(FIRST_SHARE * n))]
+    if not len(first):
+        return 0.0
+    return float(np.mean(done_at[first] - t_arrival[first] > age))
 
 
 def closed_loop() -> dict:
@@ -106,14 +121,13 @@ def window(offered: np.ndarray, col: dict[str, np.ndarray], t_end: float) -> dic
     mean = float(count.mean())
     offered_rate = k / w
     behind = slope >= BEHIND_SHARE * offered_rate and slope * w >= BEHIND_Z * np.sqrt(mean + 1)
-    if behind:  # a fleet still filling grows its queue too: the first requests' latency says
-        first_n = np.argsort(t_arrival, kind="stable")[:FIRST]
-        fill = float(np.quantile(done_at[first_n] - t_arrival[first_n], 0.9))
-        if fill > w:
+    if behind:  # a fleet still filling grows its count too: by as much as it could?
+        ramp = offered_rate * _still_running(t_arrival, done_at, a - first, n)
+        if slope < ramp:
             return _na(f"the queue grew {slope:.2f} req/s over the steady window "
-                       f"({a:.1f}-{b:.1f} s), but the first requests took {fill:.1f} s "
-                       f"(P90), longer than the window: the fleet may still be filling; send "
-                       f"more prompts (num_prompts)")
+                       f"({a:.1f}-{b:.1f} s), no more than a fleet still filling could "
+                       f"({ramp:.2f} req/s: its first requests were still running {a - first:.1f}"
+                       f" s in); send more prompts (num_prompts)")
     with np.errstate(invalid="ignore"):
         in_window = (t_done >= a) & (t_done < b)
     return {
