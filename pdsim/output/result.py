@@ -18,6 +18,10 @@ from pdsim.engine.sim import simulate
 from pdsim.util.rng import seeds_of
 from pdsim.util.version import __version__
 
+# the columns of strings in a run directory's tables (read back as strings, empty ones "")
+_TEXT = {"requests": ("client", "kind", "status", "reason", "session"),
+         "events": ("event", "component", "peer", "detail")}
+
 
 class Result(Outcome):
     """What a run produced: the summary, DataFrames for notebooks and tests, and the run
@@ -53,6 +57,54 @@ class Result(Outcome):
             path.write_text(text)
             written.append(path)
         return written
+
+    @classmethod
+    def read(cls, out: str | Path) -> Result:
+        """A run directory (:meth:`write`) read back: its summary, its tables (CSV or
+        Parquet) and its scenario (``scenario.yaml``, as it was run), for figures and
+        comparisons without running it again. What the directory does not hold stays empty:
+        the flush calls, the KV pools, the recorded steps. Raises ValueError (one line) for a
+        directory that is not a run directory."""
+        import json
+
+        import pandas as pd
+
+        out = Path(out)
+        missing = [n for n in ("summary.json", "scenario.yaml") if not (out / n).is_file()]
+        tables = {}
+        for name in ("requests", "events", "timeseries", "answers"):
+            for fmt in ("csv", "parquet"):
+                if (out / f"{name}.{fmt}").is_file():
+                    tables[name] = out / f"{name}.{fmt}"
+        missing += [f"{n}.csv" for n in ("requests", "events", "timeseries") if n not in tables]
+        if missing:
+            raise ValueError(f"{out}: not a run directory of pdsim run --out (no "
+                             f"{', '.join(missing)})")
+        try:
+            summary = json.loads((out / "summary.json").read_text())
+            sc = loader.load(out / "scenario.yaml", allow_outside_paths=True)
+        except (OSError, ValueError) as err:  # (ScenarioError is a ValueError)
+            raise ValueError(f"{out}: cannot read the run directory ({err})") from None
+        try:  # (why the scenario's reported figures are not this run's, as it said)
+            what_if = json.loads((out / "run.json").read_text()).get("what_if") or ""
+        except (OSError, ValueError, AttributeError):
+            what_if = ""
+        res = cls(sc, summary, what_if=what_if,
+                  end_s=float(summary.get("simulated_s", float("nan"))))
+        for name, path in tables.items():
+            text = _TEXT.get(name, ())
+            try:
+                df = (pd.read_parquet(path) if path.suffix == ".parquet" else
+                      pd.read_csv(path, dtype=dict.fromkeys(text, "str")))
+            except (OSError, ValueError) as err:
+                raise ValueError(f"{path}: cannot read the table ({err})") from None
+            for col in text:  # an empty string was written as an empty CSV cell
+                if col in df:
+                    df[col] = df[col].fillna("")
+            setattr(res, name, df)
+        if "answers" not in tables:
+            res.answers = pd.DataFrame()
+        return res
 
     def describe(self) -> dict[str, str]:
         """``scenario.yaml``, ``run.json`` and ``report.txt`` of a run directory, as text
