@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from conftest import SCENARIOS, run_cached
 
-NAMES = sorted(p.stem for p in SCENARIOS.glob("*.yaml"))
+NAMES = sorted(p.relative_to(SCENARIOS).with_suffix("").as_posix()
+               for p in SCENARIOS.rglob("*.yaml"))  # (capacity/...: the colocated/PD pair)
 BUCKETS = {"completed", "failed", "timed_out", "unfinished"}
 
 

@@ -154,7 +154,7 @@ def run_or_validate(args: argparse.Namespace) -> int:
         how = {role: ("kv_pool_tokens" if cfg.kv_pool_tokens is not None else
                       f"mem_fraction_static {cfg.mem_fraction_static:g} after weights")
                + (f", in whole {cfg.page_size}-token pages" if cfg.page_size > 1 else "")
-               for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode))}
+               for role, cfg in sc.fleet.roles()}
         print("KV pool per DP rank (SGLang's max_total_num_tokens): " + ", ".join(
             f"{role} {tokens:,} tokens ({how[role]})" for role, tokens in pools.items()))
         if sc.unknowns:  # each range end (or choice) was validated as a value of its own

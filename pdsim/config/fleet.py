@@ -114,32 +114,123 @@ class PrefillConfig(RoleConfig):
                                         description="Tokens per prefix-cache block, what one "
                                         "trace hash_id stands for (512 in the Mooncake traces); "
                                         "default 512")
+    max_prefill_tokens: PosInt = Field(
+        16384, le=MAX_TOKENS, description="--max-prefill-tokens: new input tokens one prefill "
+        "forward of a rank takes at most beside the chunk budget (the first request of a "
+        "forward is admitted whatever its size; PrefillAdder.add_one_req); default 16384, as "
+        "SGLang's")
 
 
 class DecodeConfig(RoleConfig):
-    retract_reserve_tokens: NonNegInt = Field(
-        0, le=MAX_TOKENS, description="Tokens of growth reserved per request at admission; "
-        "default 0"
-    )
+    num_reserved_decode_tokens: NonNegInt = Field(
+        512, le=MAX_TOKENS, description="--num-reserved-decode-tokens: decode headroom SGLang's "
+        "admission keeps per request running, transferring or waiting (a bookkeeping reserve: "
+        "pre-allocation takes the prompt's pages only, and admits a request only while the "
+        "free tokens beyond every such reserve cover its prompt and its own reserve; "
+        "DecodePreallocQueue._allocatable_tokens); default 512, as SGLang's")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: object) -> object:
+        if isinstance(data, dict) and "retract_reserve_tokens" in data:
+            raise ValueError("retract_reserve_tokens is now num_reserved_decode_tokens "
+                             "(SGLang's --num-reserved-decode-tokens, default 512), a reserve "
+                             "per request in SGLang's admission rather than pages taken")
+        return data
+
+
+Ratio = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), _NUM]
+
+
+class ColocatedConfig(PrefillConfig):
+    """SGLang servers that prefill and decode on the same GPUs (no --disaggregation-mode): the
+    scheduler of python/sglang/srt/managers/scheduler.py (``get_next_batch_to_run``) and
+    schedule_policy.py (``PrefillAdder``), 0.5.x."""
+
+    balance: Literal["round_robin", "total_tokens"] = Field(  # type: ignore[assignment]
+        "round_robin", description="How a server spreads requests over its DP ranks "
+        "(--load-balance-method); default round_robin")
+    enable_mixed_chunk: bool = Field(
+        False, description="--enable-mixed-chunk: running requests decode a token inside each "
+        "prefill forward (the prefill budgets shrink by their number) instead of pausing for "
+        "it; default false, as SGLang's")
+    schedule_conservativeness: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False),
+                                         _NUM] = Field(
+        1.0, description="--schedule-conservativeness: scales the initial new-token ratio "
+        "(how much of their remaining output running requests are assumed to still need when "
+        "new ones are admitted); SGLang multiplies it by 0.3 under DP attention; default 1")
+    init_new_token_ratio: Ratio = Field(
+        0.7, description="SGLANG_INIT_NEW_TOKEN_RATIO (times schedule_conservativeness, at most "
+        "1): the new-token ratio when the scheduler starts or goes idle; default 0.7")
+    min_new_token_ratio_factor: Ratio = Field(
+        0.14, description="SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR: the ratio's floor as a share of "
+        "its initial value; default 0.14")
+    new_token_ratio_decay_steps: PosInt = Field(
+        600, le=MAX_COUNT, description="SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS: decode steps over "
+        "which the ratio falls linearly from its initial value to its floor; default 600")
+
+
+def _changed(fleet: Strict, key: str) -> bool:
+    """Whether the fleet's section ``key`` was given with a value other than its defaults."""
+    section = getattr(fleet, key)
+    return key in fleet.model_fields_set and section != type(section)()
 
 
 class FleetConfig(Strict):
     gpu: str = Field(description="GPU profile name (pdsim profiles; or one a profile file adds)")
     model: str = Field(description="Model profile name")
-    prefill: PrefillConfig = Field(PrefillConfig(), description="The prefill servers "
+    prefill: PrefillConfig = Field(PrefillConfig(), description="PD: the prefill servers "
                                    "(--disaggregation-mode prefill); default: one, dp 1, tp 1")
-    decode: DecodeConfig = Field(DecodeConfig(), description="The decode servers "
+    decode: DecodeConfig = Field(DecodeConfig(), description="PD: the decode servers "
                                  "(--disaggregation-mode decode); default: one, dp 1, tp 1")
+    mode: Literal["pd", "colocated"] = Field(
+        "pd", description="pd: prefill and decode servers apart (prefill, decode), KV sent "
+        "between them; colocated: servers that prefill and decode on the same GPUs "
+        "(colocated), SGLang without --disaggregation-mode; default pd")
+    colocated: ColocatedConfig = Field(
+        ColocatedConfig(), description="mode colocated: the servers, each prefilling and "
+        "decoding on its own GPUs; default: one, dp 1, tp 1")
     engine: str = Field("sglang", max_length=MAX_NAME_CHARS,
                         description="Engine profile name (CPU-side and per-request costs); "
                         "default sglang")
+
+    @model_validator(mode="after")
+    def _sections_of_the_mode(self) -> FleetConfig:
+        # (a section left at its defaults is no mistake: a scenario as run, written out with
+        # every field, has all three)
+        if self.mode == "colocated":
+            other = [k for k in ("prefill", "decode") if _changed(self, k)]
+            if other:
+                raise ValueError(f"fleet.{other[0]} describes a PD fleet; a colocated fleet's "
+                                 f"servers are fleet.colocated (or set fleet.mode: pd)")
+        elif _changed(self, "colocated"):
+            raise ValueError("fleet.colocated describes a colocated fleet: set fleet.mode: "
+                             "colocated (and drop fleet.prefill and fleet.decode)")
+        return self
+
+    def roles(self) -> list[tuple[str, RoleConfig]]:
+        """The fleet's roles as (name, section): prefill and decode, or colocated."""
+        if self.mode == "colocated":
+            return [("colocated", self.colocated)]
+        return [("prefill", self.prefill), ("decode", self.decode)]
+
+    def gpus(self) -> dict[str, int]:
+        """GPUs of each role: servers x GPUs a server (tp with DP attention, else dp x tp)."""
+        return {name: r.servers * (r.tp if r.dp_attention else r.dp * r.tp)
+                for name, r in self.roles()}
 
 
 # --- router, transfer, blacklist, flush, predictor -------------------------------------------
 
 
 class RouterConfig(Strict):
-    kind: Literal["mini_lb"] = Field("mini_lb", description="Request routing: random PD pairing")
+    kind: Literal["mini_lb"] = Field("mini_lb", description="PD request routing: random PD "
+                                     "pairing (a colocated fleet's router: policy)")
+    policy: Literal["round_robin", "random", "least_load"] | None = Field(
+        None, description="Colocated fleets: how the router (sgl-model-gateway in regular "
+        "mode, --policy) picks a server: round_robin, random, or least_load (the server with "
+        "the fewest prompt tokens routed and not yet answered; the gateway counts request text "
+        "length); default round_robin. PD fleets: unset (mini_lb pairs at random)")
     flush_handler: Literal["mini_lb_0.3.2", "mini_lb_fixed", "model_gateway", "rust_router"] = (
         Field("mini_lb_0.3.2", description="What the router's POST /flush_cache does")
     )
@@ -150,6 +241,12 @@ class RouterConfig(Strict):
                                        description="Rust routers: concurrent flush fan-out")
     worker_timeout_s: Seconds = Field(5.0, description="sgl-model-gateway per-worker timeout")
     http_latency_ms: Millis = Field(0.5, description="One router<->server hop")
+
+    def check(self, ctx: Context) -> None:
+        if self.policy is not None and ctx.scenario.fleet.mode != "colocated":
+            raise Invalid("policy", "picks a server of a colocated fleet; a PD fleet's mini_lb "
+                          "pairs a prefill and a decode server at random (unset it, or set "
+                          "fleet.mode: colocated)", self.policy)
 
 
 class TransferConfig(Strict):

@@ -22,6 +22,7 @@ from pydantic import (
 
 from pdsim.config import registry, unknowns
 from pdsim.config.clients import ClientConfig
+from pdsim.config.engine_version import EngineSection
 from pdsim.config.fleet import (
     BlacklistConfig,
     FleetConfig,
@@ -30,7 +31,7 @@ from pdsim.config.fleet import (
     RouterConfig,
     TransferConfig,
 )
-from pdsim.config.profile_schema import EngineOverrides, GPUOverrides, ModelOverrides
+from pdsim.config.profile_schema import GPUOverrides, ModelOverrides
 from pdsim.config.registry import BLACKLIST_POLICIES, FAULTS
 from pdsim.config.units import (
     _NOTHING,
@@ -190,9 +191,9 @@ class Scenario(Strict):
     model: ModelOverrides = Field(  # type: ignore[valid-type]
         default_factory=ModelOverrides, description="Override model profile values, e.g. "
         "layers: 8")
-    engine: EngineOverrides = Field(  # type: ignore[valid-type]
-        default_factory=EngineOverrides, description="Override engine profile values, e.g. "
-        "bootstrap_ms: 5")
+    engine: EngineSection = Field(  # type: ignore[valid-type]
+        default_factory=EngineSection, description="The SGLang release the scheduler follows "
+        "(version) and overrides of engine profile values, e.g. bootstrap_ms: 5")
     clients: Annotated[list[ClientConfig], Field(min_length=1, max_length=MAX_LIST)] = Field(
         description="Load generators, at least one: bench (sglang.bench_serving) or eval "
         "(gsm8k-style, sglang.test.run_eval)")
@@ -258,6 +259,9 @@ class Scenario(Strict):
 
 
 def _decode_ranks(sc: Scenario) -> int:
+    """Decode ranks with a session port (a colocated fleet has no KV sessions)."""
+    if sc.fleet.mode == "colocated":
+        return 0
     return sc.fleet.decode.servers * sc.fleet.decode.dp
 
 

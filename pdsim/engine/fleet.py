@@ -7,12 +7,15 @@ from dataclasses import dataclass
 
 import simpy
 
+from pdsim.config.engine_version import RULES, has
 from pdsim.config.fleet import PrefillConfig, RoleConfig
 from pdsim.config.scenario import Scenario
 from pdsim.engine import balance, blacklist, clock, lockstep
 from pdsim.engine.client import CLIENTS
+from pdsim.engine.colocated import ColocatedRank
 from pdsim.engine.decode import DecodeRank
 from pdsim.engine.faults import Faults
+from pdsim.engine.gateway import Gateway
 from pdsim.engine.log import EventLog
 from pdsim.engine.nic import NIC
 from pdsim.engine.prefill import PrefillRank
@@ -70,7 +73,22 @@ class Fleet:
         self.rngs = Streams(sc.seed, sc.seeds.model_dump())
         self.requests: list[Request] = []
         prof = self.profiles = profiles.for_scenario(sc)
-        gpu, model, engine = self.gpu, self.model, self.engine = prof.gpu, prof.model, prof.engine
+        self.gpu, self.model, self.engine = prof.gpu, prof.model, prof.engine
+        self.colocated = sc.fleet.mode == "colocated"
+        if self.colocated:
+            self._build_colocated(recorder)
+        else:
+            self._build_pd(recorder)
+        front = self.frontend()
+        self.clients = [CLIENTS[c.kind](env, c, i, front, self.rngs)
+                        for i, c in enumerate(sc.clients)]
+        for op in sc.operator_flushes:
+            env.process(self._operator_flush(op.at_s, op.timeout_s))
+
+    def _build_pd(self, recorder: Recorder | None) -> None:
+        """Prefill servers, decode servers, transfer engines and NICs, mini_lb."""
+        sc, env = self.scenario, self.env
+        gpu, model, engine = self.gpu, self.model, self.engine
         pc, dc, tc = sc.fleet.prefill, sc.fleet.decode, sc.transfer
 
         # decode side first: prefill engines need the sessions' liveness
@@ -85,6 +103,7 @@ class Fleet:
                 rank = DecodeRank(env, s, r, dc, d_pred, d_pages, tc.waiting_timeout_s, port,
                                   sc.flush.semantics, self.log, self.stats, sc.flush.dooms)
                 rank.bootstrap_s = engine.bootstrap_ms / 1e3
+                rank.retract_20_steps = not has(sc.engine.version, "retract_until_next_step_fits")
                 rank.tokenize_s_per_token = engine.tokenize_us_per_token * 1e-6
                 ranks.append(rank)
                 self.decode_ranks.append(rank)
@@ -117,6 +136,8 @@ class Fleet:
                                          tc.saturation_mb * 1e6))
                 rank = PrefillRank(env, s, r, pc, p_pred, kvb, p_pages, tc.bootstrap_timeout_s,
                                    sc.flush.semantics, self.log, self.stats, chunk)
+                rank.page_aligned_chunk = has(sc.engine.version, "page_aligned_chunk")
+                rank.chunk_capped_by_memory = has(sc.engine.version, "chunk_capped_by_memory")
                 bl = blacklist.build(sc.blacklist, env, f"{rank.name}.r{r}", self.log)
                 bl.on_change = self._blacklist_changed
                 rank.engine = TransferEngine(env, rank.name, r, self.nics[-1], bl,
@@ -153,11 +174,45 @@ class Fleet:
 
         self.router = MiniLB(env, self.prefill_servers, self.decode_servers, sc.router,
                              self.rngs["routing"], self.log)
-        front = self.frontend()
-        self.clients = [CLIENTS[c.kind](env, c, i, front, self.rngs)
-                        for i, c in enumerate(sc.clients)]
-        for op in sc.operator_flushes:
-            env.process(self._operator_flush(op.at_s, op.timeout_s))
+
+    def _build_colocated(self, recorder: Recorder | None) -> None:
+        """Colocated servers (each rank prefilling and decoding, pdsim.engine.colocated) behind
+        sgl-model-gateway in regular mode. They are the fleet's decode servers and ranks (the
+        ones that decode: faults that stop a decode server stop them); there are no prefill
+        servers, transfer engines or NICs."""
+        sc, env = self.scenario, self.env
+        cc = sc.fleet.colocated
+        rules = {k: has(sc.engine.version, k) for k in RULES}
+        pred = self._predictor(cc)
+        pages = pool_pages(cc, self.gpu, self.model, self.engine, pred)
+        chunk = self.chunked_prefill_per_rank = chunk_budget(cc, self.gpu)
+        self.prefill_ranks, self.prefill_servers, self.engines, self.nics = [], [], [], []
+        self.decode_ranks, self.decode_servers = [], []
+        together = cc.dp_attention if cc.lockstep is None else cc.lockstep
+        for s in range(cc.servers):
+            ranks = []
+            for r in range(cc.dp):
+                rank = ColocatedRank(env, s, r, cc, pred, pages, sc.flush.semantics, self.log,
+                                     self.stats, chunk, rules)
+                rank.tokenize_s_per_token = self.engine.tokenize_us_per_token * 1e-6
+                if together and cc.dp > 1:  # a lockstep group plans every step (no spans)
+                    rank.spans = False
+                rank.recorder = recorder
+                ranks.append(rank)
+                self.decode_ranks.append(rank)
+            self.decode_servers.append(Server(env, "colocated", s, ranks,
+                                              balance.build(cc.balance), self.log))
+        self.sessions = {r.session: r for r in self.decode_ranks}
+        self.faults = Faults(self, sc.faults, self.rngs["faults"])
+        self.steppers = []
+        for server in self.decode_servers:
+            if together and len(server.ranks) > 1:
+                self.steppers.append(lockstep.Stepper(env, server.ranks, True))
+            else:
+                self.steppers += [lockstep.Stepper(env, [r], False) for r in server.ranks]
+        self._decode_steppers = self.steppers
+        self.router = Gateway(env, self.decode_servers, sc.router, self.rngs["routing"],
+                              self.log)
 
     def _predictor(self, role: RoleConfig) -> predictor.Predictor:
         """One predictor per role: the ranks of a role share its (pure) step-time function."""
@@ -225,6 +280,15 @@ class Fleet:
         for stepper in self._decode_steppers:  # (Rank._catch_up of every decode rank)
             stepper.catch_up()  # KV grown and tokens made by steps of a span that ended by now
         d = self.decode_ranks
+        if self.colocated:  # one pool per rank, both roles': prefill_inflight is the
+            used = cap = queue = chunked = running = 0  # requests being chunked
+            for r in d:
+                used += r.alloc.used
+                cap += r.alloc.capacity
+                queue += r.queued()
+                chunked += r.chunked is not None
+                running += len(r.running)
+            return (used / cap, used / cap, queue, chunked, 0, 0, 0, running, 0)
         p_used = p_cap = p_queue = p_inflight = 0
         for r in self.prefill_ranks:
             alloc = r.alloc

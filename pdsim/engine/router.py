@@ -166,7 +166,7 @@ class MiniLB:
         if not call.answered:
             req.status, req.reason, req.http_status = "timed_out", "router_timeout", 504
             req.t_done = self.env._now
-            req.room.fail("aborted")  # frees KV on both sides; an abort never blacklists
+            self._abort(req)
         if not self.hop:
             call.on_return(req)
         elif call.stage == _RESUME:  # (answered in time: its own entries end here)
@@ -174,6 +174,11 @@ class MiniLB:
             self.env.timer(self.hop, call)
         else:  # resumed by the timeout: the call's entries may still see the answer
             call_later(self.env, self.hop, lambda: call.on_return(req))
+
+    @staticmethod
+    def _abort(req: Request) -> None:
+        """The router gave up on ``req``: its servers abort it."""
+        req.room.fail("aborted")  # frees KV on both sides; an abort never blacklists
 
     # --- flush -----------------------------------------------------------------------------
 

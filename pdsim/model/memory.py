@@ -62,7 +62,7 @@ def kv_pools(sc: Scenario, ctx: Context | None = None) -> dict[str, int]:
     except profiles.ProfileError as err:
         raise ScenarioError(str(err)) from None
     pools = {}
-    for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode)):
+    for role, cfg in sc.fleet.roles():  # (prefill and decode, or colocated)
         _heads_split(role, cfg, prof.model)
         gather = cfg.dp if cfg.dp_attention else 1
         try:  # (built first, for pool_pages to reuse; its error is reported second)

@@ -1,0 +1,75 @@
+"""Which SGLang release a run's scheduler follows: ``engine.version`` and the table of releases
+pdsim knows, with the behaviours that changed between them.
+
+One field (:data:`DEFAULT_VERSION` unless a scenario says ``engine: {version: ...}``), one table
+of known releases (:data:`SGLANG_VERSIONS`) and one table of the behaviours keyed off it
+(:data:`RULES`: the first release that has each, and where that was read). The engine asks
+:func:`has` (``has(version, "retract_until_next_step_fits")``); nothing else compares versions.
+
+The releases were read from their PyPI wheels (``sglang==0.5.1.post1``, ``0.5.6.post2``,
+``0.5.8.post1``, ``0.5.9``, ``0.5.23``: ``python/sglang/srt/...`` of each release); a behaviour's
+"first release" is the first of those wheels that has it unless a PR dates it (then the PR's
+first release), so a release between two wheels gets the older wheel's behaviour unless noted.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from pdsim.config.profile_schema import EngineOverrides
+
+SGLANG_VERSIONS: dict[str, str] = {
+    "0.5.1.post1": "retraction frees 20 decode steps of headroom per remaining request; "
+                   "chunks truncated to rem_chunk - page + 1",
+    "0.5.2": "first release with PR #9989: retraction stops once the next decode step fits",
+    "0.5.6.post2": "page-aligned chunks; a continuing chunk capped by free memory",
+    "0.5.8.post1": "as 0.5.6.post2 for pdsim's purposes",
+    "0.5.9": "as 0.5.6.post2 for pdsim's purposes (pdsim's default)",
+    "0.5.23": "as 0.5.9 for pdsim's purposes (--retraction-policy defaults to the legacy "
+              "length order)",
+}
+"""The SGLang releases ``engine.version`` accepts, each with what sets it apart here."""
+
+DEFAULT_VERSION = "0.5.9"
+
+RULES: dict[str, tuple[str, str]] = {
+    # behaviour: (first release with it, where it was read)
+    "retract_until_next_step_fits": (
+        "0.5.2", "ScheduleBatch.retract_decode: 'while first_iter or not check_decode_mem()' "
+        "(PR #9989, 2025-09-07; 0.5.1.post1 retracts until available >= "
+        "SGLANG_RETRACT_DECODE_STEPS (20) x remaining requests)"),
+    "retract_ratio_plus_one": (
+        "0.5.6.post2", "ScheduleBatch.retract_decode: new_token_ratio = (decoded + 20 x n) / "
+        "(total_max_new_tokens + 1) (0.5.1.post1: no + 1)"),
+    "page_aligned_chunk": (
+        "0.5.6.post2", "PrefillAdder.add_one_req: trunc_len = rem_chunk_tokens // page_size * "
+        "page_size (0.5.1.post1: rem_chunk_tokens - page_size + 1)"),
+    "chunk_capped_by_memory": (
+        "0.5.6.post2", "PrefillAdder.add_chunked_req: the continuing chunk takes at most "
+        "min(rem_chunk_tokens, rem_total_tokens) (0.5.1.post1: rem_chunk_tokens)"),
+}
+
+
+def parse(version: str) -> tuple[int, ...]:
+    """``"0.5.6.post2"`` -> ``(0, 5, 6, 2)``; a release without a post number sorts before
+    its posts (``"0.5.2"`` -> ``(0, 5, 2, 0)``)."""
+    main, _, post = version.partition(".post")
+    parts = tuple(int(p) for p in main.split("."))
+    return (*parts, int(post) if post else 0)
+
+
+def has(version: str, rule: str) -> bool:
+    """Whether SGLang ``version`` has the behaviour ``rule`` (a key of :data:`RULES`)."""
+    return parse(version) >= parse(RULES[rule][0])
+
+
+
+class EngineSection(EngineOverrides):  # type: ignore[valid-type, misc]
+    """``engine:`` of a scenario: overrides of the engine profile's values, and ``version``."""
+
+    version: Literal[tuple(SGLANG_VERSIONS)] = Field(  # type: ignore[valid-type]
+        DEFAULT_VERSION, description="SGLang release whose scheduler the run follows "
+        "(retraction stop rule, chunk truncation; pdsim.config.engine_version lists what each "
+        f"changes); one of {', '.join(SGLANG_VERSIONS)}; default {DEFAULT_VERSION}")
