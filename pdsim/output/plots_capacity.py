@@ -167,7 +167,8 @@ def capacity(res: Result, title: str | None = None) -> plt.Figure:
     load(res, axes[0][0])
     _title(axes[0][0], "requests sent vs completed")
     in_system(res, axes[0][1])
-    _title(axes[0][1], "requests in the system (flat: keeps up)")
+    judged = (res.summary.get("steady") or {}).get("keeps_up") is not None
+    _title(axes[0][1], "requests in the system" + (" (flat: keeps up)" if judged else ""))
     latency_over_time(res, axes[1][0], "ttft")
     _title(axes[1][0], "time to first token, by arrival")
     latency_over_time(res, axes[1][1], "tpot")
@@ -176,8 +177,9 @@ def capacity(res: Result, title: str | None = None) -> plt.Figure:
     _title(axes[2][0], "where requests wait (queue depth)")
     axes[2][0].set_xlabel(TIME)
     plots.kv_use(res, axes[2][1])
-    _title(axes[2][1], "KV cache in use (a prefill pool fills with its prefix cache, evicted as "
-                       "needed)")
+    pd = res.summary.get("fleet_mode", "pd") == "pd"
+    _title(axes[2][1], "KV cache in use" + (" (a prefill pool fills with its prefix cache, "
+                                            "evicted as needed)" if pd else ""))
     axes[2][1].set_xlabel(TIME)
     fig.suptitle(title or f"{res.scenario.name}: {_headline(res)}", fontsize=13,
                  fontweight="bold")
@@ -198,11 +200,13 @@ def latency_cdfs(results: dict[str, Result], ax: Axes | None = None,
     ax = ax or plt.gca()
     colors = _colors(results)
     name = "TTFT" if metric == "ttft" else "TPOT"
+    spans = []
     for run, res in results.items():
         x = np.sort(request_latencies(res)[metric].dropna().to_numpy() * 1e3)
         x = x[x > 0]
         if not len(x):
             continue
+        spans += [x[0], x[-1]]
         ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", color=colors[run], lw=1.6,
                 label=f"{run}: P99 {_ms(res.summary.get(f'p99_{metric}_ms'))}")
     limits = {run: (res.summary.get("slo") or {}).get(f"{metric}_ms")
@@ -214,10 +218,13 @@ def latency_cdfs(results: dict[str, Result], ax: Axes | None = None,
             ax.axvline(limit, color=colors.get(run, "black"), ls="--", lw=1.1,
                        label=f"SLO {limit:g} ms" + (f" ({run})" if run else ""))
     ax.axhline(0.99, color=plots.HARMLESS, lw=0.8, ls=":")
-    ax.set_xscale("log")
-    _log_ticks(ax)
+    log = bool(spans) and max(spans) > 4 * min(spans)  # (a narrow range reads better linear)
+    if log:
+        ax.set_xscale("log")
+        _log_ticks(ax)
     ax.set_ylim(0, 1.02)
-    ax.set_xlabel(f"{name} (ms, log scale; dashed: SLO)")
+    slo = "; dashed: SLO" if any(ln.get_linestyle() == "--" for ln in ax.get_lines()) else ""
+    ax.set_xlabel(f"{name} (ms{', log scale' if log else ''}{slo})")
     ax.set_ylabel("share of requests")
     ax.grid(True, which="major", alpha=0.3)
     _legend(ax, ncol=1)
@@ -258,9 +265,14 @@ def per_gpu(results: dict[str, Result], ax: Axes | None = None) -> Axes:
                 ha="center", va="bottom", fontsize=8)
     ax.set_xticks(range(len(names)), names)
     ax.set_ylim(0, 1.35 * max(vals + [1e-9]))
-    anyslo = any(r.summary.get("slo") for r in results.values())
-    ax.set_ylabel("goodput per GPU (req/s)" if anyslo else "completed per GPU (req/s)")
+    ax.set_ylabel(f"{_good_word(results)} per GPU (req/s)")
     return ax
+
+
+def _good_word(results: dict[str, Result]) -> str:
+    """"goodput" when every run has an SLO, else "completed requests" (what is counted)."""
+    return ("goodput" if all(r.summary.get("slo") for r in results.values())
+            else "completed requests")
 
 
 def _finding(results: dict[str, Result]) -> str:
@@ -275,7 +287,7 @@ def _finding(results: dict[str, Result]) -> str:
     parts = []
     for o in others:
         ratio = per[best] / per[o] if per[o] else float("inf")
-        parts.append(f"{best} serves {ratio:.2f}x {o}'s goodput per GPU "
+        parts.append(f"{best} serves {ratio:.2f}x {o}'s {_good_word(results)} per GPU "
                      f"({per[best]:.3f} vs {per[o]:.3f} req/s/GPU)")
     p99 = " vs ".join(_ms(r.summary.get("p99_ttft_ms")) for r in results.values())
     return "; ".join(parts) + f"; P99 TTFT {p99}"
@@ -289,7 +301,8 @@ def comparison(results: dict[str, Result], title: str | None = None) -> plt.Figu
     plots.compare(results, ax=axes[0][0])
     _title(axes[0][0], "generated tokens / s")
     per_gpu(results, axes[0][1])
-    _title(axes[0][1], "goodput per GPU")
+    _title(axes[0][1], f"{_good_word(results)} per GPU"
+           + ("" if _good_word(results) == "goodput" else " (no slo: set, so no goodput)"))
     latency_cdfs(results, axes[1][0], "ttft")
     _title(axes[1][0], "time to first token")
     latency_cdfs(results, axes[1][1], "tpot")
