@@ -186,8 +186,10 @@ def fleet_block(s: dict, pairs_total: int | None = None,
     out = [_head("Fleet", "=")]
     by_role = s.get("gpus_by_role")
     if by_role:
-        out.append(_line("GPUs:", f"{s['gpus']} (" + ", ".join(
-            f"{role} {n}" for role, n in by_role.items()) + ")"))
+        order = ("prefill", "decode", "colocated")  # (summary.json sorts its keys: the report
+        roles = sorted(by_role, key=lambda r: (order.index(r) if r in order else 3, r))  # of a
+        out.append(_line("GPUs:", f"{s['gpus']} (" + ", ".join(  # run read back reads alike)
+            f"{role} {by_role[role]}" for role in roles) + ")"))
     if s.get("fleet_mode") == "colocated":
         return out + _colocated_block(s)
     by = s["transfer_failures_by_reason"]
