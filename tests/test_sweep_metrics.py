@@ -31,6 +31,11 @@ def test_every_column_of_a_run_row_is_a_metric_name_known_before_the_runs():
     assert not extra
     assert {"bench.steady.keeps_up", "bench.slo.goodput_req_s", "slo.attainment",
             "eval.steady.note", "p99_itl_ms"} <= set(rows.columns)
+    co = "scenarios/capacity/colocated_8xh100.yaml"  # a colocated fleet's rows too
+    rows = sweep.sweep(co, {}, [1], workers=1, progress=False, sets=["clients.0.num_prompts=60"])
+    known = set(sweep.metric_names(pdsim.load(co))) | {"seed"}
+    assert [c for c in rows.columns if c not in known
+            and not c.startswith("transfer_failures.")] == []
 
 
 @pytest.mark.parametrize(("d", "incident"), [

@@ -198,7 +198,8 @@ FLEET = ("transfer_failures", "flush_doomed_transfers", "blacklisted_pairs_max",
          "wasted_prefill_tokens", "stale_page_requests", "retractions", "kv_transferred_gb",
          "prefill_tokens_computed", "chunked_prefill_size_per_rank", "tokens_generated_fleet",
          "events", "logged_events", "decode_steps", "prefill_steps", "simulated_s",
-         "stopped_at_horizon", "stalled_at_s")
+         "stopped_at_horizon", "stalled_at_s", "fleet_mode", "gpus",
+         "gpus_by_role.prefill", "gpus_by_role.decode", "gpus_by_role.colocated")
 CLIENT = ("kind", "aborted", "unsent", "finished", "trace_rows_replayed", "trace_rows",
           "questions", "empty_answers")
 
