@@ -28,11 +28,18 @@ SGLANG_VERSIONS: dict[str, str] = {
     "0.5.8.post1": "as 0.5.6.post2 for pdsim's purposes",
     "0.5.9": "as 0.5.6.post2 for pdsim's purposes (pdsim's default)",
     "0.5.23": "as 0.5.9 for pdsim's purposes (--retraction-policy defaults to the legacy "
-              "length order)",
+              "length order; its memory defaults (arg_groups/memory_hook.py: a prefill "
+              "CUDA-graph reserve, 2 GiB for DeepEP buffers) are not modelled: 0.5.9's apply)",
+    "glm5-hopper": "the image lmsysorg/sglang:glm5-hopper (InferenceX perf-changelog PR #914), "
+                   "whose code base is not published: taken as 0.5.9 (GLM-5 support first "
+                   "appears in the 0.5.9 release)",
 }
 """The SGLang releases ``engine.version`` accepts, each with what sets it apart here."""
 
 DEFAULT_VERSION = "0.5.9"
+
+ALIASES = {"glm5-hopper": "0.5.9"}
+"""Releases named by an image tag, and the numbered release whose rules they follow."""
 
 RULES: dict[str, tuple[str, str]] = {
     # behaviour: (first release with it, where it was read)
@@ -46,6 +53,14 @@ RULES: dict[str, tuple[str, str]] = {
     "page_aligned_chunk": (
         "0.5.6.post2", "PrefillAdder.add_one_req: trunc_len = rem_chunk_tokens // page_size * "
         "page_size (0.5.1.post1: rem_chunk_tokens - page_size + 1)"),
+    "memory_defaults_0_5_3": (
+        "0.5.3", "server_args.py _handle_gpu_memory_settings (PR #10372, #10975, 2025-09): "
+        "mem_fraction_static = 1 - (512 MiB + 1.5 x max(chunk, 2048) + 2 x cuda_graph_max_bs + "
+        "tp/8 GiB [+ DP attention's graph padding]) / memory, at least 10 GiB reserved above 60 "
+        "GiB; cuda_graph_max_bs 256 at tp < 4 else 512 on 60-160 GiB parts; chunked prefill "
+        "4096 on 35-60 GiB parts (0.5.1.post1 __post_init__: a reserved-memory table by GPU "
+        "memory, graphs up to 160/256/512 by memory, chunk 8192 from 35 GiB; "
+        "pdsim.model.sglang)"),
     "chunk_capped_by_memory": (
         "0.5.6.post2", "PrefillAdder.add_chunked_req: the continuing chunk takes at most "
         "min(rem_chunk_tokens, rem_total_tokens) (0.5.1.post1: rem_chunk_tokens)"),
@@ -55,7 +70,7 @@ RULES: dict[str, tuple[str, str]] = {
 def parse(version: str) -> tuple[int, ...]:
     """``"0.5.6.post2"`` -> ``(0, 5, 6, 2)``; a release without a post number sorts before
     its posts (``"0.5.2"`` -> ``(0, 5, 2, 0)``)."""
-    main, _, post = version.partition(".post")
+    main, _, post = ALIASES.get(version, version).partition(".post")
     parts = tuple(int(p) for p in main.split("."))
     return (*parts, int(post) if post else 0)
 

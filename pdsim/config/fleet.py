@@ -79,14 +79,42 @@ class RoleConfig(Strict):
         description="KV pool of each DP rank in tokens (SGLang logs it as max_total_num_tokens); "
         "default: what mem_fraction_static of GPU memory leaves after the weights"
     )
-    mem_fraction_static: Fraction = Field(
-        0.8, description="Share of each GPU's memory for weights plus KV pool "
-        "(--mem-fraction-static), used when kv_pool_tokens is unset; default 0.8")
+    mem_fraction_static: Fraction | None = Field(
+        None, description="Share of each GPU's memory for weights plus KV pool "
+        "(--mem-fraction-static), used when kv_pool_tokens is unset; default: SGLang's for the "
+        "GPU's memory, the layout and engine.version (0.5.3+: 1 - (512 MiB + 1.5 x chunked "
+        "prefill + 2 x cuda_graph_max_bs + tp/8 GiB) / memory, e.g. 0.818 on an H100 at tp 8)")
+    cuda_graph_max_bs: NonNegInt | None = Field(
+        None, le=MAX_RUNNING, description="Largest decode batch run as a captured CUDA graph "
+        "(--cuda-graph-max-bs); larger batches run eagerly (a higher per-layer cost); 0: no "
+        "CUDA graphs (--disable-cuda-graph). Default: SGLang's for the GPU's memory, tp and "
+        "engine.version (256 at tp < 4 else 512 on 60-160 GiB parts, 512 above, since 0.5.3)")
     page_size: PosInt = Field(1, le=MAX_PAGE_TOKENS,
                               description="Tokens per KV page (--page-size); default 1")
-    ep: PosInt = Field(1, le=MAX_TP, description="Expert-parallel size (--ep-size with DeepEP): "
-                       "routed experts split over ep GPUs, tokens sent by all-to-all; default 1: "
-                       "MoE weights tensor-parallel")
+    ep: PosInt = Field(1, le=MAX_TP, description="Expert-parallel size (--ep-size): routed "
+                       "experts split over ep GPUs (each expert's width over tp/ep of them); "
+                       "tp must be a multiple of ep. Without moe_a2a_backend every GPU still "
+                       "sees every token and the MoE ends in the TP all-reduce (no all-to-all); "
+                       "default 1: MoE weights tensor-parallel")
+    moe_a2a_backend: Literal["none", "deepep"] = Field(
+        "none", description="--moe-a2a-backend: deepep sends each token to its experts' GPUs by "
+        "all-to-all (DeepEP normal kernels when a forward has prefill tokens, low-latency ones "
+        "for pure decode), over NVLink inside an NVLink domain and the NIC between domains; "
+        "shared experts then keep whole weights and compute each GPU's own tokens. SGLang runs "
+        "it with ep = tp. Default none")
+    deepep_ll_nvlink: bool = Field(
+        True, description="DeepEP's low-latency (decode) kernels send the pairs between GPUs of "
+        "one NVLink domain over NVLink (DeepEP allow_nvlink_for_low_latency_mode, its default "
+        "since DeepEP PR #173, May 2025); false: over RDMA like every other pair, as DeepEP did "
+        "before; default true")
+    moe_dense_tp_size: Literal[1] | None = Field(
+        None, description="--moe-dense-tp-size 1: dense MLP layers (DeepSeek's first_k_dense_"
+        "replace) run data-parallel with whole weights on each GPU's own tokens; default null: "
+        "tensor-parallel over tp")
+    enable_dp_lm_head: bool = Field(
+        False, description="--enable-dp-lm-head (with dp_attention): the LM head is "
+        "vocab-parallel over the attention-TP group only and samples each rank's own tokens; "
+        "default false: vocab-parallel over all tp GPUs")
 
     @model_validator(mode="after")
     def _dp_fits_tp(self) -> RoleConfig:
@@ -96,9 +124,16 @@ class RoleConfig(Strict):
         if self.servers * self.dp > MAX_RANKS:
             raise ValueError(f"servers x dp = {self.servers * self.dp:,} DP ranks; at most "
                              f"{MAX_RANKS:,} per role")
-        if self.ep > 1 and self.ep != self.tp:
-            raise ValueError(f"ep ({self.ep}) must be 1 or equal tp ({self.tp}): SGLang splits "
-                             f"experts over the server's tp GPUs")
+        if self.tp % self.ep:
+            raise ValueError(f"tp ({self.tp}) must be a multiple of ep ({self.ep}): SGLang splits "
+                             f"the routed experts ep ways and each expert's width tp/ep ways "
+                             f"(moe_tp_size = tp // ep)")
+        if self.moe_a2a_backend == "deepep" and self.ep != self.tp:
+            raise ValueError(f"moe_a2a_backend deepep runs with ep = tp (SGLang sets --ep-size "
+                             f"to --tp-size); set ep: {self.tp} (ep is {self.ep})")
+        if self.enable_dp_lm_head and not self.dp_attention:
+            raise ValueError("enable_dp_lm_head needs dp_attention (SGLang refuses it "
+                             "without --enable-dp-attention)")
         return self
 
 

@@ -25,38 +25,28 @@ from pdsim.engine.router import MiniLB
 from pdsim.engine.server import Server
 from pdsim.engine.stats import Stats
 from pdsim.engine.transfer import TransferEngine
-from pdsim.model import predictor, profiles
-from pdsim.model.memory import pool_pages
+from pdsim.model import predictor, profiles, sglang
+from pdsim.model.memory import pool
 from pdsim.util.rng import Streams
 
-# SGLang ServerArgs._handle_gpu_memory_settings (python/sglang/srt/server_args.py, 0.5.x): the
-# default --chunked-prefill-size by GPU memory in MiB (CUDA tiers; NPU tiers left out).
-CHUNK_TIERS_MIB = ((20 * 1024, 2048), (35 * 1024, 2048), (60 * 1024, 4096), (90 * 1024, 8192),
-                   (160 * 1024, 8192))
-CHUNK_LARGE = 16384  # B200, MI300 (>= 160 GB)
+
+def default_chunked_prefill_size(gpu: profiles.GPU, version: str = sglang.DEFAULT_VERSION
+                                 ) -> int:
+    """SGLang's default ``--chunked-prefill-size`` for ``gpu`` (before any DP division), from
+    the device memory in MiB as nvidia-smi reports it (:func:`pdsim.model.sglang.
+    chunked_prefill_size`: the same ``hbm_mib`` the KV pool is sized from)."""
+    return sglang.chunked_prefill_size(gpu, version)
 
 
-def default_chunked_prefill_size(gpu: profiles.GPU) -> int:
-    """SGLang's default ``--chunked-prefill-size`` for ``gpu`` (before any DP division).
-
-    ``gpu_mem`` is the device's total memory in MiB as ``nvidia-smi`` reports it; a datasheet's
-    "80 GB" A100 reports 81,920 MiB, so ``hbm_gb`` is read as GiB.
-    """
-    mib = gpu.hbm_gb * 1024
-    for limit, size in CHUNK_TIERS_MIB:
-        if mib < limit:
-            return size
-    return CHUNK_LARGE
-
-
-def chunk_budget(role_cfg: PrefillConfig, gpu: profiles.GPU) -> int:
+def chunk_budget(role_cfg: PrefillConfig, gpu: profiles.GPU,
+                 version: str = sglang.DEFAULT_VERSION) -> int:
     """Tokens one prefill forward of one rank may take.
 
     The server's ``--chunked-prefill-size`` (given, or SGLang's GPU-memory default) is a budget
     for the whole server: with ``--enable-dp-attention`` SGLang divides it by ``dp_size``
     (``ServerArgs._handle_data_parallelism``), so 8192 on a DP-4 H20 server is 2048 per rank.
     """
-    size = role_cfg.chunked_prefill_size or default_chunked_prefill_size(gpu)
+    size = role_cfg.chunked_prefill_size or default_chunked_prefill_size(gpu, version)
     if role_cfg.dp_attention:
         size //= role_cfg.dp
     return max(1, size)
@@ -95,7 +85,8 @@ class Fleet:
         self.decode_ranks: list[DecodeRank] = []
         self.decode_servers: list[Server] = []
         d_pred = self._predictor(dc)
-        d_pages = pool_pages(dc, gpu, model, engine, d_pred)
+        d_pool = pool(dc, gpu, model, engine, d_pred, sc.engine.version)
+        d_pages = d_pool.pages
         for s in range(dc.servers):
             ranks = []
             for r in range(dc.dp):
@@ -105,6 +96,8 @@ class Fleet:
                 rank.bootstrap_s = engine.bootstrap_ms / 1e3
                 rank.retract_20_steps = not has(sc.engine.version, "retract_until_next_step_fits")
                 rank.tokenize_s_per_token = engine.tokenize_us_per_token * 1e-6
+                if d_pool.max_running is not None:  # a hybrid model's state pool caps it
+                    rank.max_running = min(rank.max_running, d_pool.max_running)
                 ranks.append(rank)
                 self.decode_ranks.append(rank)
             self.decode_servers.append(Server(env, "decode", s, ranks, balance.build(dc.balance),
@@ -117,8 +110,9 @@ class Fleet:
         self.prefill_servers: list[Server] = []
         self.engines: list[TransferEngine] = []
         p_pred = self._predictor(pc)
-        p_pages = pool_pages(pc, gpu, model, engine, p_pred)
-        chunk = self.chunked_prefill_per_rank = chunk_budget(pc, gpu)
+        p_pool = pool(pc, gpu, model, engine, p_pred, sc.engine.version)
+        p_pages = p_pool.pages
+        chunk = self.chunked_prefill_per_rank = chunk_budget(pc, gpu, sc.engine.version)
         kvb = model.kv_bytes_per_token_sent(pc.tp, pc.dp_attention)
         gpus_per_rank = pc.tp // pc.dp if pc.dp_attention else pc.tp
         gpus_per_nic = tc.gpus_per_nic or gpu.gpus_per_nic
@@ -147,6 +141,8 @@ class Fleet:
                                              self.faults.write_error
                                              if self.faults.injects_errors else None)
                 bl.probe = rank.engine.probe  # probes cost what a small write on the path costs
+                if p_pool.max_running is not None:
+                    rank.max_running = min(rank.max_running, p_pool.max_running)
                 ranks.append(rank)
                 self.prefill_ranks.append(rank)
                 self.engines.append(rank.engine)
@@ -184,8 +180,9 @@ class Fleet:
         cc = sc.fleet.colocated
         rules = {k: has(sc.engine.version, k) for k in RULES}
         pred = self._predictor(cc)
-        pages = pool_pages(cc, self.gpu, self.model, self.engine, pred)
-        chunk = self.chunked_prefill_per_rank = chunk_budget(cc, self.gpu)
+        c_pool = pool(cc, self.gpu, self.model, self.engine, pred, sc.engine.version)
+        pages = c_pool.pages
+        chunk = self.chunked_prefill_per_rank = chunk_budget(cc, self.gpu, sc.engine.version)
         self.prefill_ranks, self.prefill_servers, self.engines, self.nics = [], [], [], []
         self.decode_ranks, self.decode_servers = [], []
         together = cc.dp_attention if cc.lockstep is None else cc.lockstep
@@ -195,6 +192,8 @@ class Fleet:
                 rank = ColocatedRank(env, s, r, cc, pred, pages, sc.flush.semantics, self.log,
                                      self.stats, chunk, rules)
                 rank.tokenize_s_per_token = self.engine.tokenize_us_per_token * 1e-6
+                if c_pool.max_running is not None:  # a hybrid model's state pool caps it
+                    rank.max_running = min(rank.max_running, c_pool.max_running)
                 if together and cc.dp > 1:  # a lockstep group plans every step (no spans)
                     rank.spans = False
                 rank.recorder = recorder
@@ -217,7 +216,8 @@ class Fleet:
     def _predictor(self, role: RoleConfig) -> predictor.Predictor:
         """One predictor per role: the ranks of a role share its (pure) step-time function."""
         gather = role.dp if role.dp_attention else 1
-        lay = predictor.layout_for(role, self.scenario.predictor, gather)
+        lay = predictor.layout_for(role, self.scenario.predictor, gather, self.gpu,
+                                   self.scenario.engine.version)
         return predictor.build(self.scenario.predictor, self.gpu, self.model, role.tp, gather,
                                self.engine, lay)
 
