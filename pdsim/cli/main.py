@@ -52,6 +52,12 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def parser() -> argparse.ArgumentParser:
+    """The parser ``pdsim`` parses with (the docs' command reference is generated from it:
+    docs/gen/reference.py)."""
+    return _parser()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point; user errors exit 2, an unexpected exception 70 (one line each)."""
     try:
@@ -93,7 +99,7 @@ def _interrupted(err: BaseException) -> bool:
     return False
 
 
-_NOT_EMPTY = ("out", "perfetto", "csv", "plot", "write_readme", "faults_file", "scenario",
+_NOT_EMPTY = ("out", "perfetto", "csv", "plot", "write_docs", "faults_file", "scenario",
               "timeline", "param", "format", "address", "fit")
 
 def _main(argv: list[str] | None) -> int:
