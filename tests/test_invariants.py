@@ -1,4 +1,5 @@
-"""Invariants every shipped scenario keeps (MODEL_REFERENCE.md section 9)."""
+"""Invariants every shipped scenario keeps (docs/invariants.md lists them with the tests that
+enforce each)."""
 
 from __future__ import annotations
 

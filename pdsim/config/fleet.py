@@ -287,11 +287,14 @@ class RouterConfig(Strict):
 class TransferConfig(Strict):
     queues_per_rank: PosInt = Field(4, le=MAX_QUEUES,
                                     description="Mooncake transfer queues per prefill rank")
-    call_latency_ms: Millis = Field(1.6, description="Fixed cost per batch write (ref 6)")
+    call_latency_ms: Millis = Field(1.6, description="Fixed cost per batch write (fitted upstream "
+                                    "on Mooncake + SGLang transfer measurements: "
+                                    "docs/model/transfer.md)")
     nic_gbps: PosFloat | None = Field(None, ge=1e-3, le=1e6,
                                       description="NIC line rate; default from GPU profile")
     gpus_per_nic: PosInt | None = Field(None, le=MAX_TP, description="Default from GPU profile")
-    peak_utilisation: Fraction = Field(0.84, description="168 GB/s over 4x400 GbE (ref 6)")
+    peak_utilisation: Fraction = Field(0.84, description="168 GB/s over 4x400 GbE (the same "
+                                       "fit: docs/model/transfer.md)")
     min_utilisation: Fraction = Field(0.12, description="Utilisation floor for small writes")
     saturation_mb: PosFloat = Field(100.0, le=1e6,
                                     description="Write size reaching peak utilisation")
