@@ -226,7 +226,7 @@ def test_transfer_failures_tell_failed_writes_from_blacklist_fast_fails():
 
 
 def test_run_json_names_the_seed_of_every_stream():
-    """run.json's seeds listed only the overrides ({} for most runs) where the README promises
+    """run.json's seeds listed only the overrides ({} for most runs) where the docs promise
     per-subsystem seeds: it now gives each stream's starting seed, an override where set."""
     import pdsim
 
