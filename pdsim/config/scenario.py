@@ -17,7 +17,9 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    create_model,
     field_validator,
+    model_validator,
 )
 
 from pdsim.config import registry, unknowns
@@ -31,7 +33,7 @@ from pdsim.config.fleet import (
     TransferConfig,
 )
 from pdsim.config.profile_schema import EngineOverrides, GPUOverrides, ModelOverrides
-from pdsim.config.registry import BLACKLIST_POLICIES, FAULTS
+from pdsim.config.registry import BLACKLIST_POLICIES, FAULTS, PD_PATHS
 from pdsim.config.units import (
     _NOTHING,
     _NUM,
@@ -54,10 +56,28 @@ from pdsim.config.units import (
     Text,
     _ticks,
 )
+from pdsim.config.versions import DEFAULT_VERSION, SGLANG_VERSIONS, SGLangVersion, at_least
 from pdsim.util.safeio import (
     clip,
     echo,
 )
+
+EngineSection = create_model(
+    "EngineSection", __base__=EngineOverrides, __doc__="engine: the SGLang release and "
+    "overrides of the engine profile's values",
+    version=(SGLangVersion, Field(DEFAULT_VERSION, description=f"SGLang release whose "
+                                  f"behaviour runs (pdsim.config.versions: "
+                                  f"{', '.join(SGLANG_VERSIONS)}); the switches of "
+                                  f"disaggregation (and blacklist.policy when unset) default "
+                                  f"to its values; default {DEFAULT_VERSION}")))
+PROFILE_EXCLUDE = frozenset({"version"})  # engine: keys that are not engine profile values
+
+DisaggregationConfig = Annotated[registry.Params, PD_PATHS.field()]
+"""``disaggregation:``: the switches of :data:`pdsim.config.registry.PD_PATHS`."""
+
+# blacklist.policy when a scenario leaves it out: the release's default recovery
+# (pdsim.engine.blacklist: the failed-session probe of PR #25287 is on by default in 0.5.23)
+BLACKLIST_BY_VERSION = (("0.5.23", "v0_5_23"),)
 
 Fault = Annotated[registry.Params, FAULTS.field()]
 """A ``faults:`` item: ``kind`` names a registered fault (pdsim.engine.faults) or ``preset`` a
@@ -190,9 +210,13 @@ class Scenario(Strict):
     model: ModelOverrides = Field(  # type: ignore[valid-type]
         default_factory=ModelOverrides, description="Override model profile values, e.g. "
         "layers: 8")
-    engine: EngineOverrides = Field(  # type: ignore[valid-type]
-        default_factory=EngineOverrides, description="Override engine profile values, e.g. "
-        "bootstrap_ms: 5")
+    engine: EngineSection = Field(  # type: ignore[valid-type]
+        default_factory=EngineSection, description="The SGLang release whose behaviour runs "
+        "(version) and overrides of engine profile values, e.g. bootstrap_ms: 5")
+    disaggregation: DisaggregationConfig = Field(
+        default_factory=lambda: PD_PATHS.validate({}),
+        description="SGLang's PD timeout, abort and heartbeat paths (pdsim.config.pd_paths): "
+        "each switch unset takes its value in engine.version's release")
     clients: Annotated[list[ClientConfig], Field(min_length=1, max_length=MAX_LIST)] = Field(
         description="Load generators, at least one: bench (sglang.bench_serving) or eval "
         "(gsm8k-style, sglang.test.run_eval)")
@@ -226,6 +250,35 @@ class Scenario(Strict):
             self._unknowns = []
         return self._unknowns
 
+    @model_validator(mode="before")
+    @classmethod
+    def _release_blacklist(cls, data: Any) -> Any:
+        """``blacklist.policy`` left out: the release's default (0.5.23: the probe with
+        backoff and idle drop, ``v0_5_23``; earlier: ``permanent``)."""
+        if not isinstance(data, dict):
+            return data
+        eng = data.get("engine")
+        version = eng.get("version") if isinstance(eng, dict) else None
+        if isinstance(version, str) and version.startswith("v"):
+            version = version[1:]
+        if version not in SGLANG_VERSIONS:
+            return data
+        policy = next((p for floor, p in BLACKLIST_BY_VERSION if at_least(version, floor)),
+                      None)
+        bl = data.get("blacklist")
+        if policy is None or not (bl is None or isinstance(bl, dict)):
+            return data
+        bl = dict(bl or {})
+        if "policy" in bl or "preset" in bl:
+            return data
+        return {**data, "blacklist": {**bl, "policy": policy}}
+
+    @property
+    def pd(self) -> dict[str, Any]:
+        """Every switch of ``disaggregation:`` as this scenario runs it: its own value, else
+        the value of the release in ``engine.version``."""
+        return PD_PATHS.resolve(self.disaggregation, self.engine.version)
+
     @field_validator("clients")
     @classmethod
     def _names_unique(cls, clients: list) -> list:
@@ -248,6 +301,13 @@ class Scenario(Strict):
         if blocks > MAX_PROMPT_BLOCKS:
             raise Invalid("clients", f"the random prompts hold {blocks:,} prefix blocks "
                           f"(num_prompts x input_len / 512); at most {MAX_PROMPT_BLOCKS:,}")
+        wait = getattr(self.disaggregation, "req_waiting_timeout_s", None)
+        if wait is not None and not at_least(self.engine.version, "0.5.20"):
+            raise Invalid("disaggregation.req_waiting_timeout_s", f"SGLANG_REQ_WAITING_TIMEOUT "
+                          f"is not checked by PD schedulers before 0.5.20 (only in "
+                          f"get_next_batch_to_run, which PD event loops never call); engine."
+                          f"version is {self.engine.version}: set it to 0.5.20 or later, or "
+                          f"leave this unset", wait)
         n_decode = _decode_ranks(self)
         if self.transfer.base_port + n_decode - 1 > 65535:
             raise Invalid("transfer.base_port", f"base_port + {n_decode} decode ranks passes "
@@ -359,7 +419,8 @@ def _format_error(err: ValidationError, prefix: tuple = ()) -> str:
         got = e.get("input")
         return f"invalid value at '{path}': {alts} (got {echo(got)}){more}"
     if e["type"] == "extra_forbidden":
-        allowed = _allowed_keys(Scenario, loc[:-1])
+        allowed = (_allowed_keys(Scenario, loc[:-1]) if _clean(loc[:-1]) != ("disaggregation",)
+                   else [s.name for s in PD_PATHS.entries()])
         hint = f"; allowed keys here: {', '.join(allowed)}" if allowed else ""
         return f"unknown key '{path}'{hint}{more}"
     if e["type"] == "unknown_key":

@@ -374,7 +374,9 @@ def for_scenario(sc: Any, ctx: Any = None) -> Resolved:
         except UserFileError as err:
             raise ProfileError(str(err)) from None
         files.append(str(path))
-    over = {k: getattr(sc, k).model_dump(exclude_none=True) for k in ("gpu", "model", "engine")}
+    # (engine.version is the release, not a profile value: pdsim.config.scenario.EngineSection)
+    over = {k: getattr(sc, k).model_dump(exclude_none=True, exclude={"version"})
+            for k in ("gpu", "model", "engine")}
     return resolve(sc.fleet.gpu, sc.fleet.model, sc.fleet.engine, tuple(files), over)
 
 
