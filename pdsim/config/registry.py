@@ -12,8 +12,8 @@ a built-in one does:
 Kinds: ``BLACKLIST_POLICIES`` (``blacklist:``), ``FAULTS`` (items of ``faults:``), and the
 switches of ``disaggregation:`` (``PD_PATHS``, a :class:`SwitchRegistry`: every switch is set
 at once, each defaulting to the value of the release in ``engine.version``). Built-in entries
-register when their module (``pdsim.engine.blacklist``, ``pdsim.engine.faults``,
-``pdsim.config.pd_paths``) is imported.
+register when their module (``pdsim.engine.blacklist``, ``pdsim.engine.faults`` with
+``pdsim.engine.faults_pd``, ``pdsim.config.pd_paths``) is imported.
 
     from pdsim.config.registry import BLACKLIST_POLICIES
     from pdsim.config.units import Seconds
@@ -314,7 +314,7 @@ def hoist(schema: dict) -> dict:
 
 BLACKLIST_POLICIES = Registry("blacklist policy", "policy", default="permanent",
                               builtins="pdsim.engine.blacklist", owner_hint=True)
-FAULTS = Registry("fault kind", "kind", builtins="pdsim.engine.faults")
+FAULTS = Registry("fault kind", "kind", builtins="pdsim.engine.faults_pd")  # (and .faults)
 
 
 # --- switches: behaviours that changed across releases, each its own key -----------------------

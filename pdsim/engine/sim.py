@@ -18,7 +18,7 @@ import simpy
 
 from pdsim.config import loader, units
 from pdsim.config.scenario import Scenario
-from pdsim.engine import clock
+from pdsim.engine import clock, incident
 from pdsim.engine import slo as slo_mod
 from pdsim.engine import summary as summary_mod
 from pdsim.engine.fleet import Fleet
@@ -230,6 +230,22 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
     slo_cfg = fleet.scenario.slo
     if slo_cfg.active:  # (only then: without thresholds goodput is the completed requests)
         top["slo"] = slo_mod.summary(measured, slo_cfg, t0, t_end)
+    faults = fleet.scenario.faults
+    asked = any(r.metric and r.metric.startswith("incident.") for r in fleet.scenario.reference)
+    if faults or stats.dead_rooms or asked:  # (only then: a run without these has no incident)
+        now = float(fleet.env.now)
+        ws = [f.window(now) for f in faults]
+        window = ((min(w[0] for w in ws), max(w[1] for w in ws)) if ws
+                  else (math.nan, math.nan))
+        first = keep & (np.asarray(values("attempt")) == 0)
+        arrived = col["t_arrival"][first]
+        load_end = float(arrived.max()) if len(arrived) else t0
+        top["incident"] = inc = incident.measures(measured, fleet.log.rows, window, t0, now,
+                                                  load_end)
+        d = fleet.decode_ranks  # what a stuck decode shows at the end (PR #31800's figures)
+        inc["decode_running_per_rank_end"] = round(sum(len(r.running) for r in d) / len(d), 3)
+        inc["decode_kv_used_end"] = round(sum(r.alloc.used for r in d)
+                                          / sum(r.alloc.capacity for r in d), 4)
     return clean(top)
 
 
