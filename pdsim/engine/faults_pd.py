@@ -166,13 +166,11 @@ class LegFailureParams(FaultParams):
 
 @FAULTS.register("load_spike", params=LoadSpikeParams)
 def _load_spike(f: LoadSpikeParams, faults: Faults) -> Generator:
-    client = faults.fleet.clients[f.client]
+    client = faults.fleet.clients[f.client]  # (its arrivals are drawn when it starts)
     client.spikes = (*client.spikes, (f.at_s, f.at_s + f.duration_s, f.factor))
-    faults.log("fault_start", faults.fleet.clients[f.client].name, value=f.factor,
-               detail=f"load spike x{f.factor:g} for {f.duration_s:g} s from {f.at_s:g} s "
-               f"(scheduled)")
-    return
-    yield  # a generator, like every install function
+    yield from _window(faults, f.at_s, f.at_s + f.duration_s,
+                       f"{client.name}: load x{f.factor:g} for {f.duration_s:g} s",
+                       f"{client.name}: load back to its own")
 
 
 @FAULTS.register("gateway_timeout", params=GatewayTimeoutParams)
@@ -204,8 +202,9 @@ def _lost_done(f: LostDoneParams, faults: Faults) -> Generator:
     for rank in faults.fleet.prefill_ranks:
         if f.prefill_server is None or rank.server == f.prefill_server:
             rank.engine.lost_done = lose
-    return
-    yield
+    where = "all prefills" if f.prefill_server is None else f"prefill-{f.prefill_server}"
+    yield from _window(faults, f.from_s, f.to_s, f"{where}: done signals lost ({f.what}, "
+                       f"p={f.probability:g})", "done signals delivered again")
 
 
 @FAULTS.register("prefill_restart", params=PrefillRestartParams)
@@ -241,8 +240,19 @@ def _leg_failure(f: LegFailureParams, faults: Faults) -> Generator:
         return ""
 
     router.leg_fault = broken
-    return
-    yield
+    yield from _window(faults, f.from_s, f.to_s, f"{f.leg} legs fail at transport level "
+                       f"(p={f.probability:g})", f"{f.leg} legs reach their server again")
+
+
+def _window(faults: Faults, start: float, end: float | None, begins: str,
+            ends: str) -> Generator:
+    """Log a fault's window (the timeline's lines): its start, and its end if it has one."""
+    env = faults.env
+    yield env.timeout(start)
+    faults.log("fault_start", "fleet", detail=begins)
+    if end is not None:
+        yield env.timeout(end - start)
+        faults.log("fault_end", "fleet", detail=ends)
 
 
 RESTART_KINDS = {"prefill_restart"}
