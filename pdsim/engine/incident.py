@@ -17,6 +17,8 @@ it, recovery, the failure rate at its peak, and the decode slots held by dead ro
   in a :data:`WINDOW_S`-second window (windows with at least :data:`MIN_ENDED` endings).
 - **Longest failed**: the longest a failed or timed-out request waited for its answer (a
   wedged request's hang).
+- **At the load's end**: decode running requests per rank and decode KV use at the last time
+  series sample before the clients' last new request (a stuck decode's state under load).
 - **Dead rooms** (``dead_room`` / ``dead_room_freed`` events, pdsim.engine.decode): a decode
   slot held by a room that cannot complete (its prefill ended without telling it, its done
   signal was lost, its metadata went to a stale connection, or it waits for ABORT_ACK): how
@@ -146,3 +148,22 @@ def _peak_failures(col: dict[str, np.ndarray]) -> float | None:
     if not keep.any():
         return None
     return round(float((f[keep] / e[keep]).max()), 4)
+
+
+# (the time series' sample columns, pdsim.engine.outcome.SAMPLE_COLUMNS: time, tokens, failed,
+# transfer failures, then pdsim.engine.fleet.GAUGES)
+_DECODE_KV, _DECODE_RUNNING = 5, 11
+
+
+def at_load_end(samples: list[tuple], load_end: float, decode_ranks: int) -> dict:
+    """What the decode looked like when the clients sent their last new request: running
+    requests per decode rank and decode KV use (PR #31800's "#running-req ~1, KV cache usage
+    ~0.04", a state under load, not after it)."""
+    before = [r for r in samples if r[0] <= load_end]
+    if not before:
+        return {"decode_running_per_rank_at_load_end": None,
+                "decode_kv_used_at_load_end": None}
+    last = before[-1]
+    return {"decode_running_per_rank_at_load_end": round(last[_DECODE_RUNNING] / decode_ranks,
+                                                         3),
+            "decode_kv_used_at_load_end": round(float(last[_DECODE_KV]), 4)}

@@ -163,7 +163,9 @@ def _sim_events(env: simpy.Environment) -> tuple[int, int]:
     return clock.counts(env)
 
 
-def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: bool) -> dict:
+def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: bool,
+             samples: list | None = None) -> dict:
+    """The run's summary; ``samples``: the time series' rows (the incident block reads them)."""
     stats = fleet.stats
     col = summary_mod.columns(None, cols)  # (the request columns, pdsim.engine.log.plain_columns)
 
@@ -242,10 +244,7 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
         load_end = float(arrived.max()) if len(arrived) else t0
         top["incident"] = inc = incident.measures(measured, fleet.log.rows, window, t0, now,
                                                   load_end)
-        d = fleet.decode_ranks  # what a stuck decode shows at the end (PR #31800's figures)
-        inc["decode_running_per_rank_end"] = round(sum(len(r.running) for r in d) / len(d), 3)
-        inc["decode_kv_used_end"] = round(sum(r.alloc.used for r in d)
-                                          / sum(r.alloc.capacity for r in d), 4)
+        inc.update(incident.at_load_end(samples or [], load_end, len(fleet.decode_ranks)))
     return clean(top)
 
 
@@ -284,7 +283,7 @@ def _simulate(sc: Scenario, recorder: Recorder | None, progress: bool | float,
     wall = time.perf_counter() - wall0
     sim_events, sim_entries = _sim_events(env)
     summary = _summary(fleet, cols, len(log_rows), sim_events,
-                       not all_done.triggered and not stalled.triggered)
+                       not all_done.triggered and not stalled.triggered, rows)
     if stalled.triggered and not all_done.triggered:
         summary["stalled_at_s"] = round(float(env.now), 3)
     if sc.unknowns:
