@@ -24,6 +24,12 @@ Workloads:
   per rank (chosen: 80 GB * 0.9 minus OPT-13B's 26 GB of weights, at its 800 KB of KV per
   token); the llama-3.1-8b profile stands in for the model only for KV bytes on the wire.
   Prefix cache off (cycling the trace would otherwise turn repeats into cache hits).
+- ``colocated``: ``scenarios/capacity/colocated_8xh100.yaml``, Llama-3.1-8B on eight
+  colocated TP1 H100 servers (prefill and decode on the same GPUs, pdsim.engine.colocated),
+  2,560 requests of 1k/1k at concurrency 256.
+- ``colocated_stream N``: the 1P1D stream's requests, step times and pool (57,000 tokens) on
+  one colocated rank instead of a prefill and a decode rank (radix cache off, as the stream's
+  prefix cache is).
 - ``startup``: fresh interpreters (this tree's pdsim) running ``python -m pdsim.cli run
   scenarios/drop_timeout.yaml`` (the whole command, its report printed to nowhere), ``python
   -m pdsim.cli validate scenarios/drop_timeout.yaml`` and ``python -c "import pdsim"``: the
@@ -114,6 +120,18 @@ def stream_scenario(n: int, tmp: Path) -> dict:
     }
 
 
+def colocated_stream_scenario(n: int, tmp: Path) -> dict:
+    """The stream of ``n`` requests (``stream_scenario``) on one colocated rank."""
+    d = stream_scenario(n, tmp)
+    d["name"] = f"colocated_stream_{n}"
+    d["fleet"] = {"gpu": "A100", "model": "llama-3.1-8b", "mode": "colocated",
+                  "colocated": {"kv_pool_tokens": 57000, "prefix_cache": False}}
+    return d
+
+
+WORKLOAD_FILES = {"colocated": "capacity/colocated_8xh100"}
+
+
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
@@ -123,19 +141,20 @@ def measure(workload: str, repeat: int, profile: bool = False) -> dict:
     import pdsim
 
     with tempfile.TemporaryDirectory() as tmp:
-        if workload.startswith("stream:"):
+        if workload.startswith(("stream:", "colocated_stream:")):
             n = int(workload.split(":")[1])
-            source = stream_scenario(n, Path(tmp))
+            make = stream_scenario if workload.startswith("stream") else colocated_stream_scenario
+            source = make(n, Path(tmp))
             repeat = 1 if n >= 32000 else repeat
         else:
-            source = ROOT / "scenarios" / f"{workload}.yaml"
+            source = ROOT / "scenarios" / f"{WORKLOAD_FILES.get(workload, workload)}.yaml"
         if profile:
             return _profile(pdsim, source)
         base = _rss_mb()
         walls, cpus, res = [], [], None
         # warm: the first run in a process parses and memoises what later runs reuse (~0.3 s
         # of first-run costs); a stream of 32k+ runs once, after a 1k stream's warm-up run
-        big = workload.startswith("stream:") and n >= 32000
+        big = workload.startswith(("stream:", "colocated_stream:")) and n >= 32000
         warm = pdsim.run(stream_scenario(1000, Path(tmp)) if big else source,
                          allow_outside_paths=True)
         _ = warm.requests, warm.events, warm.timeseries, warm.answers
@@ -287,7 +306,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", nargs="*", choices=["healthy", "drop_timeout", "trace_replay",
-                                                   "stream", "startup"])
+                                                   "stream", "colocated", "colocated_stream",
+                                                   "startup"])
     ap.add_argument("--sizes", type=int, nargs="*", default=list(STREAM_SIZES))
     ap.add_argument("--profile", metavar="WORKLOAD",
                     help="print the cProfile top (by own time) of one workload, e.g. healthy "
@@ -302,10 +322,15 @@ def main() -> None:
     if args.profile:
         print(_in_child(args.profile, 1, True)["profile"])
         return
-    only = args.only or ["healthy", "drop_timeout", "trace_replay", "stream", "startup"]
+    only = args.only or ["healthy", "drop_timeout", "trace_replay", "stream", "colocated",
+                         "colocated_stream", "startup"]
     workloads = [w for w in ("healthy", "drop_timeout", "trace_replay") if w in only]
     if "stream" in only:
         workloads += [f"stream:{n}" for n in args.sizes]
+    if "colocated" in only:
+        workloads.append("colocated")
+    if "colocated_stream" in only:
+        workloads += [f"colocated_stream:{n}" for n in args.sizes]
     if not args.json and workloads:
         print(f"python {platform.python_version()} on {platform.machine()}, one core; "
               f"median of {args.repeat} warm runs (streams of 32k+: 1 run after a "

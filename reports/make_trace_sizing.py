@@ -29,9 +29,11 @@ LAYOUTS = {  # label: --set overrides of the shipped scenario
     "tp 8, no DP attention, chunk 16384": ["fleet.prefill.chunked_prefill_size=16384"],
     "tp 8, dp 8, DP attention, SGLang default (1024 per rank)": [
         "fleet.prefill.dp=8", "fleet.prefill.dp_attention=true"],
-    "tp 8, dp 8, DP attention, chunk 131072 (16384 per rank)": [
+    "tp 8, dp 8, DP attention, chunk 131072 (16384 per rank), mem_fraction_static 0.85": [
         "fleet.prefill.dp=8", "fleet.prefill.dp_attention=true",
-        "fleet.prefill.chunked_prefill_size=131072"],
+        "fleet.prefill.chunked_prefill_size=131072",
+        # (SGLang's default would reserve 1.5 x 131072 MiB for activations: negative)
+        "fleet.prefill.mem_fraction_static=0.85"],
 }
 
 

@@ -54,8 +54,54 @@ def _small(**over) -> dict:
     return d
 
 
+def _colocated(**over) -> dict:
+    """A small colocated fleet (two servers of two DP ranks) the colocated cases vary."""
+    d = {
+        "name": "golden_colocated", "seed": 7, "horizon_s": 900,
+        "fleet": {"gpu": "H20", "model": "dsv3-ci-test", "mode": "colocated",
+                  "colocated": {"servers": 2, "dp": 2, "tp": 2, "balance": "total_tokens",
+                                "chunked_prefill_size": 4096}},
+        "router": {"policy": "round_robin"},
+        "clients": [{"kind": "bench", "num_prompts": 200, "max_concurrency": 64,
+                     "dataset": {"kind": "random", "input_len": 2048, "output_len": 128}}],
+    }
+    d.update(copy.deepcopy(over))
+    return d
+
+
 # Mechanisms the shipped scenarios leave unexercised. Keep each case well under a second.
 EXTRA: dict[str, dict] = {
+    # colocated: DP attention in lockstep with mixed chunk, prefill-first steps, an eval
+    "colocated_dp_attention": _colocated(
+        fleet={"gpu": "H20", "model": "dsv3-ci-test", "mode": "colocated",
+               "colocated": {"servers": 1, "dp": 2, "tp": 2, "dp_attention": True,
+                             "enable_mixed_chunk": True, "chunked_prefill_size": 2048}},
+        clients=[{"kind": "bench", "num_prompts": 200, "request_rate": 15.0,
+                  "dataset": {"kind": "random", "input_len": 3000, "output_len": 200,
+                              "range_ratio": 0.2}},
+                 {"kind": "eval", "questions": 30, "threads": 4,
+                  "dataset": {"kind": "random", "input_len": 300, "output_len": 64}}]),
+    # colocated under KV pressure: admission by the new-token ratio, retraction and
+    # recompute, pages of 16 tokens; the 0.5.1 retraction rule; least-load routing
+    "colocated_pressure": _colocated(
+        engine={"version": "0.5.1.post1"}, router={"policy": "least_load"},
+        fleet={"gpu": "H20", "model": "dsv3-ci-test", "mode": "colocated",
+               "colocated": {"servers": 2, "dp": 1, "tp": 2, "kv_pool_tokens": 20000,
+                             "page_size": 16, "schedule_conservativeness": 0.3}},
+        clients=[{"kind": "bench", "num_prompts": 200, "max_concurrency": 96,
+                  "dataset": {"kind": "random", "input_len": 256, "output_len": 1024}}]),
+    # colocated faults and timeouts: a crash and restart, a hang, a flush race, router
+    # timeouts aborting requests; radix cache off (exact admission), random routing
+    "colocated_faults": _colocated(
+        router={"policy": "random", "request_timeout_s": 3.0},
+        fleet={"gpu": "H20", "model": "dsv3-ci-test", "mode": "colocated",
+               "colocated": {"servers": 2, "dp": 2, "tp": 2, "prefix_cache": False,
+                             "kv_pool_tokens": 30000}},
+        faults=[{"preset": "decode_crash", "at_s": 2.0, "restart_after_s": 3.0},
+                {"preset": "decode_hang", "decode_server": 1, "at_s": 6.0, "duration_s": 2.0},
+                {"preset": "flush_race", "at_s": 9.0}],
+        clients=[{"kind": "bench", "num_prompts": 300, "request_rate": 20.0,
+                  "dataset": {"kind": "random", "input_len": 2048, "output_len": 128}}]),
     # open-loop Poisson stream, prefix blocks shared by nothing, two servers per role
     "small_poisson": _small(
         fleet={"gpu": "H20", "model": "dsv3-ci-test",
@@ -108,7 +154,7 @@ EXTRA: dict[str, dict] = {
                            "page_size": 16},
                "decode": {"dp": 2, "tp": 2, "dp_attention": True, "lockstep": False,
                           "balance": "round_robin", "page_size": 16,
-                          "kv_pool_tokens": 30000, "retract_reserve_tokens": 32}},
+                          "kv_pool_tokens": 30000, "num_reserved_decode_tokens": 32}},
         clients=[{"kind": "bench", "num_prompts": 200, "max_concurrency": 96,
                   "dataset": {"kind": "random", "input_len": 1024, "output_len": 512}}]),
     # the fault library on two decode servers: crash and restart, hang, NIC flaps, degraded

@@ -124,7 +124,7 @@ def test_profiles_listing(capsys):
     assert "dsv3-ci-test" in out and "H20" in out
     assert main(["profiles", "dsv3-ci-test"]) == 0
     assert "pr5624" in capsys.readouterr().out
-    assert main(["profiles", "B300"]) == 2
+    assert main(["profiles", "R100"]) == 2
 
 
 def test_timeline_tells_an_idle_flush_from_a_busy_one():
@@ -250,5 +250,6 @@ def test_validate_prints_the_kv_pool_each_rank_gets(capsys):
     pages = {r.split("-")[0]: p["capacity"] for r, p in res.kv_pools.items()}
     prefill = pages["prefill"] * 64  # (tokens, not pages)
     assert line == (f"KV pool per DP rank (SGLang's max_total_num_tokens): prefill "
-                    f"{prefill:,} tokens (mem_fraction_static 0.8 after weights, in whole "
+                    f"{prefill:,} tokens (mem_fraction_static 0.759 after weights (SGLang "
+                    f"0.5.9's default for H20 at tp 4, dp 4 with dp attention), in whole "
                     f"64-token pages), decode 123,456 tokens (kv_pool_tokens)")

@@ -115,10 +115,13 @@ def test_every_published_row_is_marked_and_every_fitted_row_held_out_once():
     for r in pub.itertuples(index=False):
         by_setup.setdefault(r.setup, set()).add(kinds[holdout._key(r.case, r.metric, r.x)][0])
     # what validation/README.md says was fitted: A's TTFT (and, upstream, its transfer rows),
-    # all of B and C; D, E and F are out of sample
+    # all of B and C; D was not fitted on, but the CI model's depth was chosen with its
+    # figure in view (issue 29: labelled so, not "nothing fitted on it"); E and F are out of
+    # sample
     assert by_setup["A"] == {holdout.IN_SAMPLE, holdout.REFERENCE}
     assert by_setup["B"] == by_setup["C"] == {holdout.IN_SAMPLE}
-    assert by_setup["D"] == by_setup["E"] == by_setup["F"] == {holdout.OUT_OF_SAMPLE}
+    assert by_setup["D"] == {holdout.IN_VIEW}
+    assert by_setup["E"] == by_setup["F"] == {holdout.OUT_OF_SAMPLE}
     for ps in spec["parameter_sets"]:
         held = pd.concat([sp.held_out for sp in holdout.splits(pub, ps)])
         assert len(held) == len(pub[holdout.select(pub, ps["rows"])])
@@ -167,3 +170,22 @@ def test_calibrate_fit_keeps_to_narrower_bounds():
     with pytest.raises(calibrate.CalibrationError, match="leave nothing"):
         calibrate.fit(table, "H100", "deepseek-v3", keys=["gpu.gemm_eff"],
                       bounds={"gpu.gemm_eff": (2.0, 3.0)})
+
+
+def test_medians_count_point_predictions_only():
+    """Issue 29: the out-of-sample median counted a met upper bound (D's TPOT < 20 ms) as a
+    0% row (14.9% over 11 rows, where the 10 point predictions give 20.9%)."""
+    table = pd.DataFrame({
+        "metric": ["a", "b", "c", "mean_tpot_ms_upper_bound"],
+        "error": [0.10, -0.20, 0.30, 0.0], "row": [holdout.OUT_OF_SAMPLE] * 4})
+    s = holdout.summary(table)
+    assert s["out_of_sample"] == (3, pytest.approx(0.20))  # not (4, 0.15)
+    assert s["all_shipped"] == (3, pytest.approx(0.20))
+    v = validation.summary(table)
+    assert v["rows"] == 3 and v["median_abs_error"] == pytest.approx(0.20)
+    assert v["bounds"] == v["bounds_met"] == 1
+    in_view = table.assign(row=[holdout.IN_VIEW] + [holdout.OUT_OF_SAMPLE] * 3)
+    s = holdout.summary(in_view)
+    assert s["out_of_sample"] == (2, pytest.approx(0.25)) and s["in_view"] == (1, 0.10)
+    lines = "\n".join(holdout.summary_lines(in_view))
+    assert "chosen in view" in lines and "point predictions only" in lines

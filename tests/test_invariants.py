@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import SCENARIOS, run_cached
 
-# the shipped scenarios and the incident library (scenarios/incidents/)
+# (capacity/...: the colocated/PD pair; incidents/...: the incident library)
 NAMES = sorted(p.relative_to(SCENARIOS).with_suffix("").as_posix()
                for p in SCENARIOS.rglob("*.yaml"))
 BUCKETS = {"completed", "failed", "timed_out", "unfinished"}

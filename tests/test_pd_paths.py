@@ -12,7 +12,7 @@ from pdsim.cli.main import main
 from pdsim.config.registry import FAULTS, PD_PATHS
 from pdsim.config.scenario import from_dict
 from pdsim.config.units import ScenarioError
-from pdsim.config.versions import SGLANG_VERSIONS, at_least
+from pdsim.config.engine_version import SGLANG_VERSIONS, at_least, parse
 
 
 def _ev(res: pdsim.Result, name: str):
@@ -47,18 +47,21 @@ def test_each_switch_takes_its_release_value_unless_set(version, expect):
 
 def test_the_default_release_and_the_blacklist_it_implies():
     sc = from_dict(small_fleet())
-    assert sc.engine.version == "0.5.22" and sc.blacklist.policy == "permanent"
+    assert sc.engine.version == "0.5.9" and sc.blacklist.policy == "permanent"
+    assert not sc.pd["decode_abort_notifies_prefill"]  # (0.5.9: before PR #27372)
     assert from_dict(small_fleet(engine={"version": "0.5.23"})).blacklist.policy == "v0_5_23"
     # a policy the scenario names is kept
-    kept = from_dict(small_fleet(engine={"version": "v0.5.23"}, blacklist={"policy": "never"}))
+    kept = from_dict(small_fleet(engine={"version": "0.5.23"}, blacklist={"policy": "never"}))
     assert kept.engine.version == "0.5.23" and kept.blacklist.policy == "never"
-    assert list(SGLANG_VERSIONS) == sorted(SGLANG_VERSIONS, key=lambda v: tuple(
-        map(int, v.split("."))))
+    numbered = [v for v in SGLANG_VERSIONS if v[0].isdigit()]
+    assert numbered == sorted(numbered, key=parse)  # (the table lists releases in order)
+    assert {f"0.5.{i}" for i in range(2, 24)} <= set(SGLANG_VERSIONS)  # every wheel read
     assert at_least("0.5.10", "0.5.9") and not at_least("0.5.9", "0.5.10")
+    assert at_least("glm5-hopper", "0.5.9") and not at_least("glm5-hopper", "0.5.13")
 
 
 @pytest.mark.parametrize("over,path,hint", [
-    ({"engine": {"version": "0.5.99"}}, "engine.version", "known: 0.5.2"),
+    ({"engine": {"version": "0.5.99"}}, "engine.version", "'0.5.2'"),
     ({"disaggregation": {"nope": True}}, "disaggregation.nope",
      "allowed keys here: prefill_abort_notifies_decode"),
     ({"disaggregation": {"heartbeat_interval_s": 1}}, "disaggregation.heartbeat_interval_s",

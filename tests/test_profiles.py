@@ -146,8 +146,11 @@ def test_cli_profiles_says_a_declared_unknown_is_chosen(capsys):
 
 
 def test_shipped_catalog_covers_the_issue_list():
-    assert {"A10", "A100", "H100", "H800", "H20", "H20-3e", "H200", "B200"} <= set(
-        profiles.gpu_names())
+    assert {"A10", "A100", "H100", "H800", "H20", "H20-3e", "H200", "B200", "GB200", "B300",
+            "GB300"} <= set(profiles.gpu_names())
+    assert {"qwen3-32b", "qwen3.5-397b-a17b", "glm-5", "gpt-oss-120b", "deepseek-r1",
+            "qwen3-235b-a22b-fp8", "qwen3.5-397b-a17b-fp8", "glm-5-fp8"} <= set(
+        profiles.model_names())  # issue 29's corpus models
     assert {"llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "qwen3-8b", "qwen3-235b-a22b",
             "deepseek-v2-lite", "deepseek-v3", "dsv3-ci-test", "llama-3.1-70b-awq-int4",
             "qwen2.5-7b-gptq-int4", "llama-3.1-8b-fp8"} <= set(profiles.model_names())

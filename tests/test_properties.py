@@ -44,7 +44,7 @@ def role(draw, prefill: bool, prompt: int) -> dict:
         r["chunked_prefill_size"] = draw(st.sampled_from([256, 1024, 8192]))
         r["prefix_cache"] = draw(st.booleans())
     else:
-        r["retract_reserve_tokens"] = draw(st.sampled_from([0, 0, 64]))
+        r["num_reserved_decode_tokens"] = draw(st.sampled_from([0, 64, 512]))
     return r
 
 
@@ -139,8 +139,8 @@ def faults(draw, decode_ranks: int, prefill_servers: int, decode_servers: int,
     return out
 
 
-VERSIONS = ["0.5.2", "0.5.12", "0.5.13", "0.5.16", "0.5.17", "0.5.19", "0.5.21", "0.5.22",
-            "0.5.23"]
+VERSIONS = ["0.5.1.post1", "0.5.2", "0.5.9", "0.5.12", "0.5.13", "0.5.16", "0.5.17", "0.5.19",
+            "0.5.21", "0.5.22", "0.5.23"]
 
 
 @st.composite
@@ -224,6 +224,56 @@ def scenarios(draw) -> dict:
     return d
 
 
+@st.composite
+def colocated_scenarios(draw) -> dict:
+    """A colocated fleet (pdsim.engine.colocated): the same clients, flushes and router
+    timeouts; the faults that apply to it (crash, hang, flush race); the gateway's policies;
+    pools just above a prompt, mixed chunk, radix cache on or off, both retraction rules."""
+    clients = [draw(bench("b0"))]
+    if draw(st.booleans()):
+        clients.append(draw(st.one_of(bench("b1"), evals("e1"))))
+    prompt = max(c["dataset"]["input_len"] for c in clients)
+    c = draw(role(True, prompt))
+    if c["balance"] == "follow_bootstrap_room":  # (a PD balancer: no rooms here)
+        c["balance"] = "round_robin"
+    c["enable_mixed_chunk"] = draw(st.booleans())
+    c["schedule_conservativeness"] = draw(st.sampled_from([0.3, 1.0, 1.0, 1.5]))
+    c["max_prefill_tokens"] = draw(st.sampled_from([512, 16384, 16384]))
+    if c["kv_pool_tokens"] is not None:  # (room for a prompt and its growth blocks)
+        c["kv_pool_tokens"] += 128
+    faults = []
+    for _ in range(draw(st.integers(0, 2))):
+        kind = draw(st.sampled_from(["decode_crash", "decode_hang", "flush_race"]))
+        at = draw(st.sampled_from([0.0, 1.0, 5.0]))
+        server = draw(st.integers(0, c["servers"] - 1))
+        if kind == "decode_crash":
+            faults.append({"kind": kind, "decode_server": server, "at_s": at,
+                           "restart_after_s": draw(st.sampled_from([None, 0.5, 10.0]))})
+        elif kind == "decode_hang":
+            faults.append({"kind": kind, "decode_server": server, "at_s": at,
+                           "duration_s": draw(st.sampled_from([0.5, 10.0]))})
+        else:
+            faults.append({"kind": kind, "at_s": at})
+    d = {
+        "seed": draw(st.integers(0, 2**31)),
+        "horizon_s": draw(st.sampled_from([20.0, 120.0, 400.0])),
+        "fleet": {"gpu": "H20", "model": "dsv3-ci-test", "mode": "colocated", "colocated": c},
+        "engine": {"version": draw(st.sampled_from(["0.5.1.post1", "0.5.9", "0.5.9"]))},
+        "predictor": {"kind": draw(st.sampled_from(["operator", "fitted", "roofline"]))},
+        "flush": {"semantics": draw(st.sampled_from(["skip_idle_check", "reject_if_busy"]))},
+        "router": {"policy": draw(st.sampled_from(["round_robin", "random", "least_load"])),
+                   "flush_handler": draw(st.sampled_from(
+                       ["mini_lb_0.3.2", "mini_lb_fixed", "model_gateway", "rust_router"]))},
+        "clients": clients,
+        "operator_flushes": [{"at_s": draw(st.sampled_from([0.5, 3.0, 8.0]))}
+                             for _ in range(draw(st.integers(0, 1)))],
+        "faults": faults,
+    }
+    if draw(st.booleans()):
+        d["router"]["request_timeout_s"] = draw(st.sampled_from([5.0, 60.0]))
+    return d
+
+
 def check_invariants(res: pdsim.Result) -> None:
     req, s = res.requests, res.summary
     # one terminal bucket per request, and what each bucket implies
@@ -266,11 +316,14 @@ def check_invariants(res: pdsim.Result) -> None:
         cut = ((req.prefill_tokens > 0)
                & (req.prefill_tokens < req.input_len - req.cached_tokens)).any()
         crashed = any(f.kind == "decode_crash" for f in res.scenario.faults)
-        quiet = not cut and not crashed and not res.scenario.fleet.prefill.prefix_cache
+        fleet = res.scenario.fleet
+        quiet = not cut and not crashed and not fleet.prefill.prefix_cache
+        # a colocated rank holds nothing but its radix cache's blocks
+        held = fleet.mode == "colocated" and not fleet.colocated.prefix_cache
         for name, pool in res.kv_pools.items():
             # (a dead room still held at the end, a deferred release waiting for its
             # ABORT_ACK, keeps its pages)
-            if (name.startswith("decode") and not held_at_end) or quiet:
+            if (name.startswith("decode") and not held_at_end) or quiet or held:
                 assert pool["used"] == 0, (name, pool)
     ts = res.timeseries
     for col in ("prefill_kv_used", "decode_kv_used"):
@@ -313,6 +366,12 @@ def test_random_scenarios_keep_the_invariants(d):
     assert _tables(_without_run_now(d)) == _tables(res)
 
 
+@settings(PROFILE, max_examples=30)
+@given(colocated_scenarios())
+def test_random_colocated_scenarios_keep_the_invariants(d):
+    test_random_scenarios_keep_the_invariants.hypothesis.inner_test(d)
+
+
 def _without_run_now(d: dict) -> pdsim.Result:
     """Run ``d`` as if something else were always due this instant (pdsim.engine.clock's run-now
     rule never applies: every caller of ``Environment.due_now`` takes its link path)."""
@@ -327,9 +386,10 @@ def _without_run_now(d: dict) -> pdsim.Result:
 
 
 @settings(max_examples=1, deadline=None, derandomize=True, database=None)
-@given(st.lists(scenarios(), min_size=2, max_size=2))
+@given(st.tuples(scenarios(), colocated_scenarios()))
 def test_random_scenarios_are_byte_identical_across_processes(tmp_path_factory, pair):
-    """Two random scenarios, each run in two processes with different hash seeds."""
+    """Two random scenarios (a PD fleet, a colocated one), each run in two processes with
+    different hash seeds."""
     tmp = tmp_path_factory.mktemp("det")
     (tmp / "s.json").write_text(json.dumps(pair))
     code = ("import json, sys, pdsim\n"

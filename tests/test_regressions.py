@@ -65,7 +65,9 @@ def test_fuzz_found_retraction_at_finish_keeps_output_len():
 def test_retraction_under_pressure_keeps_token_counts():
     """A pool that forces retractions: every request still ends with exactly output_len."""
     d = {"seed": 3, "fleet": {"gpu": "H20", "model": "dsv3-ci-test",
-                              "decode": {"kv_pool_tokens": 700, "page_size": 16}},
+                              # (no decode reserve: retraction, not SGLang's gate, is tested)
+                              "decode": {"kv_pool_tokens": 700, "page_size": 16,
+                                         "num_reserved_decode_tokens": 0}},
          "clients": [{"kind": "bench", "num_prompts": 30, "warmup_requests": 0,
                       "dataset": {"kind": "random", "input_len": 150, "output_len": 200,
                                   "range_ratio": 0.3}}]}
@@ -97,12 +99,17 @@ def test_progress_bar_changes_nothing():
 
 
 def _stuck(horizon: float) -> dict:
-    """One request that can never finish: retracted, it never fits the decode pool again."""
+    """One request that can never finish: retracted, it never fits the decode pool again.
+    SGLang's gate admits it (prompt + its output clipped to 4,096 tokens fit the pool), no
+    reserve keeps the others out, and it outgrows the pool (a request's output past 4,096
+    tokens is what the gate does not count)."""
     return {"horizon_s": horizon, "timeseries_interval_s": 10,
             "router": {"request_timeout_s": 1e7},
-            "fleet": {"gpu": "H20", "model": "dsv3-ci-test", "decode": {"kv_pool_tokens": 100}},
+            "fleet": {"gpu": "H20", "model": "dsv3-ci-test",
+                      "decode": {"kv_pool_tokens": 4200, "num_reserved_decode_tokens": 0}},
             "clients": [{"kind": "bench", "num_prompts": 1, "warmup_requests": 0,
-                         "dataset": {"kind": "random", "input_len": 60, "output_len": 200}}]}
+                         "dataset": {"kind": "random", "input_len": 60, "output_len": 8000,
+                                     "range_ratio": 1.0}}]}
 
 
 def test_a_run_that_cannot_progress_stops_and_says_so():
@@ -118,7 +125,7 @@ def test_a_run_that_cannot_progress_stops_and_says_so():
 
 def test_a_stalled_run_says_where_its_requests_wait_and_what_to_change():
     """The warning names the rank and queue, and a retracted request its rank's whole pool
-    cannot take back (60 + 66 generated tokens + a growth block: 126 > 100) with the keys
+    cannot take back (60 + 4,141 generated tokens, and no reserve: 4,201 > 4,200) with the keys
     to change; requests whose pre-allocation already failed are not counted as waiting."""
     sc = _stuck(1e6)
     sc["clients"][0]["num_prompts"] = 3  # two fail their bootstrap behind the stuck one
@@ -130,7 +137,7 @@ def test_a_stalled_run_says_where_its_requests_wait_and_what_to_change():
     assert res.summary["failed"] == 2
     warning = horizon_warning(res)[0]
     assert ("1 request can never finish; where they wait: decode-0.r0 retracted=1, of which 1 "
-            "its whole KV pool of 100 tokens cannot take back (one needs 126): raise "
+            "its whole KV pool of 4,200 tokens cannot take back (one needs 4,201): raise "
             "fleet.decode.kv_pool_tokens") in warning, warning
     assert "prealloc" not in warning
 
@@ -203,7 +210,7 @@ def test_a_busy_run_cut_by_the_horizon_is_no_stall():
                            "chunked_prefill_size": 4096, "page_size": 16},
                "decode": {"dp": 4, "tp": 4, "dp_attention": True, "balance": "total_tokens",
                           "page_size": 16, "kv_pool_tokens": 20000,
-                          "retract_reserve_tokens": 32}},
+                          "num_reserved_decode_tokens": 32}},
         clients=[{"kind": "bench", "num_prompts": 200, "max_concurrency": 96,
                   "dataset": {"kind": "random", "input_len": 1024, "output_len": 512,
                               "range_ratio": 0.7}}])
@@ -325,7 +332,10 @@ def test_a_stalled_fleet_names_a_few_ranks_those_that_explain_it_first():
 
     res = pdsim.run(SCENARIOS / "whatif_base.yaml", [
         "clients.0.num_prompts=400", "clients.0.request_rate=inf",
-        "fleet.decode.kv_pool_tokens=3000", "fleet.prefill.servers=4", "fleet.decode.servers=8"])
+        # (outputs past 4,096 tokens outgrow pools SGLang's gate admitted them onto: _stuck)
+        "clients.0.dataset.input_len=200", "clients.0.dataset.output_len=6000",
+        "fleet.decode.kv_pool_tokens=4500", "fleet.decode.num_reserved_decode_tokens=0",
+        "fleet.prefill.servers=4", "fleet.decode.servers=8"])
     assert res.summary.get("stalled_at_s") is not None
     where = horizon_warning(res)[0].split("where they wait: ", 1)[1].split("; ")
     assert len(where) == STALL_RANKS + 1 and where[-1].startswith("and ")

@@ -34,7 +34,7 @@ with contextlib.redirect_stdout(io.StringIO()):
                  ["schema"], ["faults"], ["profiles"], ["profiles", "H20"]):
         assert main(argv) == 0, argv
     # the fleet's load-time check (pdsim.model.memory) runs though nothing imported the simulator
-    assert main(["validate", "scenarios/drop_timeout.yaml", "--set", "fleet.gpu=B300"]) == 2
+    assert main(["validate", "scenarios/drop_timeout.yaml", "--set", "fleet.gpu=R100"]) == 2
 print("heavy:", [m for m in {HEAVY!r} if m in sys.modules])
 """
 

@@ -296,7 +296,7 @@ def test_chunked_prefill_default_follows_sglang():
     assert chunk_budget(PrefillConfig(**dpa), h20) == 2048  # the incident's prefill ranks
     assert chunk_budget(PrefillConfig(**dpa, chunked_prefill_size=16384), h20) == 4096
     assert chunk_budget(PrefillConfig(dp=4, tp=4), h20) == 8192  # no DP attention: no division
-    small = profiles.GPU(**{**vars(h20), "name": "40GB", "hbm_gb": 40})
+    small = profiles.GPU(**{**vars(h20), "name": "40GB", "hbm_mib": 40 * 1024})
     assert default_chunked_prefill_size(small) == 4096
 
 
@@ -561,8 +561,8 @@ def test_pool_pages_reads_the_role_s_operator_predictor():
     also has the role's gather, two-batch overlap and imbalance: the same pages as the
     predictor of the bare layout it otherwise builds."""
     from pdsim.config.fleet import DecodeConfig
-    from pdsim.engine.fleet import pool_pages
     from pdsim.model import profiles
+    from pdsim.model.memory import pool_pages
     from pdsim.model.predictor import Layout, OperatorPredictor
 
     engine, fits = profiles.engine(), 0
@@ -616,11 +616,12 @@ def test_weights_that_do_not_fit_say_the_budget_and_what_moves_it():
     with pytest.raises(pdsim.ScenarioError) as err:
         pdsim.load(d)
     msg = str(err.value)
-    assert ("at 'fleet.prefill': deepseek-v3 weights (87 GB per GPU at tp 8) do not fit in H100 "
-            "memory: mem_fraction_static 0.8 of 80 GB is 64 GB and leaves no KV pool; spread "
-            "them over more GPUs (a larger tp), pick a GPU with more memory or raise "
-            "mem_fraction_static") in msg, msg
+    assert ("at 'fleet.prefill': deepseek-v3 weights (79 GiB per GPU at tp 8) do not fit in "
+            "H100 memory: mem_fraction_static 0.818 (SGLang 0.5.9's default) of 79.6 GiB is 65 "
+            "GiB and leaves no KV pool; spread them over more GPUs (a larger tp), pick a GPU "
+            "with more memory or raise mem_fraction_static") in msg, msg
     d["fleet"]["prefill"]["tp"] = 16
-    with pytest.raises(pdsim.ScenarioError, match=r"\(96 GB per GPU at tp 8 with dp attention\)"):
+    with pytest.raises(pdsim.ScenarioError,
+                       match=r"\(89 GiB per GPU at tp 8 with dp attention\)"):
         pdsim.load(d)
 

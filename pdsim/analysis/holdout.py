@@ -10,7 +10,10 @@ splits of those rows; :func:`run` refits the values on each split's training row
 simulates the held-out rows with the refitted values, through the same cases as the table.
 Every row ends up marked: ``in-sample`` (a shipped value was fitted on it; its held-out
 prediction comes from the split that left it out), ``in-sample (reference)`` (fitted upstream
-by a constant pdsim calibrate does not fit) or ``out-of-sample`` (nothing was fitted on it).
+by a constant pdsim calibrate does not fit), ``chosen in view`` (nothing was fitted on it, but a
+shipped value was chosen with its figure in view: not evidence of prediction) or
+``out-of-sample`` (nothing was fitted or chosen on it). Medians count point predictions only
+(:func:`pdsim.analysis.validation.is_point`): a met upper bound is not a 0% miss.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pdsim.util.backends import progress_bar
 
 IN_SAMPLE = "in-sample"
 REFERENCE = "in-sample (reference)"
+IN_VIEW = "chosen in view"
 OUT_OF_SAMPLE = "out-of-sample"
 SERVING_METRICS = {"mean_ttft_ms": "ttft_ms", "mean_tpot_ms": "tpot_ms"}
 SELECTOR_KEYS = {"case", "metric", "setup", "x_min", "x_max"}
@@ -102,6 +106,9 @@ def classify(pub: pd.DataFrame, spec: dict) -> dict[tuple, tuple[str, str]]:
     for ref in spec.get("reference_fits", []):
         for r in pub[select(pub, ref["rows"])].itertuples(index=False):
             out[_key(r.case, r.metric, r.x)] = (REFERENCE, " ".join(ref["why"].split()))
+    for ch in spec.get("chosen_in_view", []):
+        for r in pub[select(pub, ch["rows"])].itertuples(index=False):
+            out[_key(r.case, r.metric, r.x)] = (IN_VIEW, " ".join(ch["why"].split()))
     for ps in spec.get("parameter_sets", []):
         for r in pub[select(pub, ps["rows"])].itertuples(index=False):
             k = _key(r.case, r.metric, r.x)
@@ -162,7 +169,11 @@ def training_table(rows: pd.DataFrame, root: Path = validation.ROOT
                           "step_ms": step_s * 1e3, "tp": cfg.tp, "dp": cfg.dp,
                           "dp_attention": cfg.dp_attention, "ep": cfg.ep,
                           "tbo": sc.predictor.two_batch_overlap,
-                          "expert_imbalance": sc.predictor.expert_imbalance})
+                          "expert_imbalance": sc.predictor.expert_imbalance,
+                          "moe_a2a_backend": cfg.moe_a2a_backend,
+                          "moe_dense_tp_size": cfg.moe_dense_tp_size,
+                          "enable_dp_lm_head": cfg.enable_dp_lm_head,
+                          "deepep_ll_nvlink": cfg.deepep_ll_nvlink})
         elif measure == "run" and r.metric in SERVING_METRICS:
             if spec.get("vary") != "clients.0.dataset.input_len" or x is None:
                 raise HoldoutError(f"{r.case}: a serving row needs vary: "
@@ -242,7 +253,7 @@ def run(cases: list[str] | None = None, root: Path = validation.ROOT,
         why.append(wh)
         if kd == IN_SAMPLE:
             s, e, name = held[k]
-        elif kd == OUT_OF_SAMPLE:  # nothing was fitted on it: its prediction is held out
+        elif kd in (OUT_OF_SAMPLE, IN_VIEW):  # nothing was fitted on it: nothing to refit
             s, e, name = r.simulated, r.error, ""
         else:
             s, e, name = math.nan, math.nan, ""
@@ -261,23 +272,26 @@ def mark(table: pd.DataFrame, root: Path = validation.ROOT) -> pd.DataFrame:
     return table.assign(row=[m[0] for m in marks], fitted_in=[m[1] for m in marks])
 
 
-def _median(errs: Any) -> tuple[int, float]:
-    vals = [abs(e) for e in errs if not pd.isna(e)]
+def _median(rows: pd.DataFrame, column: str = "error") -> tuple[int, float]:
+    """(count, median |value|) of ``column`` over the point predictions among ``rows``."""
+    vals = [abs(e) for e, m in zip(rows[column], rows.metric, strict=True)
+            if validation.is_point(m) and not pd.isna(e)]
     return len(vals), (statistics.median(vals) if vals else math.nan)
 
 
 def summary(table: pd.DataFrame) -> dict[str, Any]:
     """Median |error| of the shipped parameters and of the held-out predictions, per kind."""
-    out: dict[str, Any] = {"all_shipped": _median(table.error)}
+    out: dict[str, Any] = {"all_shipped": _median(table)}
     if "row" not in table:
         return out
     ins = table[table.row == IN_SAMPLE]
-    out["in_sample_shipped"] = _median(ins.error)
+    out["in_sample_shipped"] = _median(ins)
     if "held_out_error" in table:
-        out["in_sample_held_out"] = _median(ins.held_out_error)
-        out["all_held_out"] = _median(table.held_out_error)
-    out["out_of_sample"] = _median(table[table.row == OUT_OF_SAMPLE].error)
-    out["reference"] = _median(table[table.row == REFERENCE].error)
+        out["in_sample_held_out"] = _median(ins, "held_out_error")
+        out["all_held_out"] = _median(table[table.row != IN_VIEW], "held_out_error")
+    out["out_of_sample"] = _median(table[table.row == OUT_OF_SAMPLE])
+    out["in_view"] = _median(table[table.row == IN_VIEW])
+    out["reference"] = _median(table[table.row == REFERENCE])
     return out
 
 
@@ -297,16 +311,20 @@ def summary_lines(table: pd.DataFrame) -> list[str]:
                          f"{fmt('in_sample_held_out')}")
             ins = table[table.row == IN_SAMPLE]
             for name, grp in ins.groupby("fitted_in", sort=False):
-                n, m_in = _median(grp.error)
-                _n, m_out = _median(grp.held_out_error)
+                n, m_in = _median(grp)
+                _n, m_out = _median(grp, "held_out_error")
                 worst = grp.held_out_error.abs().max()
                 lines.append(f"    {name}: in-sample {m_in:.1%}, held out {m_out:.1%} "
                              f"(worst {worst:.1%}) over {n} rows")
-        lines.append(f"  rows nothing was fitted on (out-of-sample): {fmt('out_of_sample')}")
+        lines.append(f"  rows nothing was fitted or chosen on (out-of-sample): "
+                     f"{fmt('out_of_sample')}")
+        lines.append(f"  rows nothing was fitted on but a value was chosen with them in view "
+                     f"(chosen in view, not counted as out-of-sample): {fmt('in_view')}")
         lines.append(f"  rows fitted upstream, not refittable (reference): {fmt('reference')}")
     if "all_held_out" in s:
         lines.append(f"median |error| of every prediction made without its row (held-out and "
                      f"out-of-sample): {fmt('all_held_out')}")
+    lines.append("(medians over point predictions only: a met upper bound is not a 0% row)")
     return lines
 
 

@@ -36,15 +36,19 @@ def markdown(df: pd.DataFrame) -> str:
             if pd.isna(r.held_out):
                 line += " n/a | n/a | not refittable (see validation/README.md) |"
             else:
-                refit = r.split or "nothing fitted on it"
+                refit = r.split or ("nothing fitted on it; a value was chosen with it in view"
+                                    if marked and r.row == holdout.IN_VIEW
+                                    else "nothing fitted on it")
                 line += (f" {r.held_out:,.2f} | {shown_error(r.held_out_error, r.metric)} | "
                          f"{refit} |")
         lines.append(line)
     s = summary(df)
     lines.append("")
-    lines.append(f"{s['rows']} rows with the shipped parameters: median |error| "
+    bounds = (f" ({s['bounds_met']} of {s['bounds']} upper bounds met, not counted)"
+              if s["bounds"] else "")
+    lines.append(f"{s['rows']} point predictions with the shipped parameters: median |error| "
                  f"{s['median_abs_error']:.1%}, max {s['max_abs_error']:.1%}, "
-                 f"{s['within_25pct']} within ±25%.")
+                 f"{s['within_25pct']} within ±25%{bounds}.")
     if marked:
         lines.append("")
         for ln in holdout.summary_lines(df)[1:]:

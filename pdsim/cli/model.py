@@ -21,7 +21,10 @@ from pdsim.util.safeio import UserFileError, echo, read_user_file, show_path
 PROFILES_EPILOG = """\
 examples:
   pdsim profiles                 every GPU and model, one line each
-  pdsim profiles H20             one profile, each value with its source"""
+  pdsim profiles H20             one profile, each value with its source
+  pdsim profiles --scenario S.yaml    what a scenario runs with, and which calibration
+  pdsim profiles import config.json --name my-model [--out my-model.profile.yaml]
+                                 a model profile from a Hugging Face config.json"""
 
 
 def add_profiles(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -32,7 +35,13 @@ def add_profiles(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "with its source. --scenario: the values a scenario runs with (its profile files, "
         "calibration and overrides applied) and where each came from.",
         epilog=PROFILES_EPILOG, formatter_class=RAW)
-    pr.add_argument("name", nargs="?", help="show one profile with every value's source")
+    pr.add_argument("name", nargs="?", help="show one profile with every value's source; "
+                    "'import' makes a model profile from a config.json")
+    pr.add_argument("config", nargs="?", help="with import: the model's config.json")
+    pr.add_argument("--name", dest="import_name", metavar="NAME",
+                    help="with import: the new model profile's name")
+    pr.add_argument("--out", help="with import: the profile file to write (default: "
+                    "NAME.profile.yaml)")
     pr.add_argument("--scenario", help="show what this scenario's fleet runs with")
     pr.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="with --scenario: overrides, e.g. gpu.hbm_tbps=3.0")
@@ -88,6 +97,12 @@ def profiles_cmd(args: argparse.Namespace) -> int:
     from pdsim.config import units
     from pdsim.model import profiles
 
+    if args.name == "import":
+        return _import_cmd(args)
+    for opt, given in (("--name", args.import_name), ("--out", args.out),
+                       ("a second argument", args.config)):
+        if given:
+            return die(f"{opt} belongs to `pdsim profiles import config.json --name NAME`")
     if not args.scenario:  # (these change what a scenario reads; a shipped profile has none)
         for opt, given in (("--set", args.sets),
                            ("--allow-outside-paths", args.allow_outside_paths)):
@@ -103,8 +118,9 @@ def profiles_cmd(args: argparse.Namespace) -> int:
             res = profiles.for_scenario(sc)
         except (units.ScenarioError, profiles.ProfileError) as err:
             return die(str(err))
-        print(f"{args.scenario}: {res.gpu.name} / {res.model.name} / {res.engine.name}"
-              + ("  (calibrated)" if res.calibrated else ""))
+        print(f"{args.scenario}: {res.gpu.name} / {res.model.name} / {res.engine.name} "
+              f"(SGLang {sc.engine.version})")
+        print(f"calibration: {res.calibration or 'none: the GPU and engine profiles as shipped'}")
         declared = {u.path: u for u in sc.unknowns}
         for key, (value, origin) in res.origins.items():
             if key == "model.fitted":
@@ -128,24 +144,66 @@ def profiles_cmd(args: argparse.Namespace) -> int:
                 continue
             print(f"{k:<24}{v['value']!s:<12}{v['source']}")
         return 0
-    print(f"{'GPU':<8}{'BF16 TF':>9}{'FP8 TF':>8}{'HBM GB':>8}{'HBM TB/s':>10}{'NVLink GB/s':>13}"
-          f"{'NIC Gb/s':>10}")
+    print(f"{'GPU':<8}{'die':<17}{'BF16 TF':>8}{'FP8 TF':>8}{'FP4 TF':>8}{'HBM MiB':>9}"
+          f"{'HBM TB/s':>9}{'NVLink GB/s':>12}{'domain':>7}{'NIC Gb/s':>9}")
     for g in profiles.gpu_names():
         x = profiles.gpu(g)
-        print(f"{g:<8}{x.bf16_tflops:>9g}{x.fp8_tflops:>8g}{x.hbm_gb:>8g}{x.hbm_tbps:>10g}"
-              f"{x.nvlink_gbps:>13g}{x.nic_gbps:>10g}")
-    print(f"\n{'model':<24}{'attn':>5}{'layers':>7}{'experts':>8}{'active B':>9}{'total B':>8}"
-          f"{'weights':>8}{'KV B/token':>11}")
+        fp4 = f"{x.fp4_tflops:g}" if x.fp4_tflops else "-"
+        print(f"{g:<8}{x.arch:<17}{x.bf16_tflops:>8g}{x.fp8_tflops:>8g}{fp4:>8}"
+              f"{x.hbm_mib:>9,}{x.hbm_tbps:>9g}{x.nvlink_gbps:>12g}{x.domain:>7}"
+              f"{x.nic_gbps:>9g}")
+    print(f"\n{'model':<24}{'attn':>8}{'layers':>7}{'experts':>8}{'active B':>9}{'total B':>8}"
+          f"{'weights':>11}{'KV B/token':>11}")
     for m in profiles.model_names():
         x = profiles.model(m)
         experts = f"{x.experts_per_token}/{x.experts}" if x.is_moe else "-"
-        print(f"{m:<24}{x.attention:>5}{x.layers:>7}{experts:>8}{x.params_active / 1e9:>9.1f}"
-              f"{x.params_total / 1e9:>8.1f}{x.weight_dtype:>8}{x.kv_bytes_per_token:>11,}")
+        attn = x.attention + ("+dsa" if x.index_topk else "+gdn" if x.linear_attention_layers
+                              else "+swa" if x.sliding_window_layers else "")
+        print(f"{m:<24}{attn:>8}{x.layers:>7}{experts:>8}{x.params_active / 1e9:>9.1f}"
+              f"{x.params_total / 1e9:>8.1f}{x.weight_dtype:>11}{x.kv_bytes_per_token:>11,}")
     print("\nengines: " + ", ".join(profiles.engine_names())
-          + "; calibrated (GPU / model / engine): "
-          + ", ".join("/".join(k) for k in profiles.calibrated()))
+          + "; calibrated (GPU or die / model / engine; a GPU's applies to its die's other "
+          "parts): " + ", ".join("/".join(k) for k in profiles.calibrated()))
     print("pdsim profiles NAME shows every value with its source; --scenario FILE shows what a "
           "scenario runs with and where each value came from.")
+    return 0
+
+
+def _import_cmd(args: argparse.Namespace) -> int:
+    """``pdsim profiles import config.json --name NAME [--out FILE]``."""
+    from pdsim.model import hf_import
+
+    if not args.config or not args.import_name:
+        return die("usage: pdsim profiles import config.json --name NAME [--out FILE]")
+    if args.scenario or args.sets:
+        return die("profiles import takes a config.json, not --scenario or --set")
+    out = args.out or f"{args.import_name}.profile.yaml"
+    try:
+        check_output_file(out, "--out")
+        model, text = hf_import.import_config(args.config, args.import_name)
+    except (hf_import.ConfigImportError, UsageError) as err:
+        return die(str(err))
+    try:
+        Path(out).write_text(text)
+    except OSError as err:
+        return die(f"cannot write ({err.strerror or type(err).__name__}): {show_path(out)}")
+    kinds = [f"{model.layers} layers"]
+    if model.linear_attention_layers:
+        kinds.append(f"{model.linear_attention_layers} linear attention")
+    if model.sliding_window_layers:
+        kinds.append(f"{model.sliding_window_layers} sliding window ({model.sliding_window})")
+    if model.index_topk:
+        kinds.append(f"sparse attention top-{model.index_topk}")
+    experts = (f", {model.experts_per_token}/{model.experts} experts" if model.is_moe else "")
+    print(f"{model.name}: {model.architecture}, {model.attention}, {', '.join(kinds)}{experts}; "
+          f"{model.params_total / 1e9:.1f}B parameters ({model.params_active / 1e9:.1f}B "
+          f"active), weights {model.weight_dtype}"
+          + (f" (experts {model.expert_dtype})" if model.expert_dtype else "")
+          + f"; KV {model.kv_bytes_per_token:,} B/token"
+          + (f", state {model.state_bytes_per_request() / 2**20:.1f} MiB/request"
+             if model.linear_attention_layers else ""))
+    print(f"wrote {show_path(out)} (load it with `profiles: [{Path(out).name}]` and "
+          f"`fleet: {{model: {model.name}}}`)", file=sys.stderr)
     return 0
 
 
@@ -246,8 +304,10 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
                 for e, m in zip(df.held_out_error, df.metric, strict=True)])
         print(shown.drop(columns=[c for c in drop if c in shown]).to_string(index=False))
     s = validation.summary(df)
-    print(f"\n{s['rows']} rows: median |error| {s['median_abs_error']:.1%}, max "
-          f"{s['max_abs_error']:.1%}, {s['within_25pct']} within +-25%")
+    bounds = (f"; {s['bounds_met']} of {s['bounds']} upper bounds met" if s["bounds"]
+              else "")
+    print(f"\n{s['rows']} point predictions: median |error| {s['median_abs_error']:.1%}, max "
+          f"{s['max_abs_error']:.1%}, {s['within_25pct']} within +-25%{bounds}")
     if "row" in df:
         print("\n".join(holdout.summary_lines(df)))
     if do_holdout:

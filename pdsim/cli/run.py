@@ -129,15 +129,14 @@ def run_or_validate(args: argparse.Namespace) -> int:
     if args.cmd == "validate":
         print(f"{show_path(args.scenario)}: ok ({sc.name}, {len(sc.clients)} client(s), "
               f"horizon {sc.horizon_s:g} s)")
-        from pdsim.model.memory import kv_pools
+        from pdsim.model.memory import pools
 
-        pools = kv_pools(sc)
-        how = {role: ("kv_pool_tokens" if cfg.kv_pool_tokens is not None else
-                      f"mem_fraction_static {cfg.mem_fraction_static:g} after weights")
+        roles = pools(sc)
+        how = {role: roles[role].how
                + (f", in whole {cfg.page_size}-token pages" if cfg.page_size > 1 else "")
-               for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode))}
+               for role, cfg in sc.fleet.roles()}
         print("KV pool per DP rank (SGLang's max_total_num_tokens): " + ", ".join(
-            f"{role} {tokens:,} tokens ({how[role]})" for role, tokens in pools.items()))
+            f"{role} {p.tokens:,} tokens ({how[role]})" for role, p in roles.items()))
         if sc.unknowns:  # each range end (or choice) was validated as a value of its own
             print(f"{len(sc.unknowns)} declared unknown(s); run uses the nominal, explore "
                   f"samples the range (validated at its ends, and at every value of a short "

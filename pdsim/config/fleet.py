@@ -79,14 +79,42 @@ class RoleConfig(Strict):
         description="KV pool of each DP rank in tokens (SGLang logs it as max_total_num_tokens); "
         "default: what mem_fraction_static of GPU memory leaves after the weights"
     )
-    mem_fraction_static: Fraction = Field(
-        0.8, description="Share of each GPU's memory for weights plus KV pool "
-        "(--mem-fraction-static), used when kv_pool_tokens is unset; default 0.8")
+    mem_fraction_static: Fraction | None = Field(
+        None, description="Share of each GPU's memory for weights plus KV pool "
+        "(--mem-fraction-static), used when kv_pool_tokens is unset; default: SGLang's for the "
+        "GPU's memory, the layout and engine.version (0.5.3+: 1 - (512 MiB + 1.5 x chunked "
+        "prefill + 2 x cuda_graph_max_bs + tp/8 GiB) / memory, e.g. 0.818 on an H100 at tp 8)")
+    cuda_graph_max_bs: NonNegInt | None = Field(
+        None, le=MAX_RUNNING, description="Largest decode batch run as a captured CUDA graph "
+        "(--cuda-graph-max-bs); larger batches run eagerly (a higher per-layer cost); 0: no "
+        "CUDA graphs (--disable-cuda-graph). Default: SGLang's for the GPU's memory, tp and "
+        "engine.version (256 at tp < 4 else 512 on 60-160 GiB parts, 512 above, since 0.5.3)")
     page_size: PosInt = Field(1, le=MAX_PAGE_TOKENS,
                               description="Tokens per KV page (--page-size); default 1")
-    ep: PosInt = Field(1, le=MAX_TP, description="Expert-parallel size (--ep-size with DeepEP): "
-                       "routed experts split over ep GPUs, tokens sent by all-to-all; default 1: "
-                       "MoE weights tensor-parallel")
+    ep: PosInt = Field(1, le=MAX_TP, description="Expert-parallel size (--ep-size): routed "
+                       "experts split over ep GPUs (each expert's width over tp/ep of them); "
+                       "tp must be a multiple of ep. Without moe_a2a_backend every GPU still "
+                       "sees every token and the MoE ends in the TP all-reduce (no all-to-all); "
+                       "default 1: MoE weights tensor-parallel")
+    moe_a2a_backend: Literal["none", "deepep"] = Field(
+        "none", description="--moe-a2a-backend: deepep sends each token to its experts' GPUs by "
+        "all-to-all (DeepEP normal kernels when a forward has prefill tokens, low-latency ones "
+        "for pure decode), over NVLink inside an NVLink domain and the NIC between domains; "
+        "shared experts then keep whole weights and compute each GPU's own tokens. SGLang runs "
+        "it with ep = tp. Default none")
+    deepep_ll_nvlink: bool = Field(
+        True, description="DeepEP's low-latency (decode) kernels send the pairs between GPUs of "
+        "one NVLink domain over NVLink (DeepEP allow_nvlink_for_low_latency_mode, its default "
+        "since DeepEP PR #173, May 2025); false: over RDMA like every other pair, as DeepEP did "
+        "before; default true")
+    moe_dense_tp_size: Literal[1] | None = Field(
+        None, description="--moe-dense-tp-size 1: dense MLP layers (DeepSeek's first_k_dense_"
+        "replace) run data-parallel with whole weights on each GPU's own tokens; default null: "
+        "tensor-parallel over tp")
+    enable_dp_lm_head: bool = Field(
+        False, description="--enable-dp-lm-head (with dp_attention): the LM head is "
+        "vocab-parallel over the attention-TP group only and samples each rank's own tokens; "
+        "default false: vocab-parallel over all tp GPUs")
 
     @model_validator(mode="after")
     def _dp_fits_tp(self) -> RoleConfig:
@@ -96,9 +124,16 @@ class RoleConfig(Strict):
         if self.servers * self.dp > MAX_RANKS:
             raise ValueError(f"servers x dp = {self.servers * self.dp:,} DP ranks; at most "
                              f"{MAX_RANKS:,} per role")
-        if self.ep > 1 and self.ep != self.tp:
-            raise ValueError(f"ep ({self.ep}) must be 1 or equal tp ({self.tp}): SGLang splits "
-                             f"experts over the server's tp GPUs")
+        if self.tp % self.ep:
+            raise ValueError(f"tp ({self.tp}) must be a multiple of ep ({self.ep}): SGLang splits "
+                             f"the routed experts ep ways and each expert's width tp/ep ways "
+                             f"(moe_tp_size = tp // ep)")
+        if self.moe_a2a_backend == "deepep" and self.ep != self.tp:
+            raise ValueError(f"moe_a2a_backend deepep runs with ep = tp (SGLang sets --ep-size "
+                             f"to --tp-size); set ep: {self.tp} (ep is {self.ep})")
+        if self.enable_dp_lm_head and not self.dp_attention:
+            raise ValueError("enable_dp_lm_head needs dp_attention (SGLang refuses it "
+                             "without --enable-dp-attention)")
         return self
 
 
@@ -114,32 +149,123 @@ class PrefillConfig(RoleConfig):
                                         description="Tokens per prefix-cache block, what one "
                                         "trace hash_id stands for (512 in the Mooncake traces); "
                                         "default 512")
+    max_prefill_tokens: PosInt = Field(
+        16384, le=MAX_TOKENS, description="--max-prefill-tokens: new input tokens one prefill "
+        "forward of a rank takes at most beside the chunk budget (the first request of a "
+        "forward is admitted whatever its size; PrefillAdder.add_one_req); default 16384, as "
+        "SGLang's")
 
 
 class DecodeConfig(RoleConfig):
-    retract_reserve_tokens: NonNegInt = Field(
-        0, le=MAX_TOKENS, description="Tokens of growth reserved per request at admission; "
-        "default 0"
-    )
+    num_reserved_decode_tokens: NonNegInt = Field(
+        512, le=MAX_TOKENS, description="--num-reserved-decode-tokens: decode headroom SGLang's "
+        "admission keeps per request running, transferring or waiting (a bookkeeping reserve: "
+        "pre-allocation takes the prompt's pages only, and admits a request only while the "
+        "free tokens beyond every such reserve cover its prompt and its own reserve; "
+        "DecodePreallocQueue._allocatable_tokens); default 512, as SGLang's")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: object) -> object:
+        if isinstance(data, dict) and "retract_reserve_tokens" in data:
+            raise ValueError("retract_reserve_tokens is now num_reserved_decode_tokens "
+                             "(SGLang's --num-reserved-decode-tokens, default 512), a reserve "
+                             "per request in SGLang's admission rather than pages taken")
+        return data
+
+
+Ratio = Annotated[float, Field(gt=0, le=1, allow_inf_nan=False), _NUM]
+
+
+class ColocatedConfig(PrefillConfig):
+    """SGLang servers that prefill and decode on the same GPUs (no --disaggregation-mode): the
+    scheduler of python/sglang/srt/managers/scheduler.py (``get_next_batch_to_run``) and
+    schedule_policy.py (``PrefillAdder``), 0.5.x."""
+
+    balance: Literal["round_robin", "total_tokens"] = Field(  # type: ignore[assignment]
+        "round_robin", description="How a server spreads requests over its DP ranks "
+        "(--load-balance-method); default round_robin")
+    enable_mixed_chunk: bool = Field(
+        False, description="--enable-mixed-chunk: running requests decode a token inside each "
+        "prefill forward (the prefill budgets shrink by their number) instead of pausing for "
+        "it; default false, as SGLang's")
+    schedule_conservativeness: Annotated[float, Field(gt=0, le=100, allow_inf_nan=False),
+                                         _NUM] = Field(
+        1.0, description="--schedule-conservativeness: scales the initial new-token ratio "
+        "(how much of their remaining output running requests are assumed to still need when "
+        "new ones are admitted); SGLang multiplies it by 0.3 under DP attention; default 1")
+    init_new_token_ratio: Ratio = Field(
+        0.7, description="SGLANG_INIT_NEW_TOKEN_RATIO (times schedule_conservativeness, at most "
+        "1): the new-token ratio when the scheduler starts or goes idle; default 0.7")
+    min_new_token_ratio_factor: Ratio = Field(
+        0.14, description="SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR: the ratio's floor as a share of "
+        "its initial value; default 0.14")
+    new_token_ratio_decay_steps: PosInt = Field(
+        600, le=MAX_COUNT, description="SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS: decode steps over "
+        "which the ratio falls linearly from its initial value to its floor; default 600")
+
+
+def _changed(fleet: Strict, key: str) -> bool:
+    """Whether the fleet's section ``key`` was given with a value other than its defaults."""
+    section = getattr(fleet, key)
+    return key in fleet.model_fields_set and section != type(section)()
 
 
 class FleetConfig(Strict):
     gpu: str = Field(description="GPU profile name (pdsim profiles; or one a profile file adds)")
     model: str = Field(description="Model profile name")
-    prefill: PrefillConfig = Field(PrefillConfig(), description="The prefill servers "
+    prefill: PrefillConfig = Field(PrefillConfig(), description="PD: the prefill servers "
                                    "(--disaggregation-mode prefill); default: one, dp 1, tp 1")
-    decode: DecodeConfig = Field(DecodeConfig(), description="The decode servers "
+    decode: DecodeConfig = Field(DecodeConfig(), description="PD: the decode servers "
                                  "(--disaggregation-mode decode); default: one, dp 1, tp 1")
+    mode: Literal["pd", "colocated"] = Field(
+        "pd", description="pd: prefill and decode servers apart (prefill, decode), KV sent "
+        "between them; colocated: servers that prefill and decode on the same GPUs "
+        "(colocated), SGLang without --disaggregation-mode; default pd")
+    colocated: ColocatedConfig = Field(
+        ColocatedConfig(), description="mode colocated: the servers, each prefilling and "
+        "decoding on its own GPUs; default: one, dp 1, tp 1")
     engine: str = Field("sglang", max_length=MAX_NAME_CHARS,
                         description="Engine profile name (CPU-side and per-request costs); "
                         "default sglang")
+
+    @model_validator(mode="after")
+    def _sections_of_the_mode(self) -> FleetConfig:
+        # (a section left at its defaults is no mistake: a scenario as run, written out with
+        # every field, has all three)
+        if self.mode == "colocated":
+            other = [k for k in ("prefill", "decode") if _changed(self, k)]
+            if other:
+                raise ValueError(f"fleet.{other[0]} describes a PD fleet; a colocated fleet's "
+                                 f"servers are fleet.colocated (or set fleet.mode: pd)")
+        elif _changed(self, "colocated"):
+            raise ValueError("fleet.colocated describes a colocated fleet: set fleet.mode: "
+                             "colocated (and drop fleet.prefill and fleet.decode)")
+        return self
+
+    def roles(self) -> list[tuple[str, RoleConfig]]:
+        """The fleet's roles as (name, section): prefill and decode, or colocated."""
+        if self.mode == "colocated":
+            return [("colocated", self.colocated)]
+        return [("prefill", self.prefill), ("decode", self.decode)]
+
+    def gpus(self) -> dict[str, int]:
+        """GPUs of each role: servers x GPUs a server (tp with DP attention, else dp x tp)."""
+        return {name: r.servers * (r.tp if r.dp_attention else r.dp * r.tp)
+                for name, r in self.roles()}
 
 
 # --- router, transfer, blacklist, flush, predictor -------------------------------------------
 
 
 class RouterConfig(Strict):
-    kind: Literal["mini_lb"] = Field("mini_lb", description="Request routing: random PD pairing")
+    kind: Literal["mini_lb"] = Field("mini_lb", description="PD request routing: random PD "
+                                     "pairing (a colocated fleet's router: policy)")
+    policy: Literal["round_robin", "random", "least_load"] | None = Field(
+        None, description="Colocated fleets: how the router (sgl-model-gateway in regular "
+        "mode, --policy) picks a server: round_robin, random, or least_load (the server with "
+        "the fewest prompt tokens routed and not yet answered; the gateway counts request text "
+        "length); default round_robin. PD fleets: unset (mini_lb pairs at random)")
     flush_handler: Literal["mini_lb_0.3.2", "mini_lb_fixed", "model_gateway", "rust_router"] = (
         Field("mini_lb_0.3.2", description="What the router's POST /flush_cache does")
     )
@@ -173,6 +299,12 @@ class RouterConfig(Strict):
                                        description="Rust routers: concurrent flush fan-out")
     worker_timeout_s: Seconds = Field(5.0, description="sgl-model-gateway per-worker timeout")
     http_latency_ms: Millis = Field(0.5, description="One router<->server hop")
+
+    def check(self, ctx: Context) -> None:
+        if self.policy is not None and ctx.scenario.fleet.mode != "colocated":
+            raise Invalid("policy", "picks a server of a colocated fleet; a PD fleet's mini_lb "
+                          "pairs a prefill and a decode server at random (unset it, or set "
+                          "fleet.mode: colocated)", self.policy)
 
 
 class TransferConfig(Strict):

@@ -34,9 +34,9 @@ from typing import Annotated
 
 from pydantic import Field
 
+from pdsim.config.engine_version import at_least
 from pdsim.config.registry import PD_PATHS
 from pdsim.config.units import _NUM, MAX_COUNT, MAX_TIME_S, PosInt, Seconds
-from pdsim.config.versions import at_least
 
 
 def _since(floor: str):

@@ -327,7 +327,7 @@ class Switch:
 
     name: str
     annotation: Any
-    default: Callable[[str], Any]  # release (pdsim.config.versions) -> the default there
+    default: Callable[[str], Any]  # release (pdsim.config.engine_version) -> its default
     description: str
     sglang: str
     by_version: str  # the defaults across releases, as the schema and the report say them

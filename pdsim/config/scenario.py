@@ -17,13 +17,13 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
-    create_model,
     field_validator,
     model_validator,
 )
 
 from pdsim.config import registry, unknowns
 from pdsim.config.clients import ClientConfig
+from pdsim.config.engine_version import SGLANG_VERSIONS, EngineSection, at_least
 from pdsim.config.fleet import (
     BlacklistConfig,
     FleetConfig,
@@ -32,7 +32,7 @@ from pdsim.config.fleet import (
     RouterConfig,
     TransferConfig,
 )
-from pdsim.config.profile_schema import EngineOverrides, GPUOverrides, ModelOverrides
+from pdsim.config.profile_schema import GPUOverrides, ModelOverrides
 from pdsim.config.registry import BLACKLIST_POLICIES, FAULTS, PD_PATHS
 from pdsim.config.units import (
     _NOTHING,
@@ -56,21 +56,10 @@ from pdsim.config.units import (
     Text,
     _ticks,
 )
-from pdsim.config.versions import DEFAULT_VERSION, SGLANG_VERSIONS, SGLangVersion, at_least
 from pdsim.util.safeio import (
     clip,
     echo,
 )
-
-EngineSection = create_model(
-    "EngineSection", __base__=EngineOverrides, __doc__="engine: the SGLang release and "
-    "overrides of the engine profile's values",
-    version=(SGLangVersion, Field(DEFAULT_VERSION, description=f"SGLang release whose "
-                                  f"behaviour runs (pdsim.config.versions: "
-                                  f"{', '.join(SGLANG_VERSIONS)}); the switches of "
-                                  f"disaggregation (and blacklist.policy when unset) default "
-                                  f"to its values; default {DEFAULT_VERSION}")))
-PROFILE_EXCLUDE = frozenset({"version"})  # engine: keys that are not engine profile values
 
 DisaggregationConfig = Annotated[registry.Params, PD_PATHS.field()]
 """``disaggregation:``: the switches of :data:`pdsim.config.registry.PD_PATHS`."""
@@ -211,8 +200,9 @@ class Scenario(Strict):
         default_factory=ModelOverrides, description="Override model profile values, e.g. "
         "layers: 8")
     engine: EngineSection = Field(  # type: ignore[valid-type]
-        default_factory=EngineSection, description="The SGLang release whose behaviour runs "
-        "(version) and overrides of engine profile values, e.g. bootstrap_ms: 5")
+        default_factory=EngineSection, description="The SGLang release the scheduler and the "
+        "PD paths follow (version) and overrides of engine profile values, e.g. bootstrap_ms: "
+        "5")
     disaggregation: DisaggregationConfig = Field(
         default_factory=lambda: PD_PATHS.validate({}),
         description="SGLang's PD timeout, abort and heartbeat paths (pdsim.config.pd_paths): "
@@ -259,8 +249,6 @@ class Scenario(Strict):
             return data
         eng = data.get("engine")
         version = eng.get("version") if isinstance(eng, dict) else None
-        if isinstance(version, str) and version.startswith("v"):
-            version = version[1:]
         if version not in SGLANG_VERSIONS:
             return data
         policy = next((p for floor, p in BLACKLIST_BY_VERSION if at_least(version, floor)),
@@ -301,6 +289,16 @@ class Scenario(Strict):
         if blocks > MAX_PROMPT_BLOCKS:
             raise Invalid("clients", f"the random prompts hold {blocks:,} prefix blocks "
                           f"(num_prompts x input_len / 512); at most {MAX_PROMPT_BLOCKS:,}")
+        if self.fleet.mode == "colocated":  # (no prefill and decode legs, no KV transfers)
+            own = self.disaggregation.model_dump(exclude_none=True)
+            if own:
+                raise Invalid("disaggregation", f"applies to a PD fleet (fleet.mode: pd); a "
+                              f"colocated fleet has no KV transfer between servers; remove "
+                              f"{', '.join(own)}")
+            if self.router.dispatch != "mini_lb_gather" or self.router.ttft_timeout_s:
+                raise Invalid("router", "dispatch and ttft_timeout_s apply to a PD fleet's "
+                              "router (a prefill and a decode leg per request); a colocated "
+                              "fleet's gateway sends each request to one server")
         wait = getattr(self.disaggregation, "req_waiting_timeout_s", None)
         if wait is not None and not at_least(self.engine.version, "0.5.20"):
             raise Invalid("disaggregation.req_waiting_timeout_s", f"SGLANG_REQ_WAITING_TIMEOUT "
@@ -315,6 +313,9 @@ class Scenario(Strict):
 
 
 def _decode_ranks(sc: Scenario) -> int:
+    """Decode ranks with a session port (a colocated fleet has no KV sessions)."""
+    if sc.fleet.mode == "colocated":
+        return 0
     return sc.fleet.decode.servers * sc.fleet.decode.dp
 
 

@@ -6,7 +6,17 @@ then joins the continuous batch. One simulated event per batch step: tokens are 
 from the rank's step counter, and page growth and completions come off a sorted list and a
 heap keyed by step.
 Under memory pressure the rank retracts requests (fewest generated tokens first, as SGLang's
-``retract_decode``) and re-admits them later at the cost of recomputing their context.
+``retract_decode``). A PD decode server does not recompute a retracted request: SGLang copies
+its KV to host memory (``Req.offload_kv_cache``) and loads it back when the request resumes
+(``DecodePreallocQueue.resume_retracted_reqs``, ``Req.load_kv_cache``;
+python/sglang/srt/managers/schedule_batch.py and disaggregation/decode.py, 0.5.x). The copies'
+PCIe time is not modelled: a resumed request rejoins the batch at no cost.
+
+Admission follows SGLang's reserve gate (``DecodePreallocQueue._allocatable_tokens``): every
+request running, transferring or waiting to run holds ``num_reserved_decode_tokens`` of
+headroom in the bookkeeping, a request is pre-allocated (its prompt's pages) only while the
+free tokens beyond those reserves cover its prompt and its own reserve, retracted requests
+resume first under the same rule, and nothing new is pre-allocated while any is retracted.
 
 This module holds the rank and its arrival side (pre-allocation, the transfer queue, crashes and
 flushes); the running batch, retraction and spans of steps are its base class,
@@ -15,6 +25,7 @@ flushes); the running batch, retraction and spans of steps are its base class,
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 
@@ -23,7 +34,7 @@ import simpy
 from pdsim.config.fleet import DecodeConfig
 from pdsim.config.pd_paths import ARMED_REASONS as ARMED
 from pdsim.engine.clock import KeptDeadlines, call_later
-from pdsim.engine.decode_batch import GROWTH_TOKENS, RunningBatch
+from pdsim.engine.decode_batch import CLIP_MAX_NEW_TOKENS, GROWTH_TOKENS, RunningBatch
 from pdsim.engine.log import EventLog
 from pdsim.engine.request import DECODE, FAILED, PREFILL, SUCCESS, WAITING_FOR_INPUT, Request
 from pdsim.engine.stats import Stats
@@ -38,7 +49,7 @@ class DecodeRank(RunningBatch):
                  "retracted", "running", "step", "ctx_sum", "_finish", "_grow", "_seq",
                  "growth_pages", "_block_tokens", "_lag", "_late", "bootstrap_s",
                  "tokenize_s_per_token", "_dropped", "_epoch", "_planned", "_waiting_deadlines",
-                 "pd", "notify_prefill", "gate", "peers", "dead")
+                 "_needs", "retract_20_steps", "pd", "notify_prefill", "gate", "peers", "dead")
 
     def __init__(self, env: simpy.Environment, server: int, index: int, cfg: DecodeConfig,
                  predictor: Predictor, pool_pages: int, waiting_timeout_s: float, port: int,
@@ -50,7 +61,13 @@ class DecodeRank(RunningBatch):
         # (cfg fields as plain attributes, read from here only: a pydantic model's are slow to
         # read per request; nothing changes them during a run)
         self.max_running = cfg.max_running_requests
-        self.reserve_tokens = cfg.retract_reserve_tokens
+        self.reserve_tokens = cfg.num_reserved_decode_tokens
+        # what a running request needs to finish alone, as a max-heap of (-(prompt +
+        # min(output, 4096)), seq, version, request): the gate's need_space_for_single_req
+        self._needs: list[tuple[int, int, int, Request]] = []
+        # SGLang before 0.5.2 retracts until 20 decode steps per remaining request fit
+        # (pdsim.config.engine_version); set by the fleet
+        self.retract_20_steps = False
         self.waiting_timeout = waiting_timeout_s
         self.port = port
         self.session = f"decode-{server}.r{index}:{port}"
@@ -109,8 +126,9 @@ class DecodeRank(RunningBatch):
 
     def forget_deadlines(self) -> None:
         """The run is over: forget the armed waiting deadline's request (the others are only
-        in ``transfer``; ``pdsim.engine.fleet.Fleet.release``)."""
+        in ``transfer``; ``pdsim.engine.fleet.Fleet.release``), and the gate's heap."""
         self._waiting_deadlines.clear()
+        self._needs.clear()
 
     # --- arrivals, pre-allocation, transfer ----------------------------------------------
 
@@ -130,24 +148,72 @@ class DecodeRank(RunningBatch):
         if stepper is None or not stepper.taken(self):
             self._changed()
 
+    def _allocatable(self, retractable: int | None) -> int:
+        """SGLang's ``DecodePreallocQueue._allocatable_tokens``: the free tokens beyond a
+        reserve of ``num_reserved_decode_tokens`` per request running, transferring or waiting
+        (or, if larger, what the running request that needs most would need to finish with
+        every other one retracted: ``retractable`` is the running requests' tokens; None: not
+        counted, as when retracted requests resume), less what the retracted requests need
+        back (counted when ``retractable`` is given, as pre-allocation does)."""
+        alloc = self.alloc
+        hold = self.reserve_tokens * (len(self.running) + len(self.transfer) + len(self.waiting))
+        if retractable is not None and self.running:
+            needs = self._needs
+            while needs[0][2] != needs[0][3].version:  # (left the batch since)
+                heapq.heappop(needs)
+            single = -needs[0][0] - retractable
+            if single > hold:
+                hold = single
+        free = (alloc.capacity - alloc.used) * alloc.page_size - hold
+        if retractable is not None:
+            for r in self.retracted:
+                free -= r.input_len + r.generated + self.reserve_tokens
+        return free
+
+    def _join(self, req: Request) -> None:
+        super()._join(req)
+        out = req.output_len
+        needs = self._needs
+        heapq.heappush(needs, (-(req.input_len + (out if out < CLIP_MAX_NEW_TOKENS
+                                                  else CLIP_MAX_NEW_TOKENS)),
+                               self._seq, req.version, req))
+        if len(needs) > 2 * len(self.running) + 64:  # entries of requests that left, dropped
+            self._needs = [e for e in needs if e[2] == e[3].version]
+            heapq.heapify(self._needs)
+
     def _try_prealloc(self) -> None:
+        """Pre-allocate the queue's head requests, FIFO, while the gate admits them
+        (``DecodePreallocQueue.pop_preallocated``; none while a request is retracted:
+        ``process_decode_queue``). A request takes its prompt's pages; the gate's reserve is
+        bookkeeping."""
         prealloc = self.prealloc
-        if not prealloc or self.halted:  # pre-allocation runs in the scheduler loop
-            return
+        if not prealloc or self.halted or self.retracted:  # (pre-allocation runs in the
+            return  # scheduler loop; retracted requests resume before new ones come in)
         alloc, transfer, limit = self.alloc, self.transfer, self.max_running
-        # retracted requests get freed pages before new ones are pre-allocated
-        while prealloc and not self.retracted:
+        reserve = self.reserve_tokens
+        allocatable = retractable = -1
+        while prealloc:
             req = prealloc[0]
             room = req.room
             if room.d_resolved:
                 prealloc.popleft()
                 continue
-            if (len(transfer) + len(self.waiting) + len(self.running)
-                    + len(self.retracted)) >= limit:  # slots used
+            if (len(transfer) + len(self.waiting) + len(self.running)) >= limit:  # slots
                 return
-            pages = alloc.alloc(alloc.pages_for(req.input_len + self.reserve_tokens))
+            if allocatable == -1:  # (the running batch is caught up: callers' _catch_up)
+                retractable = self.ctx_sum
+                allocatable = self._allocatable(retractable)
+            n_in = req.input_len
+            out = req.output_len
+            need = n_in + reserve
+            single = n_in + (out if out < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS) \
+                - retractable
+            if (need if need > single else single) > allocatable:
+                return
+            pages = alloc.alloc(alloc.pages_for(n_in))
             if pages is None:
                 return
+            allocatable -= need
             prealloc.popleft()
             req.d_pages = pages
             req.cap_tokens = pages.n * alloc.page_size
@@ -360,6 +426,7 @@ class DecodeRank(RunningBatch):
         self.retracted.clear()
         self._finish.clear()
         self._grow.clear()
+        self._needs.clear()
         self.ctx_sum = 0
         self.load_tokens = 0
         self.alloc.reset()
@@ -391,12 +458,14 @@ class DecodeRank(RunningBatch):
 
     def unfit(self) -> tuple[int, int]:
         """How many retracted requests the whole KV pool could never take back (``_admit``
-        re-allocates a request's context and a growth block), and the most tokens one of them
-        needs: a run stalled on them says so (``pdsim.engine.sim``)."""
-        alloc, extra = self.alloc, self.growth_pages
-        need = [alloc.pages_for(r.input_len + r.generated) + extra for r in self.retracted]
-        big = [n for n in need if n > alloc.capacity]
-        return len(big), max(big, default=0) * alloc.page_size
+        resumes a request when its context and its reserve fit in the free tokens), and the
+        most tokens one of them needs: a run stalled on them says so (``pdsim.engine.sim``)."""
+        alloc, reserve = self.alloc, self.reserve_tokens
+        pool = alloc.capacity * alloc.page_size
+        need = [alloc.pages_for(r.input_len + r.generated) * alloc.page_size + reserve
+                for r in self.retracted]
+        big = [n for n in need if n > pool]
+        return len(big), max(big, default=0)
 
     def _doomed_by_flush(self, req: Request) -> bool:
         """Does freeing this room's pre-allocated destination pages fail its transfer?

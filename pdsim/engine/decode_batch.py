@@ -22,6 +22,10 @@ from pdsim.engine.rank import Rank
 from pdsim.engine.request import Request
 
 GROWTH_TOKENS = 64  # KV growth is booked in 64-token blocks: a simulation granularity
+# SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION: admission counts at most this many tokens still to
+# generate per request (python/sglang/srt/managers/schedule_policy.py, 0.5.x)
+CLIP_MAX_NEW_TOKENS = 4096
+RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS (same file; environ.py in 0.5.9)
 
 
 def _decode_series(decode: Callable[..., float], batch: float, attn: float, ctx: int,
@@ -133,24 +137,64 @@ class RunningBatch(Rank):
         req.full_at = full = self.step + req.cap_tokens - ctx
         insort(self._grow, self._entry(full if full > self.step else self.step, req))
 
+    def _resumable(self) -> int:
+        """Tokens the head of the retracted queue may take back now (its context and its
+        reserve must fit in them: ``resume_retracted_reqs``): the free tokens beyond the
+        reserves of the requests running, transferring and waiting."""
+        alloc = self.alloc
+        n = len(self.running) + len(self.transfer) + len(self.waiting)
+        return (alloc.capacity - alloc.used) * alloc.page_size - self.reserve_tokens * n
+
+    def _admits_next(self) -> bool:
+        """Whether the next plan admits a request (a waiting one, or a retracted one that
+        resumes): then no span, whatever the batch."""
+        return bool((self.waiting and len(self.running) < self.max_running)
+                    or (self.retracted and self._resume_ready()))
+
+    def _resume_ready(self) -> bool:
+        """Whether the next plan resumes the head of the retracted queue (``_admit``'s
+        rule; quiet steps only take pages, so it cannot become true within a span)."""
+        req = self.retracted[0]
+        alloc = self.alloc
+        ctx = req.input_len + req.generated
+        return ((len(self.running) + len(self.transfer) + len(self.waiting)) < self.max_running
+                and ctx + self.reserve_tokens <= self._resumable()
+                and alloc.pages_for(ctx) <= alloc.capacity - alloc.used)
+
     def _admit(self) -> int:
-        """Admit retracted (first) and waiting requests; returns tokens to recompute."""
-        recompute = 0
+        """Resume retracted requests (their KV comes back from host memory: no recompute),
+        then run waiting ones; returns tokens to recompute (none on a PD decode).
+
+        As SGLang's ``process_decode_queue``: retracted requests resume FIFO while their
+        context and reserve fit in :meth:`_resumable` and a request slot is free, and join
+        the waiting queue's back; once none is left retracted, pre-allocation goes on."""
         limit = self.max_running
-        while self.retracted and len(self.running) < limit:
-            req = self.retracted[0]
-            ctx = req.input_len + req.generated
-            pages = self.alloc.alloc(self.alloc.pages_for(ctx) + self.growth_pages)
-            if pages is None:
-                break
-            self.retracted.popleft()
-            req.d_pages = pages
-            req.cap_tokens = pages.n * self.alloc.page_size
-            recompute += ctx
-            self._join(req)
+        retracted = self.retracted
+        if retracted:
+            alloc, reserve, waiting = self.alloc, self.reserve_tokens, self.waiting
+            allocatable = self._resumable()
+            while retracted and (len(self.running) + len(self.transfer)
+                                 + len(waiting)) < limit:
+                req = retracted[0]
+                ctx = req.input_len + req.generated
+                if ctx + reserve > allocatable:
+                    break
+                pages = alloc.alloc(alloc.pages_for(ctx))
+                if pages is None:
+                    break
+                allocatable -= ctx + reserve
+                retracted.popleft()
+                req.d_pages = pages
+                req.cap_tokens = pages.n * alloc.page_size
+                waiting.append(req)
+            if not retracted:
+                self._try_prealloc()
         # waiting requests already hold their KV: running them is how pages come back
         while self.waiting and len(self.running) < limit:
             req = self.waiting.popleft()  # its room reached Success, which is terminal
+            if req.generated:  # resumed after a retraction: its tokens so far are kept
+                self._join(req)
+                continue
             req.generated = 1  # the prefill's first token arrives with the KV
             req.t_first_token = self.env._now
             self.stats.tokens_out += 1
@@ -159,7 +203,7 @@ class RunningBatch(Rank):
             self._join(req)
             if req.output_len <= 1:
                 self._complete(req)  # a one-token output is done on arrival
-        return recompute
+        return 0
 
     def _sync(self, req: Request) -> None:
         """``generated`` is counted lazily: tokens at joining plus the steps since. (The
@@ -180,8 +224,18 @@ class RunningBatch(Rank):
         req.version += 1
 
     def _retract_for(self, needy: Request) -> bool:
-        """Free pages by retracting; True if ``needy`` still runs afterwards."""
-        while self.alloc.free < self.growth_pages:
+        """Free pages by retracting; True if ``needy`` still runs afterwards.
+
+        Victims go fewest generated tokens first, the longest prompt first among equals
+        (``ScheduleBatch.retract_decode``), at least one; SGLang 0.5.2 on (PR #9989) stops
+        once the next step fits (here: the growth due), earlier releases once the free
+        tokens cover 20 decode steps of every request left (``retract_20_steps``)."""
+        alloc = self.alloc
+        while True:
+            free = alloc.capacity - alloc.used
+            if free >= self.growth_pages and (not self.retract_20_steps or free * alloc.page_size
+                                              >= RETRACT_DECODE_STEPS * len(self.running)):
+                return True
             victim = min(self.running.values(),
                          key=lambda r: (r.gen_at_join + self.step - r.join_step,  # generated
                                         -r.input_len))
@@ -194,7 +248,6 @@ class RunningBatch(Rank):
                      value=victim.generated)
             if victim is needy:
                 return False
-        return True
 
     def plan_step(self) -> tuple[int, int, int] | None:
         """Admit and size the next step: (batch, summed context, tokens to recompute) or None."""
@@ -342,16 +395,9 @@ class RunningBatch(Rank):
         suffice (it may retract), or the next, if the plan after it admits a request."""
         if limit <= 1 or self.halted:
             return 1
+        if self._admits_next():
+            return 1
         running = self.running
-        if len(running) < self.max_running:
-            if self.waiting:
-                return 1
-            if self.retracted:
-                head = self.retracted[0]
-                alloc = self.alloc
-                need = alloc.pages_for(head.input_len + head.generated) + self.growth_pages
-                if alloc.capacity - alloc.used >= need:
-                    return 1
         if not running:
             return limit
         step = self.step

@@ -180,7 +180,20 @@ def _prefill_server(ctx: Context, value: int) -> None:
 
 
 def _decode_server(ctx: Context, value: int) -> None:
-    _index("decode_server", value, ctx.scenario.fleet.decode.servers, "decode servers")
+    fleet = ctx.scenario.fleet
+    if fleet.mode == "colocated":  # (the servers that decode: a colocated fleet's own)
+        _index("decode_server", value, fleet.colocated.servers, "colocated servers")
+        return
+    _index("decode_server", value, fleet.decode.servers, "decode servers")
+
+
+def _kv_path(ctx: Context, kind: str) -> None:
+    """Refuse a fault that needs a KV path between prefill and decode servers on a colocated
+    fleet (its servers keep their KV on their own GPUs)."""
+    if ctx.scenario.fleet.mode == "colocated":
+        raise Invalid("kind", f"{kind} breaks KV transfers between prefill and decode servers, "
+                      f"which a colocated fleet does not have (its faults: decode_crash, "
+                      f"decode_hang, flush_race)", kind)
 
 
 class DecodeUnreachableParams(FaultParams):
@@ -192,6 +205,7 @@ class DecodeUnreachableParams(FaultParams):
     duration_s: Seconds = Field(description="How long it stays silent")
 
     def check(self, ctx: Context) -> None:
+        _kv_path(ctx, "decode_unreachable")
         d = ctx.scenario.fleet.decode
         n = d.servers * d.dp
         if self.decode_rank >= n:
@@ -218,6 +232,7 @@ class PartitionParams(FaultParams):
                                      "HEARTBEAT_MAX_FAILURE")
 
     def check(self, ctx: Context) -> None:
+        _kv_path(ctx, "partition")
         _prefill_server(ctx, self.prefill_server)
         span = self.at_s + self.duration_s + self.heartbeat_interval_s * (
             self.heartbeat_misses + 1)
@@ -237,6 +252,7 @@ class TransferErrorsParams(FaultParams):
                                  "ends")
 
     def check(self, ctx: Context) -> None:
+        _kv_path(ctx, "transfer_errors")
         if self.to_s is not None and not self.to_s > self.from_s:
             raise Invalid("to_s", f"must be after from_s ({self.from_s:g})", self.to_s)
 
@@ -254,7 +270,8 @@ class DecodeCrashParams(FaultParams):
     Mooncake engine binds a new RPC port, so the session id (``host:rpc_port``) is new.
     """
 
-    decode_server: NonNegInt = Field(0, description="The decode server that dies; default 0")
+    decode_server: NonNegInt = Field(0, description="The decode server that dies (on a "
+                                     "colocated fleet: the server); default 0")
     at_s: Instant = Field(description="When it dies (simulated s)")
     restart_after_s: Seconds | None = Field(
         60.0, description="Seconds until the server serves again (new sessions); null: never")
@@ -276,7 +293,8 @@ class DecodeHangParams(FaultParams):
     the blacklist sees nothing).
     """
 
-    decode_server: NonNegInt = Field(0, description="The decode server that stalls; default 0")
+    decode_server: NonNegInt = Field(0, description="The decode server that stalls (on a "
+                                     "colocated fleet: the server); default 0")
     at_s: Instant = Field(description="When the stall starts (simulated s)")
     duration_s: Seconds = Field(description="How long it lasts")
     kv_writes: Literal["time_out", "land"] = Field(
@@ -301,6 +319,7 @@ class NicFlapsParams(FaultParams):
     down_s: Seconds = Field(2.0, description="Seconds the link stays down each time; default 2")
 
     def check(self, ctx: Context) -> None:
+        _kv_path(ctx, "nic_flaps")
         _prefill_server(ctx, self.prefill_server)
         if self.down_s >= self.every_s:
             raise Invalid("down_s", f"must be shorter than every_s ({self.every_s:g})",
@@ -325,6 +344,7 @@ class NicDegradedParams(FaultParams):
         1e-5, description="Share of the line rate left; default 1e-5")
 
     def check(self, ctx: Context) -> None:
+        _kv_path(ctx, "nic_degraded")
         _prefill_server(ctx, self.prefill_server)
 
 

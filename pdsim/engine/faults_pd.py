@@ -42,6 +42,7 @@ from pdsim.engine.faults import (  # noqa: F401 (the kinds of faults.py register
     LIBRARY,
     FaultParams,
     Faults,
+    _kv_path,
     _prefill_server,
 )
 from pdsim.engine.request import Room
@@ -92,6 +93,12 @@ class GatewayTimeoutParams(FaultParams):
     duration_s: Seconds | None = Field(None, description="How long the change lasts; null: "
                                        "to the end of the run")
 
+    def check(self, ctx: Context) -> None:
+        if ctx.scenario.fleet.mode == "colocated":
+            raise Invalid("kind", "gateway_timeout changes the TTFT timeout of a PD fleet's "
+                          "router (a prefill and a decode leg per request); a colocated "
+                          "fleet's gateway has none in pdsim", "gateway_timeout")
+
     def window(self, horizon: float) -> tuple[float, float]:
         """A change for good is a trigger at its instant (recovery counts from it); one that
         is undone later lasts until then."""
@@ -112,6 +119,7 @@ class LostDoneParams(FaultParams):
                                              "transfers; null: all")
 
     def check(self, ctx: Context) -> None:
+        _kv_path(ctx, "lost_done")
         if self.prefill_server is not None:
             _prefill_server(ctx, self.prefill_server)
         if self.to_s is not None and not self.to_s > self.from_s:
@@ -134,6 +142,7 @@ class PrefillRestartParams(FaultParams):
                             "heartbeat_max_failure of it to notice); default 3")
 
     def check(self, ctx: Context) -> None:
+        _kv_path(ctx, "prefill_restart")
         _prefill_server(ctx, self.prefill_server)
         if self.at_s + self.down_s > MAX_TIME_S:
             raise Invalid("down_s", f"at_s + down_s passes {MAX_TIME_S:g} s", self.down_s)
@@ -154,6 +163,7 @@ class LegFailureParams(FaultParams):
     to_s: Seconds | None = Field(None, description="End of the window; null: the run's end")
 
     def check(self, ctx: Context) -> None:
+        _kv_path(ctx, "leg_failure")
         if self.to_s is not None and not self.to_s > self.from_s:
             raise Invalid("to_s", f"must be after from_s ({self.from_s:g})", self.to_s)
 

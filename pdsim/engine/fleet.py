@@ -7,13 +7,16 @@ from dataclasses import dataclass
 
 import simpy
 
+from pdsim.config.engine_version import RULES, has
 from pdsim.config.fleet import PrefillConfig, RoleConfig
 from pdsim.config.scenario import Scenario
 from pdsim.engine import balance, blacklist, clock, lockstep
 from pdsim.engine.client import CLIENTS
+from pdsim.engine.colocated import ColocatedRank
 from pdsim.engine.decode import DecodeRank
 from pdsim.engine.faults import Faults
 from pdsim.engine.faults_pd import RESTART_KINDS
+from pdsim.engine.gateway import Gateway
 from pdsim.engine.log import EventLog
 from pdsim.engine.nic import NIC
 from pdsim.engine.peers import Peers
@@ -24,38 +27,28 @@ from pdsim.engine.router import MiniLB
 from pdsim.engine.server import Server
 from pdsim.engine.stats import Stats
 from pdsim.engine.transfer import TransferEngine
-from pdsim.model import predictor, profiles
-from pdsim.model.memory import pool_pages
+from pdsim.model import predictor, profiles, sglang
+from pdsim.model.memory import pool
 from pdsim.util.rng import Streams
 
-# SGLang ServerArgs._handle_gpu_memory_settings (python/sglang/srt/server_args.py, 0.5.x): the
-# default --chunked-prefill-size by GPU memory in MiB (CUDA tiers; NPU tiers left out).
-CHUNK_TIERS_MIB = ((20 * 1024, 2048), (35 * 1024, 2048), (60 * 1024, 4096), (90 * 1024, 8192),
-                   (160 * 1024, 8192))
-CHUNK_LARGE = 16384  # B200, MI300 (>= 160 GB)
+
+def default_chunked_prefill_size(gpu: profiles.GPU, version: str = sglang.DEFAULT_VERSION
+                                 ) -> int:
+    """SGLang's default ``--chunked-prefill-size`` for ``gpu`` (before any DP division), from
+    the device memory in MiB as nvidia-smi reports it (:func:`pdsim.model.sglang.
+    chunked_prefill_size`: the same ``hbm_mib`` the KV pool is sized from)."""
+    return sglang.chunked_prefill_size(gpu, version)
 
 
-def default_chunked_prefill_size(gpu: profiles.GPU) -> int:
-    """SGLang's default ``--chunked-prefill-size`` for ``gpu`` (before any DP division).
-
-    ``gpu_mem`` is the device's total memory in MiB as ``nvidia-smi`` reports it; a datasheet's
-    "80 GB" A100 reports 81,920 MiB, so ``hbm_gb`` is read as GiB.
-    """
-    mib = gpu.hbm_gb * 1024
-    for limit, size in CHUNK_TIERS_MIB:
-        if mib < limit:
-            return size
-    return CHUNK_LARGE
-
-
-def chunk_budget(role_cfg: PrefillConfig, gpu: profiles.GPU) -> int:
+def chunk_budget(role_cfg: PrefillConfig, gpu: profiles.GPU,
+                 version: str = sglang.DEFAULT_VERSION) -> int:
     """Tokens one prefill forward of one rank may take.
 
     The server's ``--chunked-prefill-size`` (given, or SGLang's GPU-memory default) is a budget
     for the whole server: with ``--enable-dp-attention`` SGLang divides it by ``dp_size``
     (``ServerArgs._handle_data_parallelism``), so 8192 on a DP-4 H20 server is 2048 per rank.
     """
-    size = role_cfg.chunked_prefill_size or default_chunked_prefill_size(gpu)
+    size = role_cfg.chunked_prefill_size or default_chunked_prefill_size(gpu, version)
     if role_cfg.dp_attention:
         size //= role_cfg.dp
     return max(1, size)
@@ -72,14 +65,31 @@ class Fleet:
         self.rngs = Streams(sc.seed, sc.seeds.model_dump())
         self.requests: list[Request] = []
         prof = self.profiles = profiles.for_scenario(sc)
-        gpu, model, engine = self.gpu, self.model, self.engine = prof.gpu, prof.model, prof.engine
+        self.gpu, self.model, self.engine = prof.gpu, prof.model, prof.engine
+        self.colocated = sc.fleet.mode == "colocated"
+        self.peers: Peers | None = None  # (a PD fleet with a prefill_restart fault: _build_pd)
+        if self.colocated:
+            self._build_colocated(recorder)
+        else:
+            self._build_pd(recorder)
+        front = self.frontend()
+        self.clients = [CLIENTS[c.kind](env, c, i, front, self.rngs)
+                        for i, c in enumerate(sc.clients)]
+        for op in sc.operator_flushes:
+            env.process(self._operator_flush(op.at_s, op.timeout_s))
+
+    def _build_pd(self, recorder: Recorder | None) -> None:
+        """Prefill servers, decode servers, transfer engines and NICs, mini_lb."""
+        sc, env = self.scenario, self.env
+        gpu, model, engine = self.gpu, self.model, self.engine
         pc, dc, tc = sc.fleet.prefill, sc.fleet.decode, sc.transfer
 
         # decode side first: prefill engines need the sessions' liveness
         self.decode_ranks: list[DecodeRank] = []
         self.decode_servers: list[Server] = []
         d_pred = self._predictor(dc)
-        d_pages = pool_pages(dc, gpu, model, engine, d_pred)
+        d_pool = pool(dc, gpu, model, engine, d_pred, sc.engine.version)
+        d_pages = d_pool.pages
         for s in range(dc.servers):
             ranks = []
             for r in range(dc.dp):
@@ -87,7 +97,10 @@ class Fleet:
                 rank = DecodeRank(env, s, r, dc, d_pred, d_pages, tc.waiting_timeout_s, port,
                                   sc.flush.semantics, self.log, self.stats, sc.flush.dooms)
                 rank.bootstrap_s = engine.bootstrap_ms / 1e3
+                rank.retract_20_steps = not has(sc.engine.version, "retract_until_next_step_fits")
                 rank.tokenize_s_per_token = engine.tokenize_us_per_token * 1e-6
+                if d_pool.max_running is not None:  # a hybrid model's state pool caps it
+                    rank.max_running = min(rank.max_running, d_pool.max_running)
                 ranks.append(rank)
                 self.decode_ranks.append(rank)
             self.decode_servers.append(Server(env, "decode", s, ranks, balance.build(dc.balance),
@@ -100,8 +113,9 @@ class Fleet:
         self.prefill_servers: list[Server] = []
         self.engines: list[TransferEngine] = []
         p_pred = self._predictor(pc)
-        p_pages = pool_pages(pc, gpu, model, engine, p_pred)
-        chunk = self.chunked_prefill_per_rank = chunk_budget(pc, gpu)
+        p_pool = pool(pc, gpu, model, engine, p_pred, sc.engine.version)
+        p_pages = p_pool.pages
+        chunk = self.chunked_prefill_per_rank = chunk_budget(pc, gpu, sc.engine.version)
         kvb = model.kv_bytes_per_token_sent(pc.tp, pc.dp_attention)
         gpus_per_rank = pc.tp // pc.dp if pc.dp_attention else pc.tp
         gpus_per_nic = tc.gpus_per_nic or gpu.gpus_per_nic
@@ -119,6 +133,8 @@ class Fleet:
                                          tc.saturation_mb * 1e6))
                 rank = PrefillRank(env, s, r, pc, p_pred, kvb, p_pages, tc.bootstrap_timeout_s,
                                    sc.flush.semantics, self.log, self.stats, chunk)
+                rank.page_aligned_chunk = has(sc.engine.version, "page_aligned_chunk")
+                rank.chunk_capped_by_memory = has(sc.engine.version, "chunk_capped_by_memory")
                 bl = blacklist.build(sc.blacklist, env, f"{rank.name}.r{r}", self.log)
                 bl.on_change = self._blacklist_changed
                 rank.engine = TransferEngine(env, rank.name, r, self.nics[-1], bl,
@@ -128,6 +144,8 @@ class Fleet:
                                              self.faults.write_error
                                              if self.faults.injects_errors else None)
                 bl.probe = rank.engine.probe  # probes cost what a small write on the path costs
+                if p_pool.max_running is not None:
+                    rank.max_running = min(rank.max_running, p_pool.max_running)
                 ranks.append(rank)
                 self.prefill_ranks.append(rank)
                 self.engines.append(rank.engine)
@@ -139,7 +157,6 @@ class Fleet:
         pd = self.pd = sc.pd
         for rank in (*self.decode_ranks, *self.prefill_ranks):
             rank.set_paths(pd)
-        self.peers: Peers | None = None
         restarts = [f for f in sc.faults if f.kind in RESTART_KINDS]
         if restarts:  # a prefill may change behind its address: the decodes' caches matter
             until = max(f.at_s + f.down_s for f in restarts) + pd["heartbeat_interval_s"] * (
@@ -169,16 +186,54 @@ class Fleet:
                              self.rngs["routing"], self.log)
         self.router.notify_decode = DECODE if pd["prefill_abort_notifies_decode"] else 0
         self.router.notify_prefill = PREFILL if pd["decode_abort_notifies_prefill"] else 0
-        front = self.frontend()
-        self.clients = [CLIENTS[c.kind](env, c, i, front, self.rngs)
-                        for i, c in enumerate(sc.clients)]
-        for op in sc.operator_flushes:
-            env.process(self._operator_flush(op.at_s, op.timeout_s))
+
+    def _build_colocated(self, recorder: Recorder | None) -> None:
+        """Colocated servers (each rank prefilling and decoding, pdsim.engine.colocated) behind
+        sgl-model-gateway in regular mode. They are the fleet's decode servers and ranks (the
+        ones that decode: faults that stop a decode server stop them); there are no prefill
+        servers, transfer engines or NICs."""
+        sc, env = self.scenario, self.env
+        cc = sc.fleet.colocated
+        rules = {k: has(sc.engine.version, k) for k in RULES}
+        pred = self._predictor(cc)
+        c_pool = pool(cc, self.gpu, self.model, self.engine, pred, sc.engine.version)
+        pages = c_pool.pages
+        chunk = self.chunked_prefill_per_rank = chunk_budget(cc, self.gpu, sc.engine.version)
+        self.prefill_ranks, self.prefill_servers, self.engines, self.nics = [], [], [], []
+        self.decode_ranks, self.decode_servers = [], []
+        together = cc.dp_attention if cc.lockstep is None else cc.lockstep
+        for s in range(cc.servers):
+            ranks = []
+            for r in range(cc.dp):
+                rank = ColocatedRank(env, s, r, cc, pred, pages, sc.flush.semantics, self.log,
+                                     self.stats, chunk, rules)
+                rank.tokenize_s_per_token = self.engine.tokenize_us_per_token * 1e-6
+                if c_pool.max_running is not None:  # a hybrid model's state pool caps it
+                    rank.max_running = min(rank.max_running, c_pool.max_running)
+                if together and cc.dp > 1:  # a lockstep group plans every step (no spans)
+                    rank.spans = False
+                rank.recorder = recorder
+                ranks.append(rank)
+                self.decode_ranks.append(rank)
+            self.decode_servers.append(Server(env, "colocated", s, ranks,
+                                              balance.build(cc.balance), self.log))
+        self.sessions = {r.session: r for r in self.decode_ranks}
+        self.faults = Faults(self, sc.faults, self.rngs["faults"])
+        self.steppers = []
+        for server in self.decode_servers:
+            if together and len(server.ranks) > 1:
+                self.steppers.append(lockstep.Stepper(env, server.ranks, True))
+            else:
+                self.steppers += [lockstep.Stepper(env, [r], False) for r in server.ranks]
+        self._decode_steppers = self.steppers
+        self.router = Gateway(env, self.decode_servers, sc.router, self.rngs["routing"],
+                              self.log)
 
     def _predictor(self, role: RoleConfig) -> predictor.Predictor:
         """One predictor per role: the ranks of a role share its (pure) step-time function."""
         gather = role.dp if role.dp_attention else 1
-        lay = predictor.layout_for(role, self.scenario.predictor, gather)
+        lay = predictor.layout_for(role, self.scenario.predictor, gather, self.gpu,
+                                   self.scenario.engine.version)
         return predictor.build(self.scenario.predictor, self.gpu, self.model, role.tp, gather,
                                self.engine, lay)
 
@@ -244,6 +299,15 @@ class Fleet:
         for stepper in self._decode_steppers:  # (Rank._catch_up of every decode rank)
             stepper.catch_up()  # KV grown and tokens made by steps of a span that ended by now
         d = self.decode_ranks
+        if self.colocated:  # one pool per rank, both roles': prefill_inflight is the
+            used = cap = queue = chunked = running = 0  # requests being chunked
+            for r in d:
+                used += r.alloc.used
+                cap += r.alloc.capacity
+                queue += r.queued()
+                chunked += r.chunked is not None
+                running += len(r.running)
+            return (used / cap, used / cap, queue, chunked, 0, 0, 0, running, 0)
         p_used = p_cap = p_queue = p_inflight = 0
         for r in self.prefill_ranks:
             alloc = r.alloc

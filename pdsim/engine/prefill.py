@@ -1,8 +1,14 @@
 """Prefill DP rank: bootstrap queue -> waiting queue -> chunked prefill -> in-flight queue.
 
 A request waits in the bootstrap queue until its decode rank has pre-allocated KV (the room is
-bootstrapped), then in the waiting queue. Each forward takes requests FIFO under the
-chunked-prefill token budget; every finished chunk's KV goes to the transfer engine at once.
+bootstrapped), then in the waiting queue. Each forward takes requests FIFO as SGLang's
+``PrefillAdder`` does (python/sglang/srt/managers/schedule_policy.py and scheduler.py, 0.5.x):
+the request being chunked first, then waiting ones under the chunked-prefill budget and
+``max_prefill_tokens`` (the first request of a forward is exempt from the latter; a later one
+it does not fit waits, even where the chunk budget would have taken part of it), while request
+slots are free (``max_running_requests``, less the requests whose KV is still held for their
+transfer: ``req_to_token_pool.available_size()``); every finished chunk's KV goes to the
+transfer engine at once.
 After its last chunk the request sits in the in-flight queue until the transfer resolves, and
 then its KV is released (into the prefix cache on success). A room that fails while its prompt
 is mid-prefill still has its remaining chunks computed, as SGLang does; a failed room still in
@@ -40,6 +46,12 @@ class PrefillRank(Rank):
         self.chunk_budget = chunk_budget  # per rank, after SGLang's DP division (fleet.py)
         # (read per forward: a pydantic model's field is ~5x slower to read than an attribute)
         self.max_running = cfg.max_running_requests
+        self.max_prefill = cfg.max_prefill_tokens
+        # SGLang releases (pdsim.config.engine_version; set by the fleet): a truncated
+        # request's chunk page-aligned (else rem_chunk - page + 1), and a continuing chunk
+        # shrunk to the free memory (else it waits for the whole chunk's pages)
+        self.page_aligned_chunk = True
+        self.chunk_capped_by_memory = True
         self.bootstrap_timeout = bootstrap_timeout_s
         self.engine: TransferEngine | None = None  # wired by the fleet
         self.bootstrap: dict[int, Request] = {}
@@ -181,15 +193,34 @@ class PrefillRank(Rank):
         return n if alloc.grow(pages, need) else 0
 
     def _form_batch(self) -> list[tuple[Request, int, bool]]:
+        """The next forward's chunks, as ``Scheduler.get_new_batch_prefill`` forms them: the
+        chunked request's next chunk, then waiting requests FIFO while the chunk budget
+        (``rem_chunk_tokens``), ``max_prefill_tokens`` (``rem_input_tokens``; not for the
+        first), the request slots and the free pages allow. Budgets count page-rounded
+        tokens (``_update_prefill_budget``). Memory is the allocator's: SGLang's check
+        (``input + 1 < free + evictable``, max_new_tokens being 1 on a prefill server) is
+        what allocating the chunk's pages, evicting cached blocks first, asks."""
         budget = self.chunk_budget
+        rem_input = self.max_prefill
+        ps = self.alloc.page_size
+        # request slots: those held by requests whose KV awaits its transfer, and by the
+        # request being chunked (it counts again in the batch, as in SGLang)
+        cap = self.max_running - len(self.inflight)
         batch: list[tuple[Request, int, bool]] = []
         if self.chunked is not None:
-            n = self._take(self.chunked, budget)
+            cap -= 1
+            req = self.chunked
+            n = self._take(req, budget)
+            if not n and self.chunk_capped_by_memory:  # add_chunked_req: min(rem_chunk,
+                fit = (self.alloc.capacity - self.alloc.used) * ps  # rem_total)
+                n = self._take(req, fit) if fit > 0 else 0
             if not n:
                 return batch
-            batch.append((self.chunked, n, False))
-            budget -= n
-        while budget > 0 and self.waiting and len(batch) < self.max_running:
+            batch.append((req, n, False))
+            used = -(-n // ps) * ps
+            budget -= used
+            rem_input -= used
+        while budget > 0 and rem_input > 0 and self.waiting and len(batch) < cap:
             req = self.waiting[0]
             if req.room.resolved or req.rid not in self._queued:
                 self.waiting.popleft()
@@ -198,15 +229,26 @@ class PrefillRank(Rank):
                 hit = self.cache.match(req.blocks) * self.cache.block_tokens
                 most = req.input_len - 1  # min(hit, most), without the builtin's call
                 req.cached_tokens = most if most < hit else hit
-            n = self._take(req, budget)
+            extend = req.input_len - req.cached_tokens
+            paged = -(-extend // ps) * ps
+            if batch and paged >= rem_input:  # the first request of a forward is exempt
+                break
+            if paged <= budget:
+                n = extend
+            else:  # truncated: it becomes the chunked request
+                n = budget // ps * ps if self.page_aligned_chunk else budget - ps + 1
+                if n <= 0:
+                    break
+            n = self._take(req, n)
             if not n:
                 break
             self.waiting.popleft()
             self._queued.discard(req.rid)
             batch.append((req, n, True))
-            budget -= n
-            left = req.input_len - req.cached_tokens - n
-            if left > 0:
+            used = -(-n // ps) * ps
+            budget -= used
+            rem_input -= used
+            if extend > n:
                 self.chunked = req
                 break
         return batch

@@ -38,6 +38,10 @@ class Recorder:
             self.steps.append((track, t0, t1, "idle batch", 0, 0, steps))
         elif rank.role == "prefill":
             self.steps.append((track, t0, t1, "prefill", 0, int(plan[0]), steps))
+        elif len(plan) > 4:  # a colocated rank's prefill forward (decode batch mixed in)
+            kind = "prefill+decode" if plan[0] else "prefill"
+            self.steps.append((track, t0, t1, kind, int(plan[0]), int(plan[3] - plan[0]),
+                               steps))
         else:
             self.steps.append((track, t0, t1, "decode", int(plan[0]), int(plan[0]) * steps,
                                steps))

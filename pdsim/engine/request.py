@@ -255,8 +255,12 @@ class Request:
         "http_status", "room", "p_server", "p_rank", "d_server", "d_rank", "prefill_tokens",
         "cached_tokens", "on_response", "d_pages", "p_pages", "gen_at_join", "join_step",
         "version", "cap_tokens", "full_at", "stale_pages", "t_prefill_end", "t_transfer_done",
-        "t_prefill_start", "boot_at", "boot_eid", "wait_at", "wait_eid", "dead_at", "p_leg",
+        "t_prefill_start", "boot_at", "boot_eid", "wait_at", "wait_eid", "fill_target",
+        "fill_done", "dead_at", "p_leg",
     )
+    # (fill_*: a colocated server's prefill of the request, pdsim.engine.colocated: the tokens
+    # whose KV it needs, its prompt and any tokens generated before a retraction, and those
+    # computed so far, cached prefix included)
     # (boot_*, wait_*: the prefill's bootstrap and the decode's waiting deadline, set when
     # each starts: pdsim.engine.clock.KeptDeadlines)
     room: Room | None

@@ -212,12 +212,7 @@ class MiniLB:
             why = call.why
             req.status, req.reason, req.http_status = "timed_out", why, 504
             req.t_done = self.env._now
-            if why == "router_timeout" or self.ttft_cancels == "both":
-                # both legs dropped: each server aborts its own copy (an abort never
-                # blacklists)
-                req.room.fail("aborted")
-            else:  # the prefill leg only: the decode hears only if the release tells it
-                req.room.fail("aborted", PREFILL | self.notify_decode)
+            self._abort(req, why != "router_timeout" and self.ttft_cancels == "prefill")
         if not self.hop:
             call.on_return(req)
         elif call.stage == _RESUME:  # (answered in time: its own entries end here)
@@ -225,6 +220,16 @@ class MiniLB:
             self.env.timer(self.hop, call)
         else:  # resumed by the timeout: the call's entries may still see the answer
             call_later(self.env, self.hop, lambda: call.on_return(req))
+
+    def _abort(self, req: Request, prefill_only: bool = False) -> None:
+        """The router gave up on ``req``: both legs dropped, each server aborts its own copy
+        (an abort never blacklists); ``prefill_only``: only the prefill leg is (a gateway's
+        TTFT timeout that reaches only the prefill): the decode hears of it only if the
+        release tells it (pdsim.config.pd_paths)."""
+        if prefill_only:
+            req.room.fail("aborted", PREFILL | self.notify_decode)
+        else:
+            req.room.fail("aborted")
 
     # --- flush -----------------------------------------------------------------------------
 

@@ -54,11 +54,12 @@ class Server:
 
     def _pick(self, req: Request) -> None:
         ranks = self.ranks
-        ranks[self.balancer.pick(ranks, req.room.id)].submit(req)
+        room = req.room  # (a colocated fleet's requests have none)
+        ranks[self.balancer.pick(ranks, room.id if room is not None else -1)].submit(req)
 
     def _refuse(self, req: Request) -> None:
         """The router's POST cannot reach a server that is down (connection refused)."""
-        if self.role == "decode":
+        if self.role != "prefill":  # (decode or colocated: the server that answers)
             req.d_server = self.index
             self.ranks[0].refuse(req)
         else:  # the prefill never hears of the request; the decode is not told

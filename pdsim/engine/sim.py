@@ -167,6 +167,7 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
              samples: list | None = None) -> dict:
     """The run's summary; ``samples``: the time series' rows (the incident block reads them)."""
     stats = fleet.stats
+    gpus = fleet.scenario.fleet.gpus()  # (what a side-by-side comparison of fleets divides by)
     col = summary_mod.columns(None, cols)  # (the request columns, pdsim.engine.log.plain_columns)
 
     def values(name: str) -> object:
@@ -220,6 +221,9 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
         "kv_transferred_gb": round(stats.bytes_transferred / 1e9, 3),
         "prefill_tokens_computed": stats.prefill_tokens,
         "chunked_prefill_size_per_rank": fleet.chunked_prefill_per_rank,
+        "fleet_mode": fleet.scenario.fleet.mode,
+        "gpus": sum(gpus.values()),
+        "gpus_by_role": gpus,
         "tokens_generated_fleet": stats.tokens_out,
         "events": sim_events,
         "logged_events": n_events,

@@ -5,7 +5,9 @@ Two kinds of rows (one CSV may mix them):
 - **step rows**, as SGLang's ``bench_one_batch`` prints them: ``phase`` (prefill or decode),
   ``batch_size``, ``input_len`` (prefill: prompt tokens per request; decode: context tokens per
   sequence), ``step_ms``; optional layout columns ``tp``, ``dp``, ``dp_attention``, ``ep``,
-  ``tbo``, ``expert_imbalance`` (defaults: one GPU).
+  ``tbo``, ``expert_imbalance``, ``moe_a2a_backend`` (none or deepep), ``moe_dense_tp_size``
+  (1 or empty), ``enable_dp_lm_head``, ``deepep_ll_nvlink`` (defaults: one GPU, SGLang's
+  defaults).
 - **serving rows**, as ``bench_serving`` prints them: ``input_len``, ``output_len``,
   ``max_concurrency``, optional ``request_rate`` (default inf) and ``num_prompts`` (default 50),
   and the measured ``ttft_ms`` and/or ``tpot_ms``. Each is simulated on a 1P1D fleet (the
@@ -152,6 +154,11 @@ def _get(row: Any, key: str, default: Any) -> Any:
     return default if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
+def _true(v: Any) -> bool:
+    """A CSV boolean: true/false (any case), 1/0, or a bool."""
+    return v is True or str(v).strip().lower() in ("true", "1", "1.0", "yes")
+
+
 def _with(base: profiles.Resolved, params: dict[str, float]) -> tuple:
     g = {k[4:]: v for k, v in params.items() if k.startswith("gpu.")}
     e = {k[7:]: v for k, v in params.items() if k.startswith("engine.")}
@@ -169,7 +176,11 @@ def predict_steps(rows: pd.DataFrame, res: profiles.Resolved, params: dict[str, 
         dpa = bool(_get(r, "dp_attention", dp > 1))
         lay = predictor.Layout(tp=tp, dp=dp, dp_attention=dpa, ep=int(_get(r, "ep", 1)),
                                gather=dp if dpa else 1, tbo=bool(_get(r, "tbo", False)),
-                               imbalance=float(_get(r, "expert_imbalance", 1.0)))
+                               imbalance=float(_get(r, "expert_imbalance", 1.0)),
+                               a2a=str(_get(r, "moe_a2a_backend", "none")),
+                               dense_tp1=_get(r, "moe_dense_tp_size", None) in (1, 1.0, "1"),
+                               dp_lm_head=_true(_get(r, "enable_dp_lm_head", False)),
+                               ll_nvlink=_true(_get(r, "deepep_ll_nvlink", True)))
         pred = cache.get(lay)
         if pred is None:
             pred = cache[lay] = predictor.OperatorPredictor(gpu, res.model, eng, lay)

@@ -1,5 +1,27 @@
-"""GPU memory: what a rank's weights leave for its KV pool, and the load-time check that a
-scenario's fleet builds (profiles resolve, weights fit, the predictors build).
+"""GPU memory: what a rank's weights leave for its KV pool (and a hybrid model's recurrent-state
+pool), and the load-time check that a scenario's fleet builds (profiles resolve, weights fit,
+the predictors build).
+
+SGLang sizes the pool once at start-up (``ModelRunner.profile_max_num_token``,
+model_runner_kv_cache_mixin.py@0.5.9): ``rest = free x mem_fraction_static - weights`` (bytes of
+one GPU), a linear-attention model's state pool carved out of ``rest`` first, then
+``max_total_num_tokens = rest // cell``, ``cell`` the KV bytes one token takes on one GPU:
+
+- GQA/MHA: ``max(1, kv_heads // attn_tp) x 2 x head_dim`` per full-attention layer (KV heads
+  replicated when attention TP exceeds them);
+- MLA: the latent ``kv_lora_rank + qk_rope_head_dim`` whole on every GPU; DSA adds its indexer
+  keys (and keeps an FP8 latent with scales, the RoPE part in BF16);
+- sliding-window layers: the pool is split so that the SWA tokens are ``swa_full_tokens_ratio``
+  (0.8) of the full-attention tokens (``set_num_tokens_hybrid_swa``); pdsim's engine counts the
+  full-attention tokens (a request holds at most its window in the SWA pool);
+- linear attention (Gated DeltaNet): only full-attention layers hold KV; the state pool holds
+  ``max_running_requests`` states when the radix cache is off, else ``0.9 / 1.9`` of ``rest``
+  (``mamba_full_memory_ratio``), and caps running requests at states / 3 (``init_memory_pool``).
+
+``free`` is taken as the device memory (``hbm_mib`` x 2^20): SGLang reads the free memory right
+after NCCL init, a little less (the CUDA context and NCCL buffers, not modelled).
+``mem_fraction_static`` unset: SGLang's default for the GPU, layout and release
+(:mod:`pdsim.model.sglang`).
 
 Apart from pdsim.engine.fleet (which imports the whole simulator), so that ``pdsim validate`` and
 ``pdsim.load`` run this check without loading the simulator: pdsim.config.scenario imports this
@@ -8,76 +30,194 @@ module when a scenario is first checked (``_BUILTIN_CHECKS``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from pdsim.config.engine_version import DEFAULT_VERSION
 from pdsim.config.fleet import RoleConfig
 from pdsim.config.scenario import Scenario, load_check
 from pdsim.config.units import Context, Invalid, ScenarioError
-from pdsim.model import predictor, profiles
+from pdsim.model import predictor, profiles, sglang
+
+GIB = 1 << 30
+# server_args.py@0.5.9 (the same defaults in every release pdsim knows): --swa-full-tokens-ratio
+# (l.339) and --mamba-full-memory-ratio (l.523)
+SWA_FULL_TOKENS_RATIO = 0.8
+MAMBA_FULL_MEMORY_RATIO = 0.9
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One DP rank's memory budget, as SGLang logs it at start-up."""
+
+    tokens: int  # max_total_num_tokens: the (full-attention) KV pool, whole pages
+    pages: int
+    how: str  # what set it, for `pdsim validate`
+    mem_fraction_static: float | None = None  # the fraction used (None: kv_pool_tokens given)
+    states: int = 0  # recurrent-state slots (linear attention), 0: none
+    max_running: int | None = None  # the cap the state pool sets on running requests
+    swa_tokens: int = 0  # the sliding-window layers' pool
+
+
+def radix_cache(role_cfg: RoleConfig) -> bool:
+    """Whether the role's servers keep a radix cache (a PD decode server never does: SGLang
+    forces the chunk cache there, server_args.py@0.5.9 ``_handle_disaggregation``)."""
+    return bool(getattr(role_cfg, "prefix_cache", False))
+
+
+def layout_defaults(role_cfg: RoleConfig, gpu: profiles.GPU, version: str) -> tuple[int, int]:
+    """(server chunked-prefill budget, CUDA-graph cap) of a role: given, or SGLang's
+    defaults for the GPU, tp and release."""
+    chunk = getattr(role_cfg, "chunked_prefill_size", None) or \
+        sglang.chunked_prefill_size(gpu, version)
+    graph = role_cfg.cuda_graph_max_bs
+    if graph is None:
+        graph = sglang.cuda_graph_max_bs(gpu, role_cfg.tp, version)
+    return chunk, graph
+
+
+def default_mem_fraction(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
+                         version: str) -> float:
+    chunk, graph = layout_defaults(role_cfg, gpu, version)
+    return sglang.mem_fraction_static(gpu, model, role_cfg.tp, role_cfg.dp,
+                                      role_cfg.dp_attention, chunk, graph, version)
+
+
+def cell_bytes(model: profiles.Model, attn_tp: int) -> float:
+    """KV bytes one token takes on one attention GPU over the layers sized together (full
+    attention; plus sliding-window layers, split afterwards: :func:`pool`)."""
+    if model.attention == "mla":
+        per_layer = model.kv_layer_token_bytes
+    else:
+        per_layer = max(1, model.kv_heads // attn_tp) * 2 * model.head_dim * \
+            model.kv_dtype_bytes
+    return (model.full_attention_layers + model.sliding_window_layers) * per_layer
+
+
+def pool(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
+         engine: profiles.Engine | None = None,
+         role_predictor: predictor.Predictor | None = None,
+         version: str = DEFAULT_VERSION) -> Pool:
+    """One DP rank's KV pool (and state pool): given, or what ``mem_fraction_static`` of the
+    device leaves after the weights (module docstring).
+
+    Weights per GPU follow the role's layout (attention replicated under DP attention, experts
+    split under EP); a rank's KV lives on its attention GPUs, each holding its KV heads. The
+    role's predictor, if an operator one, is that layout's (its weights do not depend on the
+    gather, two-batch overlap or imbalance it also has): none is built here.
+    """
+    page = role_cfg.page_size
+    if role_cfg.kv_pool_tokens is not None:
+        tokens = role_cfg.kv_pool_tokens
+        pages = max(1, tokens // page)
+        return Pool(pages * page, pages, "kv_pool_tokens")
+    engine = engine or profiles.engine()
+    op = role_predictor
+    if not isinstance(op, predictor.OperatorPredictor):
+        op = predictor.OperatorPredictor(gpu, model, engine, predictor.role_layout(role_cfg))
+    weights = op.weights_per_gpu()
+    given = role_cfg.mem_fraction_static
+    mfs = given if given is not None else default_mem_fraction(role_cfg, gpu, model, version)
+    if mfs <= 0:  # (SGLang's formula on a large DP-attention server: it would not start)
+        cfg = role_cfg
+        res = sglang.reserved_mib(gpu, cfg.tp, cfg.dp, cfg.dp_attention,
+                                  *layout_defaults(cfg, gpu, version), version)
+        dpa = f", dp {cfg.dp} with dp attention" if cfg.dp_attention else ""
+        raise ValueError(f"SGLang {version}'s default mem_fraction_static for {gpu.name} at tp "
+                         f"{cfg.tp}{dpa} is {mfs:.3g} (it reserves {res / 1024:.0f} GiB for "
+                         f"activations and CUDA graphs): set mem_fraction_static (and "
+                         f"cuda_graph_max_bs) as the deployment does")
+    how = f"mem_fraction_static {mfs:.4g} after weights" + (
+        "" if given is not None else
+        f" (SGLang {version}'s default for {gpu.name} at tp {role_cfg.tp}"
+        + (f", dp {role_cfg.dp} with dp attention" if role_cfg.dp_attention else "") + ")")
+    rest = gpu.hbm_bytes * mfs - weights
+    attn_tp = op.layout.attn_tp
+    if rest <= 0:  # (say what the budget was and what moves it: SGLang would OOM)
+        static = gpu.hbm_bytes * mfs / GIB
+        layout = " with dp attention" if role_cfg.dp_attention else ""
+        whose = "" if given is not None else f" (SGLang {version}'s default)"
+        raise ValueError(f"{model.name} weights ({weights / GIB:.0f} GiB per GPU at tp "
+                         f"{role_cfg.tp}{layout}) do not fit in {gpu.name} memory: "
+                         f"mem_fraction_static {mfs:.3g}{whose} of {gpu.hbm_gib:.1f} GiB is "
+                         f"{static:.0f} GiB and leaves no KV pool; spread them over more GPUs "
+                         f"(a larger tp), pick a GPU with more memory or raise "
+                         f"mem_fraction_static")
+    states, cap = 0, None
+    if model.linear_attention_layers:
+        per_req = model.state_bytes_per_request(attn_tp)
+        if not radix_cache(role_cfg):  # --disable-radix-cache with --max-running-requests
+            states = role_cfg.max_running_requests
+            cap = states
+        else:
+            r = MAMBA_FULL_MEMORY_RATIO
+            states = int(rest * r / (1 + r) // per_req)
+            cap = states // 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
+        rest -= states * per_req
+        how += f"; {states:,} recurrent states of {per_req / 2**20:.1f} MiB carved first"
+        if rest <= 0 or cap < 1:
+            raise ValueError(f"{model.name}: {states:,} recurrent states of {per_req / 2**20:.1f}"
+                             f" MiB per GPU leave no KV pool in {gpu.name} memory; lower "
+                             f"max_running_requests or use more GPUs")
+    cell = cell_bytes(model, attn_tp)
+    tokens = int(rest) // int(cell) if cell == int(cell) else int(rest / cell)
+    swa = 0
+    if model.sliding_window_layers and model.full_attention_layers:
+        per = cell / (model.full_attention_layers + model.sliding_window_layers)
+        ratio = SWA_FULL_TOKENS_RATIO
+        total = tokens * cell
+        tokens = int(total / (per * (model.full_attention_layers
+                                     + ratio * model.sliding_window_layers)))
+        swa = int(tokens * ratio)
+        how += f"; sliding-window layers' pool {ratio:g} x the full layers'"
+    pages = max(1, tokens // page)
+    return Pool(pages * page, pages, how, mfs, states, cap, swa // page * page)
 
 
 def pool_pages(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
                engine: profiles.Engine | None = None,
-               role_predictor: predictor.Predictor | None = None) -> int:
-    """KV pages per rank: given, or what ``mem_fraction_static`` of HBM leaves after weights.
-
-    Weights per GPU follow the role's layout (attention replicated under DP attention, experts
-    split under EP); a rank's KV lives on its attention GPUs, each holding its KV heads. The
-    role's predictor, if an operator one, is that layout's (its weights and KV per layer do not
-    depend on the gather, two-batch overlap or imbalance it also has): none is built here.
-    """
-    if role_cfg.kv_pool_tokens is not None:
-        tokens = role_cfg.kv_pool_tokens
-    else:
-        op = role_predictor
-        if not isinstance(op, predictor.OperatorPredictor):
-            lay = predictor.Layout(tp=role_cfg.tp, dp=role_cfg.dp,
-                                   dp_attention=role_cfg.dp_attention, ep=role_cfg.ep)
-            op = predictor.OperatorPredictor(gpu, model, engine or profiles.engine(), lay)
-        weights = op.weights_per_gpu()
-        free = gpu.hbm_gb * 1e9 * role_cfg.mem_fraction_static - weights
-        if free <= 0:  # (say what the budget was and what moves it: SGLang would OOM)
-            static = gpu.hbm_gb * role_cfg.mem_fraction_static
-            layout = " with dp attention" if role_cfg.dp_attention else ""
-            raise ValueError(f"{model.name} weights ({weights / 1e9:.0f} GB per GPU at tp "
-                             f"{role_cfg.tp}{layout}) do not fit in {gpu.name} memory: "
-                             f"mem_fraction_static {role_cfg.mem_fraction_static:g} of "
-                             f"{gpu.hbm_gb:g} GB is {static:.0f} GB and leaves no KV pool; "
-                             f"spread them over more GPUs (a larger tp), pick a GPU with "
-                             f"more memory or raise mem_fraction_static")
-        tokens = int(free / (model.layers * op.kv_layer_bytes))
-    return max(1, tokens // role_cfg.page_size)
+               role_predictor: predictor.Predictor | None = None,
+               version: str = DEFAULT_VERSION) -> int:
+    """KV pages per rank (:func:`pool`'s pages)."""
+    return pool(role_cfg, gpu, model, engine, role_predictor, version).pages
 
 
 @load_check
 def _fleet_builds(sc: Scenario, ctx: Context) -> None:
     """What building the fleet would reject, checked at load time (so ``validate`` sees it):
     the profiles resolve (files, names, overrides), the weights fit, the predictor builds."""
-    kv_pools(sc, ctx)
+    pools(sc, ctx)
 
 
 def kv_pools(sc: Scenario, ctx: Context | None = None) -> dict[str, int]:
     """KV pool tokens of one DP rank of each role (SGLang's ``max_total_num_tokens``), as the
-    fleet builds them (``pool_pages``), raising what building the fleet would reject."""
+    fleet builds them, raising what building the fleet would reject."""
+    return {role: p.tokens for role, p in pools(sc, ctx).items()}
+
+
+def pools(sc: Scenario, ctx: Context | None = None) -> dict[str, Pool]:
+    """:func:`pool` of one DP rank of each role, raising what building the fleet would
+    reject."""
     try:
         prof = profiles.for_scenario(sc, ctx)
     except profiles.ProfileError as err:
         raise ScenarioError(str(err)) from None
-    pools = {}
-    for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode)):
+    out = {}
+    for role, cfg in sc.fleet.roles():  # (prefill and decode, or colocated)
         _heads_split(role, cfg, prof.model)
         gather = cfg.dp if cfg.dp_attention else 1
-        try:  # (built first, for pool_pages to reuse; its error is reported second)
+        try:  # (built first, for pool to reuse; its error is reported second)
+            lay = predictor.layout_for(cfg, sc.predictor, gather, prof.gpu, sc.engine.version)
             pred, bad = predictor.build(sc.predictor, prof.gpu, prof.model, cfg.tp, gather,
-                                        prof.engine, predictor.layout_for(cfg, sc.predictor,
-                                                                          gather)), None
+                                        prof.engine, lay), None
         except ValueError as err:
             pred, bad = None, err
         try:
-            pools[role] = pool_pages(cfg, prof.gpu, prof.model, prof.engine, pred) * cfg.page_size
+            out[role] = pool(cfg, prof.gpu, prof.model, prof.engine, pred, sc.engine.version)
         except ValueError as err:
             raise Invalid(f"fleet.{role}", str(err)) from None
         if bad is not None:
             raise Invalid("predictor", str(bad)) from None
-    return pools
+    return out
 
 
 def _heads_split(role: str, cfg: RoleConfig, model: profiles.Model) -> None:

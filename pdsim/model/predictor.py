@@ -25,6 +25,11 @@ from typing import Protocol
 
 from pdsim.config.fleet import FITTED_KEYS, PredictorConfig
 from pdsim.config.profile_schema import GPU, Engine, Model
+from pdsim.model import architectures, formats
+from pdsim.model.simple import FittedPredictor, RooflinePredictor
+
+__all__ = ["FittedPredictor", "Layout", "OperatorPredictor", "Predictor", "RooflinePredictor",
+           "build", "layout_for", "role_layout"]
 
 ACT_BYTES = 2  # activations and the LM head are BF16
 ELEMENTWISE_PASSES = 6  # per token per layer: 2 norms, 2 residual adds, rope, activation quant
@@ -39,119 +44,34 @@ class Predictor(Protocol):
                ) -> float: ...
 
 
-@dataclass(frozen=True)
-class FittedPredictor:
-    """``prefill = a + b*sum(tokens) + c*sum(len^2)``; ``decode = a + b*sum(context) + c*batch``.
-
-    Coefficients come from the model profile (``fitted.<GPU>``) and are in ms.
-    """
-
-    prefill_a_ms: float
-    prefill_b_ms_per_ktok: float
-    prefill_c_ms_per_mtok2: float
-    decode_a_ms: float
-    decode_b_ms_per_ktok: float
-    decode_c_ms_per_seq: float
-
-    def prefill(self, tokens: float, sq_tokens: float, pairs: float | None = None,
-                reqs: float = 1, prefix: float = 0, attn_tokens: float | None = None) -> float:
-        return (self.prefill_a_ms + self.prefill_b_ms_per_ktok * tokens / 1e3
-                + self.prefill_c_ms_per_mtok2 * sq_tokens / 1e6) / 1e3
-
-    def decode(self, batch: float, context: float, attn_batch: float | None = None) -> float:
-        return (self.decode_a_ms + self.decode_b_ms_per_ktok * context / 1e3
-                + self.decode_c_ms_per_seq * batch) / 1e3
-
-    def decode_series(self, batch: float, attn_batch: float, context: int, grow: int
-                      ) -> Iterator[float]:
-        """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats
-        (a decode span's steps, pdsim.engine.decode_batch.RunningBatch.span_durations). The
-        context counts as a float, as in ``OperatorPredictor.decode_series`` (the same floats:
-        an int below 2**53 is a double exactly; float-with-float takes CPython's specialized
-        path, ~13% less a step than float-with-int)."""
-        a, b, cb = self.decode_a_ms, self.decode_b_ms_per_ktok, self.decode_c_ms_per_seq * batch
-        context, grow = float(context), float(grow)
-        while True:
-            yield (a + b * context / 1e3 + cb) / 1e3
-            context += grow
-
-
-@dataclass(frozen=True)
-class RooflinePredictor:
-    """Analytical roofline for one DP rank (the predictor before ``operator``).
-
-    Prefill is compute-bound: ``2*active_params*tokens`` plus attention ``~4*layers*hidden*len^2``
-    FLOPs over ``prefill_mfu`` of peak. Decode is memory-bound: weights read once per step plus
-    the batch's KV, over ``hbm_derate`` of HBM bandwidth. Under DP attention the MLP/MoE is
-    tensor-parallel over ``tp`` GPUs and gathers the tokens of all ``dp_gather`` ranks, so one
-    rank's token costs ``dp_gather * 2 * active / tp`` FLOPs of one GPU (assuming the ranks are
-    equally loaded). A fixed ``overhead`` (kernel launches, scheduler) is added per step; decode
-    takes the larger of its memory and compute times.
-    """
-
-    gpu: GPU
-    model: Model
-    tp: int
-    dp_gather: int = 1
-    prefill_mfu: float = 0.35
-    hbm_derate: float = 0.8
-    overhead_s: float = 0.005
-    # the model's derived sizes, read once (properties that recount the architecture each
-    # call): the same subexpressions, so every step time is the same float
-    _c: tuple = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        m = self.model
-        object.__setattr__(self, "_c", (
-            2 * m.params_active, 4 * m.layers * m.hidden_size, self._flops * self.prefill_mfu,
-            m.weight_bytes_total / self.tp, m.kv_bytes_per_token,
-            self.gpu.hbm_tbps * 1e12 * self.hbm_derate))
-
-    @property
-    def _flops(self) -> float:
-        peak = self.gpu.fp8_tflops if self.model.weight_bytes <= 1 else self.gpu.bf16_tflops
-        return peak * 1e12
-
-    def prefill(self, tokens: float, sq_tokens: float, pairs: float | None = None,
-                reqs: float = 1, prefix: float = 0, attn_tokens: float | None = None) -> float:
-        active2, attn4, flops_s, _w, _kv, _bw = self._c
-        flops = active2 * tokens * self.dp_gather / self.tp
-        flops += attn4 * sq_tokens / self.tp
-        return self.overhead_s + flops / flops_s
-
-    def decode(self, batch: float, context: float, attn_batch: float | None = None) -> float:
-        active2, _a, flops_s, weights, kv_per_token, bw = self._c
-        kv = context * kv_per_token
-        memory = (weights + kv) / bw
-        compute = active2 * batch * self.dp_gather / self.tp / flops_s
-        return self.overhead_s + max(memory, compute)
-
-    def decode_series(self, batch: float, attn_batch: float, context: int, grow: int
-                      ) -> Iterator[float]:
-        """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats."""
-        active2, _a, flops_s, weights, kv_per_token, bw = self._c
-        compute = active2 * batch * self.dp_gather / self.tp / flops_s
-        overhead = self.overhead_s
-        while True:
-            yield overhead + max((weights + context * kv_per_token) / bw, compute)
-            context += grow
-
-
 # --- the operator-level model --------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Layout:
-    """How one rank's forward is spread over GPUs.
+    """How one rank's forward is spread over GPUs, as SGLang shards it (issue 29 fact sheet A4:
+    layers/communicator.py ``LayerScatterModes``, models/deepseek_v2.py and qwen2_moe.py).
 
     ``tp`` GPUs per server; with ``dp_attention`` the server's ``dp`` ranks each run attention
     on their own requests over ``tp // dp`` GPUs, and the MLP/MoE sees the tokens of the
-    ``gather`` ranks stepping together. ``ep > 1``: routed experts are split over ``ep`` GPUs and
-    tokens reach them by all-to-all (DeepEP: normal kernels in prefill, low-latency pure-RDMA
-    kernels in decode); tokens then stay on their DP rank, so dense layers and shared experts
-    run data-parallel (SGLang ``--moe-dense-tp-size 1``). ``tbo``: two-batch overlap (each
-    forward in two micro-batches, communication of one under computation of the other).
-    ``imbalance``: busiest expert-GPU load over the mean (1: balanced).
+    ``gather`` ranks stepping together. ``ep > 1``: routed experts are split over ``ep`` GPUs,
+    each expert's width over ``tp // ep``. With ``a2a`` none (SGLang's default) every GPU still
+    holds every token: it runs its own experts over them and the TP all-reduce sums the
+    outputs (no all-to-all); dense MLP, shared experts and LM head stay TP-sharded. With
+    ``a2a`` deepep tokens are scattered over the GPUs and reach their experts by all-to-all
+    (normal kernels when the forward has prefill tokens, low-latency ones for pure decode),
+    over NVLink inside an NVLink domain and the NIC between domains; shared experts keep whole
+    weights and compute each GPU's own tokens. ``dense_tp1`` (``--moe-dense-tp-size 1``): dense
+    layers run data-parallel with whole weights; ``dp_lm_head`` (``--enable-dp-lm-head``): the
+    LM head is sharded over the attention-TP group and samples its own rank's tokens.
+    ``tbo``: two-batch overlap (each forward in two micro-batches, communication of one under
+    computation of the other). ``imbalance``: busiest expert-GPU load over the mean (1:
+    balanced). ``graph_bs``: the largest decode batch run as a CUDA graph (None: every one;
+    larger batches run eagerly, :attr:`Engine.eager_layer_us` per layer). ``ll_nvlink``:
+    DeepEP's low-latency kernels send intra-domain pairs over NVLink (its
+    ``allow_nvlink_for_low_latency_mode``, default since DeepEP PR #173, May 2025); false: over
+    RDMA like every other pair, as before it (DeepEP issue #164: "the local node transfer will
+    also use RDMA").
     """
 
     tp: int = 1
@@ -161,6 +81,11 @@ class Layout:
     gather: int = 1
     tbo: bool = False
     imbalance: float = 1.0
+    a2a: str = "none"
+    dense_tp1: bool = False
+    dp_lm_head: bool = False
+    graph_bs: int | None = None
+    ll_nvlink: bool = True
 
     @property
     def attn_tp(self) -> int:
@@ -174,13 +99,15 @@ class _Terms:
     fields); past that, each of the hot path's reads (a forward's, a decode span's) is a dict
     look-up."""
 
-    __slots__ = ("bw", "pk_w", "pk_lm", "pk_attn", "pk_dattn", "half", "wb", "attn_w", "kv_b_w",
-                 "pf_pair_flops", "dc_ctx_flops", "kv_layer_bytes", "ep_mode", "dense_w",
-                 "shared_w", "expert_w", "local_experts", "lm_w", "nic_bw", "nvl_bw", "ar_factor",
-                 "ar_bw", "a2a_remote", "per_ctx", "_decode_cache", "_layer_cache", "_pf_fixed",
-                 "_pf_fixed_layers", "_lm_cache", "_nd", "_nm", "_hidden", "_moe", "_experts",
-                 "_k", "_keep", "_ar_s", "_gpus_per_node", "_a2a_s", "_gather", "_tbo", "_w_attn",
-                 "_w_dense", "_w_shared", "_w_lm", "_w_kv_b", "_two_expert_w", "_dc_fixed")
+    __slots__ = ("bw", "pk_w", "pk_e", "pk_lm", "pk_attn", "pk_dattn", "half", "wb", "ewb",
+                 "attn_w", "kv_b_w", "pf_pair_flops", "dc_ctx_flops", "kv_layer_bytes", "ep_mode",
+                 "deepep", "dense_w", "shared_w", "expert_w", "local_experts", "lm_w", "nic_bw",
+                 "nvl_bw", "ar_factor", "ar_bw", "a2a_remote", "a2a_nvl", "a2a_nic", "per_ctx",
+                 "hybrid", "_decode_cache", "_layer_cache", "_pf_fixed", "_pf_fixed_layers",
+                 "_lm_cache", "_nd", "_nm", "_hidden", "_moe", "_experts", "_k", "_keep", "_ar_s",
+                 "_domain", "_a2a_s", "_gather", "_tbo", "_w_attn", "_w_dense", "_w_shared",
+                 "_w_lm", "_w_kv_b", "_two_expert_w", "_dc_fixed", "_dc_eager", "_scatter",
+                 "_w_kinds")
 
 
 @dataclass(slots=True)
@@ -211,13 +138,14 @@ class OperatorPredictor(_Terms):
     def __post_init__(self) -> None:
         g, m, lay = self.gpu, self.model, self.layout
         self.bw = g.hbm_tbps * 1e12 * g.hbm_eff
-        wpeak = g.fp8_tflops if m.weight_dtype == "fp8" else g.bf16_tflops
-        self.pk_w = wpeak * 1e12 * g.gemm_eff
+        self.pk_w = formats.peak_tflops(g, m.weight_dtype) * 1e12 * g.gemm_eff
+        self.pk_e = formats.peak_tflops(g, m.expert_format) * 1e12 * g.gemm_eff
         self.pk_lm = g.bf16_tflops * 1e12 * g.gemm_eff
         self.pk_attn = g.bf16_tflops * 1e12 * g.attn_eff
         self.pk_dattn = g.bf16_tflops * 1e12 * g.decode_attn_eff
         self.half = g.gemm_half_tokens
         self.wb = m.weight_bytes
+        self.ewb = m.expert_weight_bytes
         at = lay.attn_tp
         h = m.hidden_size
         if m.attention == "mla":
@@ -229,31 +157,57 @@ class OperatorPredictor(_Terms):
                                               + m.v_head_dim)
             self.dc_ctx_flops = 2 * heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
             self.kv_layer_bytes = m.kv_per_layer * m.kv_dtype_bytes
+            if m.index_topk:  # DSA: the main attention reads the latent only (the indexer:
+                self.kv_layer_bytes = m.kv_layer_token_bytes - m.index_head_dim - \
+                    m.index_head_dim // 128 * 4  # pdsim.model.architectures)
         else:
             kvh = max(1.0, m.kv_heads / at)
             heads = m.heads / at
-            self.attn_w = 2 * h * m.heads * m.head_dim / at + 2 * h * m.head_dim * kvh
+            qo = 3 if m.attn_output_gate else 2  # q (and its gate) and o
+            self.attn_w = qo * h * m.heads * m.head_dim / at + 2 * h * m.head_dim * kvh
             self.kv_b_w = 0.0
             self.pf_pair_flops = 4 * heads * m.head_dim
             self.dc_ctx_flops = 4 * heads * m.head_dim
             self.kv_layer_bytes = 2 * kvh * m.head_dim * m.kv_dtype_bytes
+        # sharding (Layout): routed experts over ep GPUs, each one's width over tp // ep;
+        # deepep scatters tokens (whole shared experts on own tokens); dense MLP and LM head
+        # TP-sharded unless moe_dense_tp_size 1 / enable_dp_lm_head
         self.ep_mode = lay.ep > 1 and m.is_moe
-        mlp_shard = 1 if self.ep_mode else lay.tp
-        self.dense_w = m.dense_mlp_params / mlp_shard
-        self.shared_w = m.shared_experts * m.expert_params / mlp_shard
-        self.expert_w = m.expert_params / (1 if self.ep_mode else lay.tp)
+        self.deepep = lay.a2a == "deepep" and m.is_moe
+        self.dense_w = m.dense_mlp_params / (1 if lay.dense_tp1 else lay.tp)
+        self.shared_w = m.shared_params / (1 if self.deepep else lay.tp)
+        self.expert_w = m.expert_params / (lay.tp // lay.ep if m.is_moe else lay.tp)
         self.local_experts = m.experts / lay.ep if self.ep_mode else m.experts
-        self.lm_w = m.vocab_size * h / (1 if self.ep_mode else lay.tp)
-        # links: one all-reduce moves 2(n-1)/n of the buffer through each GPU's link
+        self.lm_w = m.vocab_size * h / (at if lay.dp_lm_head else lay.tp)
+        self._scatter = 1 if at == 1 else at  # a GPU's share of its rank's tokens, scattered
+        # links: one all-reduce moves 2(n-1)/n of the buffer through each GPU's link, over
+        # NVLink inside one NVLink domain, else the slower of NVLink and the NIC
         nic = g.nic_gbps / 8 * 1e9 / g.gpus_per_nic * g.nic_eff
         nvl = g.nvlink_gbps * 1e9 * g.nvlink_eff
         self.nic_bw, self.nvl_bw = nic, nvl
         n = lay.tp
         self.ar_factor = 2 * (n - 1) / n if n > 1 else 0.0
-        self.ar_bw = nvl if n <= g.gpus_per_node else min(nvl, nic)
-        self.a2a_remote = (lay.ep - 1) / lay.ep if self.ep_mode else 0.0
+        self.ar_bw = nvl if n <= g.domain else min(nvl, nic)
+        # all-to-all: of the (token, expert) pairs, those to other GPUs of the domain ride
+        # NVLink, those to other domains the NIC
+        ep, dom = lay.ep, (min(lay.ep, g.domain) if lay.ll_nvlink else 1)
+        self.a2a_remote = (ep - 1) / ep if self.deepep else 0.0
+        self.a2a_nvl = (dom - 1) / ep if self.deepep else 0.0
+        self.a2a_nic = (ep - dom) / ep if self.deepep else 0.0
         # decode attention per context token per layer: KV bytes read, or MLA's FLOPs
         self.per_ctx = max(self.dc_ctx_flops / self.pk_dattn, self.kv_layer_bytes / self.bw)
+        self.hybrid = None
+        self._w_kinds = ()
+        if m.is_hybrid:
+            fp8 = g.fp8_tflops * 1e12
+            kinds = architectures.kinds(
+                m, at, full_proj=self.attn_w, pair_flops=self.pf_pair_flops,
+                per_ctx=self.per_ctx, pk_attn=self.pk_attn, pk_dattn=self.pk_dattn,
+                pk_index=fp8 * g.attn_eff, pk_index_decode=fp8 * g.decode_attn_eff,
+                bw=self.bw)
+            self.hybrid = architectures.Hybrid(kinds, m.layers)
+            self._w_kinds = tuple((k.layers, self._weight(k.proj_params, self.wb, self.pk_w))
+                                  for k in kinds)
         self._decode_cache: dict[tuple[float, float], tuple] = {}
         self._layer_cache: dict[tuple[float, float, bool], tuple] = {}
         # a prefill forward's terms that do not depend on its tokens: the engine's fixed and
@@ -272,7 +226,7 @@ class OperatorPredictor(_Terms):
         self._experts, self._k = m.experts, m.experts_per_token
         self._keep = 1.0 - m.experts_per_token / m.experts if m.is_moe else 0.0
         self._ar_s = g.allreduce_us * 1e-6
-        self._gpus_per_node, self._a2a_s = g.gpus_per_node, 2 * g.a2a_us * 1e-6
+        self._domain, self._a2a_s = g.domain, 2 * g.a2a_us * 1e-6
         # a step the memos have not seen (most decode steps of a run: the batch and its
         # slowest rank's share change all the time; ~500 such steps on drop_timeout) is
         # computed from these, made once: each GEMM's weight terms (:meth:`_weight`), the
@@ -287,6 +241,8 @@ class OperatorPredictor(_Terms):
         self._two_expert_w = 2 * self.expert_w
         eng = self.engine
         self._dc_fixed = eng.decode_step_ms / 1e3 + m.layers * eng.decode_layer_us * 1e-6
+        eager = eng.prefill_layer_us if eng.eager_layer_us is None else eng.eager_layer_us
+        self._dc_eager = eng.decode_step_ms / 1e3 + m.layers * eager * 1e-6
 
     def forget(self) -> None:
         """Drop the memos (pdsim.engine.fleet.Fleet.release, once a run's outputs are made): freed
@@ -339,8 +295,8 @@ class OperatorPredictor(_Terms):
         assigned = routed * self._k
         if self.ep_mode:
             assigned = assigned / self.layout.ep * self.layout.imbalance
-        compute = self._two_expert_w * (assigned + self.half * touched) / self.pk_w
-        memory = touched * self.expert_w * self.wb / self.bw
+        compute = self._two_expert_w * (assigned + self.half * touched) / self.pk_e
+        memory = touched * self.expert_w * self.ewb / self.bw
         return memory if memory > compute else compute  # max(compute, memory)
 
     def allreduce(self, tokens: float) -> float:
@@ -350,12 +306,13 @@ class OperatorPredictor(_Terms):
         return self._ar_s + self.ar_factor * nbytes / self.ar_bw
 
     def all_to_all(self, tokens: float, low_latency: bool) -> float:
-        """DeepEP dispatch (FP8) + combine (BF16) of this rank's ``tokens`` (seconds).
+        """DeepEP dispatch (FP8) + combine (BF16) of one GPU's ``tokens`` (seconds).
 
-        Low-latency kernels (decode) send every (token, expert) pair over RDMA, intra-node
-        pairs included. Normal kernels (prefill) send a token once to each remote node it
-        routes to (RDMA), then forward it over NVLink; the busier link decides. The busiest
-        receiver carries ``imbalance`` times the mean.
+        Low-latency kernels (decode) send every (token, expert) pair directly: pairs to GPUs of
+        the same NVLink domain over NVLink, to other domains over RDMA (the NIC), both at
+        once; the busier link decides. Normal kernels (prefill) send a token once to each
+        remote domain it routes to (RDMA), then forward it over NVLink; the busier link
+        decides. The busiest receiver carries ``imbalance`` times the mean.
         """
         if tokens <= 0:
             return 0.0
@@ -363,9 +320,11 @@ class OperatorPredictor(_Terms):
         per_token = self._hidden * (1 + ACT_BYTES) * lay.imbalance
         k = self._k
         if low_latency:
-            wire = tokens * k * per_token * self.a2a_remote / self.nic_bw
+            pairs = tokens * k * per_token
+            rdma, nvl = pairs * self.a2a_nic / self.nic_bw, pairs * self.a2a_nvl / self.nvl_bw
+            wire = rdma if rdma > nvl else nvl
         else:
-            nodes = max(1.0, lay.ep / self._gpus_per_node)
+            nodes = max(1.0, lay.ep / self._domain)
             remote_nodes = (nodes - 1) * (1 - (1 - 1 / nodes) ** k) if nodes > 1 else 0.0
             rdma = tokens * remote_nodes * per_token
             nvl = tokens * k * per_token * self.a2a_remote
@@ -387,18 +346,28 @@ class OperatorPredictor(_Terms):
         elementwise traffic, dense MLP, shared experts and routed experts (None, None for a
         dense model), dense and MoE communication."""
         routed = mean * self._gather
-        mlp = attn if self.ep_mode else routed  # EP: dense/shared MLP data-parallel
+        lay = self.layout
+        own = attn / self._scatter  # one GPU's share of its rank's tokens (scattered modes)
+        mlp = own if self.deepep else routed  # deepep: shared experts on own tokens
+        dense_tokens = own if lay.dense_tp1 else routed
         elem = (attn + mlp) * self._hidden * ACT_BYTES * ELEMENTWISE_PASSES / self.bw
         if self._moe:
             shared, experts = self._gemm(mlp, self._w_shared), self.moe(routed)
         else:
             shared = experts = None
-        if self.ep_mode:
-            c_dense, c_moe = 0.0, self.all_to_all(attn, low_latency)
+        ar = 2 * self.allreduce(routed)
+        if self.deepep:
+            c_dense, c_moe = (0.0 if lay.dense_tp1 else ar), self.all_to_all(own, low_latency)
         else:
-            c_dense = c_moe = 2 * self.allreduce(routed)
-        return (self._gemm(attn, self._w_attn), elem, self._gemm(mlp, self._w_dense), shared,
-                experts, c_dense, c_moe)
+            c_dense, c_moe = (0.0 if lay.dense_tp1 else ar), ar
+        if self.hybrid is None:
+            g_attn = self._gemm(attn, self._w_attn)
+        else:  # the mean layer's projections (and, decoding, its recurrent states)
+            g_attn = sum(n * self._gemm(attn, w) for n, w in self._w_kinds) / self.hybrid.layers
+            if low_latency:
+                g_attn += self.hybrid.decode_seq(attn)
+        return (g_attn, elem, self._gemm(dense_tokens, self._w_dense), shared, experts,
+                c_dense, c_moe)
 
     def _overlap(self, compute: float, comm: float) -> float:
         """Two-batch overlap hides ``tbo_overlap`` of the shorter of computation and
@@ -407,7 +376,7 @@ class OperatorPredictor(_Terms):
         return hi + (1 - self.engine.tbo_overlap) * lo
 
     def _lm_tokens(self, reqs: float) -> float:
-        return reqs if self.ep_mode else reqs * self._gather
+        return reqs if self.layout.dp_lm_head else reqs * self._gather
 
     # --- the predictor interface --------------------------------------------------------
 
@@ -425,7 +394,10 @@ class OperatorPredictor(_Terms):
         if pairs is None:
             pairs = sq_tokens / 2
         at = tokens if attn_tokens is None else attn_tokens
-        core = pairs * self.pf_pair_flops / self.pk_attn
+        if self.hybrid is None:
+            core = pairs * self.pf_pair_flops / self.pk_attn
+        else:  # the mean layer's attention, window/top-k capped, or its recurrence
+            core = self.hybrid.prefill_core(at, pairs, reqs)
         if prefix and self.kv_b_w:  # MLA: expand the cached latent of the prefix (MHA path)
             core += self._gemm(prefix, self._w_kv_b)
         nd, nm = self._nd, self._nm
@@ -460,7 +432,9 @@ class OperatorPredictor(_Terms):
         hit = self._decode_cache.get(key)
         if hit is not None:
             return hit
-        fixed = self._dc_fixed + self._gemm(self._lm_tokens(batch), self._w_lm)
+        graph = self.layout.graph_bs  # above the CUDA-graph cap the step runs eagerly
+        base = self._dc_eager if graph is not None and attn_batch > graph else self._dc_fixed
+        fixed = base + self._gemm(self._lm_tokens(batch), self._w_lm)
         tbo = self._tbo and batch >= 2
         if tbo:
             parts = tuple(2 * x for x in self._combine(
@@ -479,7 +453,8 @@ class OperatorPredictor(_Terms):
             return self.engine.decode_step_ms / 1e3
         ab = batch if attn_batch is None else attn_batch
         fixed, tbo, dense, moe, c_dense, c_moe = self._decode_parts(batch, ab)
-        attn = self.per_ctx * context
+        attn = (self.per_ctx * context if self.hybrid is None
+                else self.hybrid.decode_ctx(context, ab))
         nd, nm = self._nd, self._nm
         if tbo:
             ov = self._overlap
@@ -499,6 +474,15 @@ class OperatorPredictor(_Terms):
         fixed, tbo, dense, moe, c_dense, c_moe = self._decode_parts(batch, attn_batch)
         per_ctx, nd, nm = self.per_ctx, self._nd, self._nm
         context, grow = float(context), float(grow)
+        if self.hybrid is not None:  # (the context term of decode(), step by step)
+            ctx, ov = self.hybrid.decode_ctx, self._overlap
+            while True:
+                attn = ctx(context, attn_batch)
+                if tbo:
+                    yield fixed + nd * ov(dense + attn, c_dense) + nm * ov(moe + attn, c_moe)
+                else:
+                    yield fixed + nd * (dense + attn + c_dense) + nm * (moe + attn + c_moe)
+                context += grow
         if tbo:
             ov = self._overlap
             while True:
@@ -511,21 +495,50 @@ class OperatorPredictor(_Terms):
             context += grow
 
     def weights_per_gpu(self) -> float:
-        """Weight bytes one GPU of the rank holds (what the KV pool cannot use)."""
-        m = self.model
-        layers = m.layers * self.attn_w * self.wb
+        """Weight bytes one GPU of the rank holds (what the KV pool cannot use).
+
+        The embedding is vocab-parallel over the attention-TP group (SGLang
+        VocabParallelEmbedding: the TP group, or the attention-TP group under DP attention); a
+        tied LM head is the embedding, stored once. A VLM's vision tower is not counted."""
+        m, at = self.model, self.layout.attn_tp
+        layers = m.attention_layers * self.attn_w * self.wb
+        if m.linear_attention_layers:
+            layers += m.linear_attention_layers * m.linear_attn_params / at * self.wb
         layers += m.dense_mlp_layers * self.dense_w * self.wb
         if m.is_moe:
-            layers += m.moe_layers * (self.shared_w + self.local_experts * self.expert_w) * self.wb
-        emb = m.vocab_size * m.hidden_size * ACT_BYTES
-        return layers + emb + self.lm_w * ACT_BYTES
+            if self.ewb == self.wb:
+                layers += m.moe_layers * (self.shared_w + self.local_experts * self.expert_w) \
+                    * self.wb
+            else:
+                layers += m.moe_layers * (self.shared_w * self.wb
+                                          + self.local_experts * self.expert_w * self.ewb)
+        emb = m.vocab_size * m.hidden_size * ACT_BYTES / at
+        return layers + emb + (0.0 if m.tie_word_embeddings else self.lm_w * ACT_BYTES)
 
 
-def layout_for(role: object, cfg: PredictorConfig, gather: int) -> Layout:
-    """The :class:`Layout` of a scenario role (``fleet.prefill`` / ``fleet.decode``)."""
+def role_layout(role: object, gather: int = 1, graph_bs: int | None = None,
+                tbo: bool = False, imbalance: float = 1.0) -> Layout:
+    """The :class:`Layout` of a scenario role's sharding (``fleet.prefill`` / ``.decode``)."""
     return Layout(tp=role.tp, dp=role.dp, dp_attention=role.dp_attention,
-                  ep=getattr(role, "ep", 1), gather=gather, tbo=cfg.two_batch_overlap,
-                  imbalance=cfg.expert_imbalance)
+                  ep=getattr(role, "ep", 1), gather=gather, tbo=tbo, imbalance=imbalance,
+                  a2a=getattr(role, "moe_a2a_backend", "none"),
+                  dense_tp1=getattr(role, "moe_dense_tp_size", None) == 1,
+                  dp_lm_head=getattr(role, "enable_dp_lm_head", False), graph_bs=graph_bs,
+                  ll_nvlink=getattr(role, "deepep_ll_nvlink", True))
+
+
+def layout_for(role: object, cfg: PredictorConfig, gather: int, gpu: GPU | None = None,
+               version: str | None = None) -> Layout:
+    """The :class:`Layout` of a scenario role (``fleet.prefill`` / ``fleet.decode``) under the
+    scenario's predictor settings. The CUDA-graph cap: the role's ``cuda_graph_max_bs``, else
+    SGLang's default for ``gpu``, its tp and the release ``version`` (the scenario's
+    ``engine.version``; none known without a GPU)."""
+    graph = getattr(role, "cuda_graph_max_bs", None)
+    if graph is None and gpu is not None:
+        from pdsim.model import sglang
+
+        graph = sglang.cuda_graph_max_bs(gpu, role.tp, version or sglang.DEFAULT_VERSION)
+    return role_layout(role, gather, graph, cfg.two_batch_overlap, cfg.expert_imbalance)
 
 
 def build(cfg: PredictorConfig, gpu: GPU, model: Model, tp: int, dp_gather: int = 1,

@@ -8,7 +8,11 @@ A scenario names a GPU, a model and an engine (``fleet.gpu``, ``fleet.model``,
    fields of existing ones (``gpus:``, ``models:``, ``engines:`` sections; an entry may
    ``extends: <name>`` another);
 3. the calibration for (GPU, model, engine): shipped ``calibrations.yaml``, then the files'
-   ``calibrations:`` (what ``pdsim calibrate`` writes); at most one per combination;
+   ``calibrations:`` (what ``pdsim calibrate`` writes); at most one per combination. A
+   calibration attaches to a GPU architecture (``die``): the most specific one applies, first
+   one fitted on this very GPU, then one written for its die (``die: GH100``), then one fitted
+   on another GPU of the same die (the first by name). Its values are achieved fractions of
+   peak and fixed costs, so on a sibling part they scale with that part's own peaks;
 4. the scenario's inline overrides ``gpu:``, ``model:``, ``engine:`` (``--set gpu.hbm_tbps=3``
    writes there).
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from dataclasses import field as dc_field
 from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
@@ -34,6 +39,7 @@ from pdsim.config.profile_schema import (
     GPU,
     KINDS,
     MAX_PROFILE_BYTES,
+    RENAMED,
     SECTION,
     Engine,
     Model,
@@ -55,10 +61,12 @@ class Entry:
 
 @dataclass
 class Catalog:
-    """Every entry known to a scenario, with origins, plus calibrations."""
+    """Every entry known to a scenario, with origins, plus calibrations (keyed by (GPU name,
+    model, engine), or by ("die:" + die, model, engine) for one written for a die)."""
 
     entries: dict[str, dict[str, Entry]]  # section -> name -> entry
     calibrations: dict[tuple[str, str, str], dict[str, tuple[Any, str]]]
+    notes: dict[tuple[str, str, str], str] = dc_field(default_factory=dict)  # calibration -> note
 
     def names(self, section: str) -> list[str]:
         return sorted(self.entries[section])
@@ -123,12 +131,19 @@ def _merge_calibrations(cat: Catalog, data: Any, where: str) -> None:
                            f"{{gpu, model, engine, set}} entries")
     for i, cal in enumerate(data):
         path = f"calibrations.{i}"
-        if not isinstance(cal, dict) or set(cal) - {"gpu", "model", "engine", "set", "note"}:
-            raise ProfileError(f"{where}: '{path}' must be a mapping with keys gpu, model, "
-                               f"engine, set (and an optional note)")
-        key = (cal.get("gpu"), cal.get("model"), cal.get("engine", "sglang"))
-        if not all(isinstance(k, str) for k in key):
-            raise ProfileError(f"{where}: '{path}' needs gpu and model names")
+        if not isinstance(cal, dict) or set(cal) - {"gpu", "die", "model", "engine", "set",
+                                                   "note"}:
+            raise ProfileError(f"{where}: '{path}' must be a mapping with keys gpu (or die), "
+                               f"model, engine, set (and an optional note)")
+        if ("gpu" in cal) == ("die" in cal):
+            raise ProfileError(f"{where}: '{path}' needs one of gpu (the GPU it was fitted on) "
+                               f"or die (a GPU architecture, e.g. GH100), not both")
+        target = cal["gpu"] if "gpu" in cal else cal["die"]
+        key = (target, cal.get("model"), cal.get("engine", "sglang"))
+        if not all(isinstance(k, str) and k for k in key):
+            raise ProfileError(f"{where}: '{path}' needs gpu (or die) and model names")
+        if "die" in cal:
+            key = (DIE + target, key[1], key[2])
         sets = cal.get("set") or {}
         if not isinstance(sets, dict):
             raise ProfileError(f"{where}: '{path}.set' must map dotted keys (gpu.gemm_eff, "
@@ -148,6 +163,9 @@ def _merge_calibrations(cat: Catalog, data: Any, where: str) -> None:
             vals[dotted] = (value, f"{where} calibration {key[0]}/{key[1]}/{key[2]}"
                             + (f": {src}" if src else ""))
         cat.calibrations[key] = {**cat.calibrations.get(key, {}), **vals}
+        if isinstance(cal.get("note"), str):
+            cat.notes[key] = " ".join(cal["note"].split())
+        cat.notes.setdefault(key, "")
 
 
 def _parse(text: str, where: str) -> Any:
@@ -217,7 +235,8 @@ def catalog(files: tuple[str, ...] = ()) -> Catalog:
 @lru_cache(maxsize=32)
 def _catalog(files: tuple[tuple[str, tuple], ...]) -> Catalog:
     base = _shipped()
-    cat = Catalog({s: dict(v) for s, v in base.entries.items()}, dict(base.calibrations))
+    cat = Catalog({s: dict(v) for s, v in base.entries.items()}, dict(base.calibrations),
+                  dict(base.notes))
     for f, _mtime in files:
         data = read_profile_file(f)
         for section in KINDS:
@@ -234,6 +253,8 @@ def _catalog(files: tuple[tuple[str, tuple], ...]) -> Catalog:
 def _fmt(err: ValidationError, prefix: str) -> str:
     e = err.errors()[0]
     path = ".".join(str(p) for p in (prefix, *e["loc"]) if p != "")
+    if e["type"] == "extra_forbidden" and e["loc"] and e["loc"][-1] in RENAMED:
+        return f"unknown key '{path}': {RENAMED[e['loc'][-1]]}"
     if e["type"] == "extra_forbidden":
         cls = {"gpus": GPU, "models": Model, "engines": Engine, "gpu": GPU, "model": Model,
                "engine": Engine}.get(prefix.split(".")[0], GPU)
@@ -270,6 +291,36 @@ class Resolved:
     engine: Engine
     origins: dict[str, tuple[Any, str]]  # "gpu.hbm_tbps" -> (value, origin)
     calibrated: bool = False
+    calibration: str = ""  # which calibration applied and how (empty: none)
+
+
+DIE = "die:"  # the key prefix of a calibration written for a die
+
+
+def _die_of(cat: Catalog, gpu: str) -> str:
+    """The die of catalog GPU ``gpu`` (its ``die`` value, else its own name)."""
+    entry = cat.entries["gpus"].get(gpu)
+    die = entry.values.get("die", ("", ""))[0] if entry else ""
+    return die if isinstance(die, str) and die else gpu
+
+
+def calibration_for(cat: Catalog, gpu: str, model: str, engine: str
+                    ) -> tuple[tuple[str, str, str] | None, str]:
+    """The calibration a (GPU, model, engine) runs with and a line saying which and why:
+    one fitted on this GPU; else one written for its die; else one fitted on another GPU of
+    the same die (the first by name). None when there is none."""
+    if (gpu, model, engine) in cat.calibrations:
+        return (gpu, model, engine), f"{gpu} / {model} / {engine} (fitted on this GPU)"
+    die = _die_of(cat, gpu)
+    key = (DIE + die, model, engine)
+    if key in cat.calibrations:
+        return key, f"die {die} / {model} / {engine} (written for the die of {gpu})"
+    for (g, m, e) in sorted(cat.calibrations):
+        if m == model and e == engine and not g.startswith(DIE) and g != gpu \
+                and _die_of(cat, g) == die:
+            return (g, m, e), (f"{g} / {model} / {engine} (fitted on {g}; applies to {gpu} "
+                               f"through their die {die}, scaled by {gpu}'s own peaks)")
+    return None, ""
 
 
 def resolve(gpu: str, model: str, engine: str = "sglang", files: tuple[str, ...] = (),
@@ -327,7 +378,10 @@ def _resolve(gpu: str, model: str, engine: str, stamped: tuple,
             raise ProfileError(f"invalid value at 'fleet.{kind}': unknown {label} profile "
                                f"{echo(n)}; allowed: {', '.join(cat.names(section))}")
     vals = {kind: dict(cat.entries[SECTION[kind]][n].values) for kind, n in names.items()}
-    cal = cat.calibrations.get((gpu, model, engine), {})
+    cal_key, cal_line = calibration_for(cat, gpu, model, engine)
+    cal = cat.calibrations[cal_key] if cal_key else {}
+    if cal_key and cat.notes.get(cal_key):
+        cal_line += f": {cat.notes[cal_key]}"
     for dotted, vo in cal.items():
         kind, _, field = dotted.partition(".")
         vals[kind][field] = vo
@@ -357,7 +411,8 @@ def _resolve(gpu: str, model: str, engine: str, stamped: tuple,
         where = origin.get(blame, (0, f"model profile {model}, default"))[1]
         raise ProfileError(f"invalid value at 'model.{blame}' ({where}): {why}")
     origins = {f"{kind}.{k}": vo for kind in names for k, vo in sorted(vals[kind].items())}
-    return Resolved(built["gpu"], built["model"], built["engine"], origins, bool(cal))
+    return Resolved(built["gpu"], built["model"], built["engine"], origins, bool(cal),
+                    cal_line)
 
 
 def for_scenario(sc: Any, ctx: Any = None) -> Resolved:
@@ -374,7 +429,7 @@ def for_scenario(sc: Any, ctx: Any = None) -> Resolved:
         except UserFileError as err:
             raise ProfileError(str(err)) from None
         files.append(str(path))
-    # (engine.version is the release, not a profile value: pdsim.config.scenario.EngineSection)
+    # (engine.version names the scheduler's release: not a profile value)
     over = {k: getattr(sc, k).model_dump(exclude_none=True, exclude={"version"})
             for k in ("gpu", "model", "engine")}
     return resolve(sc.fleet.gpu, sc.fleet.model, sc.fleet.engine, tuple(files), over)

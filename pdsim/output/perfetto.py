@@ -200,7 +200,7 @@ def trace_events(res: Result) -> dict:
 def _trace_events(res: Result) -> dict:
     tracks = _Tracks()
     sc = res.scenario
-    for role, cfg in (("prefill", sc.fleet.prefill), ("decode", sc.fleet.decode)):
+    for role, cfg in sc.fleet.roles():
         for s in range(cfg.servers):  # every rank gets its track, busy or not
             for r in range(cfg.dp):
                 tracks.tid(f"{role}-{s}", f"r{r}")

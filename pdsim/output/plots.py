@@ -228,8 +228,7 @@ def kv_pool_note(res: Result) -> str:
 
     kvb = profiles.model(res.scenario.fleet.model).kv_bytes_per_token
     size, peak = {}, {}
-    for role, cfg in (("prefill", res.scenario.fleet.prefill),
-                      ("decode", res.scenario.fleet.decode)):
+    for role, cfg in res.scenario.fleet.roles():
         pools = [v for k, v in res.kv_pools.items() if k.startswith(role)]
         if not pools:
             continue
@@ -245,10 +244,14 @@ def kv_use(res: Result, ax: Axes | None = None) -> Axes:
     """KV pool in use, prefill and decode (share of each role's pools, all ranks, in %)."""
     ax = ax or plt.gca()
     ts = res.timeseries
-    ax.plot(ts.time, 100 * ts.prefill_kv_used, color=PREFILL, lw=1.4,
-            label="prefill KV (all ranks)")
-    ax.plot(ts.time, 100 * ts.decode_kv_used, color=DECODE, lw=1.4,
-            label="decode KV (all ranks)")
+    if res.scenario.fleet.mode == "colocated":  # one pool per rank for both phases
+        ax.plot(ts.time, 100 * ts.decode_kv_used, color=DECODE, lw=1.4,
+                label="KV (all ranks, prefill and decode)")
+    else:
+        ax.plot(ts.time, 100 * ts.prefill_kv_used, color=PREFILL, lw=1.4,
+                label="prefill KV (all ranks)")
+        ax.plot(ts.time, 100 * ts.decode_kv_used, color=DECODE, lw=1.4,
+                label="decode KV (all ranks)")
     mark_flushes(res, ax)
     ax.set_ylabel("KV in use (% of pools)")
     ax.set_ylim(0, max(5.0, 105 * float(max(ts.prefill_kv_used.max(), ts.decode_kv_used.max(),
@@ -261,13 +264,19 @@ QUEUES = {"prefill_queue": ("prefill waiting", PREFILL, "-"),
           "prefill_inflight": ("prefill in flight (KV sending)", PREFILL, ":"),
           "decode_transfer": ("decode awaiting KV", DECODE, ":"),
           "decode_running": ("decode running", DECODE, "-")}
+# a colocated fleet's (its prefill_inflight gauge counts requests being chunked)
+COLOCATED_QUEUES = {"prefill_queue": ("waiting (incl. retracted)", PREFILL, "-"),
+                    "prefill_inflight": ("being chunked", PREFILL, ":"),
+                    "decode_running": ("running", DECODE, "-")}
 
 
 def queue_depth(res: Result, ax: Axes | None = None) -> Axes:
-    """Requests waiting or running at each stage of the PD pipeline."""
+    """Requests waiting or running at each stage of the PD pipeline (of a colocated
+    server's scheduler)."""
     ax = ax or plt.gca()
     ts = res.timeseries
-    for col, (label, color, ls) in QUEUES.items():
+    queues = COLOCATED_QUEUES if res.scenario.fleet.mode == "colocated" else QUEUES
+    for col, (label, color, ls) in queues.items():
         if col in ts:
             ax.plot(ts.time, ts[col], color=color, ls=ls, lw=1.3, label=label)
     mark_flushes(res, ax)
@@ -348,6 +357,18 @@ def blacklist_timeline(res: Result, ax: Axes | None = None) -> Axes:
     return ax
 
 
+def _no_kv_path(res: Result, ax: Axes, on_time_axis: bool = True) -> Axes:
+    """A panel of the PD data path on a colocated fleet: said to be empty, and why."""
+    if on_time_axis:
+        mark_flushes(res, ax)
+    else:
+        ax.set_xticks([])
+    ax.text(0.5, 0.5, "colocated fleet: no KV transfers, no pairs", transform=ax.transAxes,
+            ha="center", va="center", color=HARMLESS)
+    ax.set_yticks([])
+    return ax
+
+
 def pair_matrix(res: Result, ax: Axes | None = None) -> Axes:
     """Requests failed per (prefill rank, decode session) pair; blacklisted pairs outlined."""
     ax = ax or plt.gca()
@@ -389,8 +410,9 @@ def rank_load(res: Result, ax: Axes | None = None) -> Axes:
     ax = ax or plt.gca()
     req = res.measured
     bars = []
-    for role, srv, rk, color in (("p", "p_server", "p_rank", PREFILL),
-                                 ("d", "d_server", "d_rank", DECODE)):
+    roles = ((("s", "d_server", "d_rank", DECODE),) if res.scenario.fleet.mode == "colocated"
+             else (("p", "p_server", "p_rank", PREFILL), ("d", "d_server", "d_rank", DECODE)))
+    for role, srv, rk, color in roles:
         got = req[req[rk] >= 0]
         g = got.groupby([got[srv], got[rk]]).status
         for (s, r), st in g:
@@ -454,7 +476,8 @@ def postmortem(res: Result, title: str | None = None) -> plt.Figure:
     shaded and the recovery marked (also on the throughput panel), and the incident's
     measures as text (pdsim.output.incident_plots)."""
     clients = [c.name for c in res.scenario.clients]
-    inc = res.summary.get("incident")  # an incident run (faults, dead rooms): one more row
+    # an incident run of a PD fleet (faults, dead rooms): one more row
+    inc = res.summary.get("incident") if res.scenario.fleet.mode != "colocated" else None
     rows = [1.2, 0.45 + 0.45 * len(clients), 1.1, 0.8, 0.8] + ([1.0] if inc else [])
     fig = plt.figure(figsize=(16, 15 + 0.6 * len(clients) + (3 if inc else 0)),
                      constrained_layout=True)
@@ -474,7 +497,11 @@ def postmortem(res: Result, title: str | None = None) -> plt.Figure:
             ax.tick_params(labelbottom=False)
     _title(ax_out[0], "requests finishing, by client")
     _legend(ax_out[0], [Patch(color=OK, label="completed"), Patch(color=FAIL, label="failed")])
-    blacklist_timeline(res, ax_bl)
+    colocated = res.scenario.fleet.mode == "colocated"
+    if colocated:
+        _no_kv_path(res, ax_bl)
+    else:
+        blacklist_timeline(res, ax_bl)
     _title(ax_bl, "blacklisted (prefill rank → decode session) pairs")
     ax_bl.set_xlabel("")
     kv_use(res, ax_kv)
@@ -498,14 +525,20 @@ def postmortem(res: Result, title: str | None = None) -> plt.Figure:
         ax.tick_params(labelbottom=False)
     ax_tp.set_xlim(0, float(res.summary["simulated_s"]))
 
-    pair_matrix(res, fig.add_subplot(gs[0:2, 1]))
+    if colocated:
+        _no_kv_path(res, fig.add_subplot(gs[0:2, 1]), on_time_axis=False)
+    else:
+        pair_matrix(res, fig.add_subplot(gs[0:2, 1]))
     rank_load(res, fig.add_subplot(gs[2, 1]))
     latency_cdf(res, fig.add_subplot(gs[3, 1]), "ttft")
     latency_cdf(res, fig.add_subplot(gs[4, 1]), "e2e")
 
     s = res.summary
     real = s["transfer_failures_by_reason"].get("flush_freed_pages", 0)
-    if title is None and inc and not real:  # an incident on the paths of issue 26
+    if colocated and title is None:
+        title = (f"{res.scenario.name}: colocated, {s['gpus']:,} GPUs: {s['failed']:,} failed "
+                 f"requests, {s['retractions']:,} retractions")
+    if title is None and inc and not real and not colocated:  # an incident on the paths of issue 26
         rec = inc["recovery_s"]
         after = ("" if inc["trigger_from_s"] is None or inc["base_goodput_tok_s"] is None
                  else f", recovered {rec:g} s after the trigger" if rec is not None

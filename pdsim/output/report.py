@@ -128,6 +128,12 @@ def fleet_block(s: dict, pairs_total: int | None = None,
                 dooms: str = "source_and_destination") -> list[str]:
     """The fleet's counts, and the words they use defined (``dooms``: ``flush.dooms``)."""
     out = [_head("Fleet", "=")]
+    by_role = s.get("gpus_by_role")
+    if by_role:
+        out.append(_line("GPUs:", f"{s['gpus']} (" + ", ".join(
+            f"{role} {n}" for role, n in by_role.items()) + ")"))
+    if s.get("fleet_mode") == "colocated":
+        return out + _colocated_block(s)
     by = s["transfer_failures_by_reason"]
     # a blacklisted pair's transfer fails at the engine's check, before any write: counted
     # apart from the writes that failed (ret != 0), which are what feeds the blacklist
@@ -160,6 +166,28 @@ def fleet_block(s: dict, pairs_total: int | None = None,
     out.append(_line("Simulated s / SimPy events:", f"{s['simulated_s']} / {s['events']}"))
     if s["flush_doomed_transfers"]:  # each definition where its word is in use
         out += _define(DOOMED_VS_FAILED[0].format(which=DOOMED[dooms], dooms=dooms))
+    if s["failed"]:
+        out += _define(DOOMED_VS_FAILED[1])
+    return out
+
+
+def _colocated_block(s: dict) -> list[str]:
+    """A colocated fleet's counts: no KV transfers, so none of the PD lines."""
+    out = [
+        _line("Requests on pages freed by a flush:", s["stale_page_requests"]),
+        _line("Retractions (recomputed):", s["retractions"]),
+        _line("Prefill / decode forwards:", f"{s['prefill_steps']} / {s['decode_steps']}"),
+    ]
+    fl = s["flushes"]
+    if any(sum(v.values()) for v in fl.values()):
+        ex = sum(v["executed"] for v in fl.values())
+        rj = sum(v["rejected"] for v in fl.values())
+        to = sum(v["timed_out"] for v in fl.values())
+        out.append(_line("Rank flushes (executed / rejected / timed out):", f"{ex} / {rj} / {to}"))
+    if s["failed_by_reason"]:
+        out.append(_line("Failed requests by reason:",
+                         ", ".join(f"{k} {v}" for k, v in s["failed_by_reason"].items())))
+    out.append(_line("Simulated s / SimPy events:", f"{s['simulated_s']} / {s['events']}"))
     if s["failed"]:
         out += _define(DOOMED_VS_FAILED[1])
     return out
@@ -487,7 +515,7 @@ def render(res: Outcome, verbose: bool = False) -> str:
         lines += bench_block(c.name, s["clients"][c.name], c)
     sc = res.scenario
     pairs = (sc.fleet.prefill.servers * sc.fleet.prefill.dp
-             * sc.fleet.decode.servers * sc.fleet.decode.dp)
+             * sc.fleet.decode.servers * sc.fleet.decode.dp) if sc.fleet.mode == "pd" else None
     lines += fleet_block(s, pairs, sc.flush.dooms)
     lines += _define(incident_report.release_line(sc))
     lines += incident_report.block(s, _line)

@@ -1,0 +1,125 @@
+"""Layer kinds of hybrid models: what one layer of each attention kind costs on one attention GPU,
+for :class:`pdsim.model.predictor.OperatorPredictor`.
+
+A model whose layers are all full attention (dense GQA/MHA or MLA) takes the predictor's own
+attention terms. A hybrid model mixes kinds; each kind's per-layer cost is made here, and the
+predictor uses their mean over the layers (exact for the sum of a forward's layers; with
+two-batch overlap the overlap is taken on the mean layer):
+
+- **full attention** (GQA or MLA): prefill FLOPs over the causal (query, key) pairs; decode
+  reads every context token's KV (or, MLA on FLOP-poor parts, computes over it).
+- **sliding window** (gpt-oss: every other layer, 128 tokens; attention sinks add a logit per
+  head, no KV): a query attends to at most ``sliding_window`` keys, so a forward's pairs are
+  at most ``tokens x window`` and a decode step reads at most ``window`` tokens per sequence.
+- **sparse attention** (DSA: DeepSeek-V3.2, GLM-5): a lightning indexer scores every earlier
+  token (``index_n_heads`` heads of ``index_head_dim``, FP8: DeepGEMM's fp8 MQA logits; taken
+  as replicated on every attention GPU, its weights are ReplicatedLinear in SGLang's NSA
+  indexer), then MLA attends to the ``index_topk`` best tokens only: pairs at most ``tokens x
+  topk``, decode reads at most ``topk`` latents per sequence (plus every token's indexer key).
+- **linear attention** (Gated DeltaNet, Qwen3-Next/3.5): no KV; a state of ``V x Dv x Dk`` per
+  head group. Decode reads and writes the state once per sequence per step (memory-bound) and
+  does ``6 x Dk x Dv`` FLOPs per value head per token (decay, delta update, output); prefill runs
+  the chunked form (chunks of 64 tokens, fla's chunk_gated_delta_rule; SGLang FLA_CHUNK_SIZE 64):
+  the same per-token FLOPs plus ``2 x 64 x (Dk + Dv)`` per head for the intra-chunk attention,
+  and reads and writes each request's state once per forward.
+
+Decode is given the rank's total context and sequence count, not each sequence's length, so a
+window or top-k cap is applied to the total: ``min(context, sequences x cap)``, exact once every
+sequence is longer than the cap (a 128-token window: almost always) and an upper bound before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdsim.config.profile_schema import Model
+
+GDN_CHUNK = 64  # tokens per chunk of the chunked gated-delta-rule kernel (FLA_CHUNK_SIZE)
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One layer kind on one attention GPU (seconds are of one layer)."""
+
+    name: str
+    layers: int
+    proj_params: float  # projection weights per GPU (GEMMs over the attention tokens)
+    pair_s: float = 0.0  # prefill: seconds per causal (query, key) pair
+    pair_cap: int = 0  # keys a query attends to at most (0: all)
+    ctx_s: float = 0.0  # decode: seconds per context token attended to
+    ctx_cap: int = 0  # context tokens per sequence attended to at most (0: all)
+    index_pair_s: float = 0.0  # DSA indexer: seconds per pair (prefill, every pair)
+    index_ctx_s: float = 0.0  # DSA indexer: seconds per context token (decode, every token)
+    token_s: float = 0.0  # linear attention: prefill seconds per token
+    req_s: float = 0.0  # linear attention: prefill seconds per request (state in and out)
+    seq_s: float = 0.0  # linear attention: decode seconds per sequence
+
+
+def kinds(model: Model, attn_tp: int, *, full_proj: float, pair_flops: float, per_ctx: float,
+          pk_attn: float, pk_dattn: float, pk_index: float, pk_index_decode: float,
+          bw: float) -> list[Kind]:
+    """The layer kinds of ``model`` with their counts (zero-count kinds left out).
+
+    ``full_proj``, ``pair_flops`` and ``per_ctx`` are the predictor's terms of one full
+    attention layer (GQA or MLA); the peaks are FLOP/s (``pk_index*``: the FP8 rate times the
+    attention efficiencies) and ``bw`` the achieved HBM bytes/s.
+    """
+    out = []
+    full = model.full_attention_layers
+    if model.index_topk:
+        idx_pair = 2 * model.index_n_heads * model.index_head_dim
+        idx_bytes = model.index_head_dim + model.index_head_dim // 128 * 4
+        out.append(Kind("sparse attention (DSA)", full, full_proj, pair_flops / pk_attn,
+                        model.index_topk, per_ctx, model.index_topk,
+                        index_pair_s=idx_pair / pk_index,
+                        index_ctx_s=max(idx_pair / pk_index_decode, idx_bytes / bw)))
+    elif full:
+        out.append(Kind("full attention", full, full_proj, pair_flops / pk_attn, 0, per_ctx))
+    if model.sliding_window_layers:
+        out.append(Kind("sliding window", model.sliding_window_layers, full_proj,
+                        pair_flops / pk_attn, model.sliding_window, per_ctx,
+                        model.sliding_window))
+    if model.linear_attention_layers:
+        heads = model.linear_value_heads / attn_tp
+        dk, dv = model.linear_key_head_dim, model.linear_value_head_dim
+        recurrent = heads * 6 * dk * dv
+        chunked = recurrent + heads * 2 * GDN_CHUNK * (dk + dv)
+        state = model.state_bytes_per_request(attn_tp) / model.linear_attention_layers
+        out.append(Kind("linear attention (Gated DeltaNet)", model.linear_attention_layers,
+                        model.linear_attn_params / attn_tp, token_s=chunked / pk_attn,
+                        req_s=2 * state / bw,
+                        seq_s=max(recurrent / pk_dattn, 2 * state / bw)))
+    return out
+
+
+class Hybrid:
+    """The mean per-layer attention terms of a hybrid model's kinds (module docstring)."""
+
+    def __init__(self, kinds_: list[Kind], layers: int) -> None:
+        self.kinds = kinds_
+        self.layers = float(layers)
+
+    def prefill_core(self, tokens: float, pairs: float, reqs: float) -> float:
+        """Attention (and recurrence) seconds of a mean layer of a prefill forward, but the
+        projection GEMMs."""
+        total = 0.0
+        for k in self.kinds:
+            if k.token_s or k.req_s:
+                total += k.layers * (tokens * k.token_s + reqs * k.req_s)
+                continue
+            p = pairs if not k.pair_cap else min(pairs, tokens * k.pair_cap)
+            total += k.layers * (p * k.pair_s + pairs * k.index_pair_s)
+        return total / self.layers
+
+    def decode_ctx(self, context: float, seqs: float) -> float:
+        """Context-dependent attention seconds of a mean layer of a decode step."""
+        total = 0.0
+        for k in self.kinds:
+            if k.ctx_s:
+                c = context if not k.ctx_cap else min(context, seqs * k.ctx_cap)
+                total += k.layers * (c * k.ctx_s + context * k.index_ctx_s)
+        return total / self.layers
+
+    def decode_seq(self, seqs: float) -> float:
+        """Per-sequence (state) seconds of a mean layer of a decode step."""
+        return sum(k.layers * seqs * k.seq_s for k in self.kinds if k.seq_s) / self.layers

@@ -1,0 +1,51 @@
+"""Weight formats: the bytes a weight takes (:data:`pdsim.config.profile_schema.DTYPE_BYTES`)
+and the tensor-core rate a GEMM on it runs at, which depends on what the GPU supports.
+
+A GEMM runs at the rate of the narrowest operand format both the weights and the activations
+reach on the GPU:
+
+- ``bf16``: BF16 x BF16.
+- ``fp8`` / ``fp8_block``: W8A8 (activations quantized per token, or per token per 128
+  channels for block-scaled checkpoints: DeepSeek-V3 README_WEIGHTS.md); the FP8 rate
+  (:attr:`GPU.fp8_tflops` is the BF16 rate on parts without FP8 tensor cores).
+- ``int4``: W4A16 (GPTQ/AWQ): dequantized to BF16 in the kernel; the BF16 rate.
+- ``nvfp4``: W4A4 with FP4 activations on FP4 tensor cores (Blackwell: SGLang's modelopt_fp4
+  runs on SM100 only, ``cutlass_scaled_fp4_mm``); on a part without them the weights are
+  dequantized (W4A16, the BF16 rate) [assume: SGLang itself refuses NVFP4 there].
+- ``mxfp4`` (gpt-oss experts): on Blackwell SGLang's ``flashinfer_mxfp4`` MoE quantizes the
+  activations to MXFP8 unless ``SGLANG_USE_FLASHINFER_MXFP4_BF16_MOE=1`` (SGLang discussions
+  benchmarking that switch), and a mixed MXFP8 x MXFP4 MMA runs at the FP8 rate; on Hopper
+  the ``triton_kernel`` MoE dequantizes to BF16 (issue 29 fact sheet B4): the BF16 rate.
+
+The bytes read stay the format's own (FP4 weights read half an FP8 weight) either way.
+"""
+
+from __future__ import annotations
+
+from pdsim.config.profile_schema import DTYPE_BYTES, GPU
+
+FP8_COMPUTE = ("fp8", "fp8_block")
+
+
+def weight_bytes(fmt: str) -> float:
+    return DTYPE_BYTES[fmt]
+
+
+def compute_format(gpu: GPU, fmt: str) -> str:
+    """The operand format a GEMM on ``fmt`` weights computes in on ``gpu``: bf16, fp8 or
+    fp4."""
+    if fmt in FP8_COMPUTE:
+        return "fp8"
+    if fmt == "nvfp4":
+        return "fp4" if gpu.fp4_tflops else "bf16"
+    if fmt == "mxfp4":
+        return "fp8" if gpu.fp4_tflops else "bf16"
+    return "bf16"
+
+
+def peak_tflops(gpu: GPU, fmt: str) -> float:
+    """Dense tensor-core TFLOP/s of a GEMM on ``fmt`` weights on ``gpu``."""
+    comp = compute_format(gpu, fmt)
+    if comp == "fp4":
+        return gpu.fp4_tflops or gpu.bf16_tflops
+    return gpu.fp8_tflops if comp == "fp8" else gpu.bf16_tflops

@@ -1,0 +1,117 @@
+"""Issue 29, models of today's layers (pdsim.model.architectures): linear attention (a fixed
+state per request), sliding windows and sparse attention (KV and reads bounded), each with its
+per-token cost; the shipped profiles' sizes against their configs' published figures."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pdsim.model import profiles
+from pdsim.model.predictor import Layout, OperatorPredictor
+
+ENGINE = profiles.engine()
+
+
+def _op(model: str, gpu: str = "H200", **layout) -> OperatorPredictor:
+    return OperatorPredictor(profiles.gpu(gpu), profiles.model(model), ENGINE,
+                             Layout(**(layout or {"tp": 8})))
+
+
+def test_the_shipped_models_sizes_match_their_published_figures():
+    """Fact sheet B8 (from each config): KV bytes per token, recurrent state, parameters."""
+    m = profiles.model
+    want = {"llama-3.1-8b": 131_072, "qwen3-32b": 262_144, "qwen3-235b-a22b": 192_512,
+            "qwen3.5-397b-a17b": 30_720, "glm-5": 100_152, "gpt-oss-120b": 36_864,
+            "deepseek-r1": 70_272, "deepseek-v3": 70_272}
+    for name, kv in want.items():
+        assert m(name).kv_bytes_per_token == kv, name
+    q35 = m("qwen3.5-397b-a17b")
+    assert q35.state_bytes_per_request() == 192_061_440  # fp32 SSM state (SGLang default)
+    assert q35.model_copy(update={"mamba_ssm_dtype": "bf16"}).state_bytes_per_request() \
+        == 97_689_600
+    assert q35.state_bytes_per_request(8) == pytest.approx(192_061_440 / 8, rel=1e-9)
+    assert q35.params_total / 1e9 == pytest.approx(396.3, abs=0.1)  # "397B"
+    assert q35.params_active / 1e9 == pytest.approx(17.2, abs=0.2)  # "A17B"
+    assert m("glm-5").params_total / 1e9 == pytest.approx(744, abs=1)
+    assert m("gpt-oss-120b").params_total / 1e9 == pytest.approx(117, abs=0.5)
+    assert m("gpt-oss-120b").window_kv_bytes == 18 * 128 * 2048
+    assert m("deepseek-r1").params_total / 1e9 == pytest.approx(671, abs=0.5)
+    assert m("qwen3-235b-a22b-fp8").params_total / 1e9 == pytest.approx(235, abs=0.5)
+    assert m("qwen3-32b").params_total / 1e9 == pytest.approx(32.8, abs=0.1)
+
+
+def test_linear_attention_layers_hold_no_kv_and_cost_a_state_per_sequence():
+    """Qwen3.5: decode's context term comes from its 15 full-attention layers only; the 45
+    Gated DeltaNet layers read and write a fixed state per sequence, whatever its length."""
+    op = _op("qwen3.5-397b-a17b-fp8")
+    full = op.per_ctx  # one full-attention layer's seconds per context token
+    d1, d2 = op.decode(32, 32 * 1000), op.decode(32, 32 * 65_000)
+    assert d2 - d1 == pytest.approx(15 * full * 32 * 64_000, rel=1e-9)
+    state = profiles.model("qwen3.5-397b-a17b-fp8").state_bytes_per_request(8) / 45
+    per_seq = 45 * 2 * state / op.bw  # read and written once per step
+    assert op.decode(64, 0) - op.decode(32, 0) > 32 * per_seq * 0.999
+    # a dense-attention twin (every layer full attention) grows four times faster
+    twin = OperatorPredictor(op.gpu, op.model.model_copy(update={
+        "linear_attention_layers": 0}), ENGINE, Layout(tp=8))
+    assert twin.decode(32, 32 * 65_000) - twin.decode(32, 32 * 1000) == pytest.approx(
+        60 / 15 * (d2 - d1), rel=1e-9)
+
+
+def test_a_sliding_window_bounds_what_its_layers_read():
+    """gpt-oss: 18 of its 36 layers read at most the last 128 tokens of each sequence."""
+    op = _op("gpt-oss-120b", "B200", tp=1)
+    per = op.per_ctx
+    long_ = op.decode(8, 8 * 64_000) - op.decode(8, 8 * 32_000)
+    assert long_ == pytest.approx(18 * per * 8 * 32_000, rel=1e-9)  # full layers only
+    short = op.decode(8, 8 * 100) - op.decode(8, 8 * 50)
+    assert short == pytest.approx(36 * per * 8 * 50, rel=1e-9)  # inside the window: all
+    n = 16_384  # prefill: a sliding layer's pairs are at most tokens x window
+    pairs = n * (n + 1) / 2
+    t = op.hybrid.prefill_core(n, pairs, 1)
+    assert t == pytest.approx((18 * pairs + 18 * n * 128) * op.pf_pair_flops / op.pk_attn
+                              / 36, rel=1e-9)
+
+
+def test_sparse_attention_reads_top_k_latents_and_scores_every_token():
+    """GLM-5 (DSA): past 2,048 tokens a query's MLA attention reads 2,048 latents; the
+    indexer still scores every earlier token (FP8, 32 heads of 128)."""
+    op = _op("glm-5-fp8", tp=8)
+    (dsa,) = op.hybrid.kinds
+    assert dsa.ctx_cap == dsa.pair_cap == 2048
+    grow = op.decode(16, 16 * 100_000) - op.decode(16, 16 * 50_000)
+    assert grow == pytest.approx(78 * dsa.index_ctx_s * 16 * 50_000, rel=1e-9)
+    dense = OperatorPredictor(op.gpu, op.model.model_copy(update={"index_topk": 0}), ENGINE,
+                              Layout(tp=8))
+    assert dense.decode(16, 16 * 100_000) > 2 * op.decode(16, 16 * 100_000)
+    assert op.decode(16, 16 * 1000) > dense.decode(16, 16 * 1000)  # the indexer's cost
+
+
+MODELS = ["qwen3.5-397b-a17b-fp8", "gpt-oss-120b", "glm-5-fp8"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(MODELS), st.sampled_from([dict(tp=8), dict(tp=8, tbo=True),
+                                                 dict(tp=8, ep=8, graph_bs=16)]),
+       st.integers(1, 300), st.integers(0, 200_000), st.integers(1, 64))
+def test_a_hybrid_decode_series_is_decode_step_by_step_to_the_bit(model, layout, batch, ctx,
+                                                                  grow):
+    op = _op(model, **layout)
+    series = op.decode_series(batch, batch, ctx, grow)
+    for j in range(4):
+        assert next(series) == op.decode(batch, ctx + grow * j, batch)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(MODELS), st.integers(1, 16_384), st.integers(1, 8_192),
+       st.integers(0, 8192))
+def test_hybrid_steps_never_get_faster_with_more_work(model, n, dn, prefix):
+    op = _op(model)
+
+    def pf(tokens: int) -> float:
+        pairs = tokens * prefix + tokens * (tokens + 1) / 2
+        return op.prefill(tokens, tokens * (tokens + prefix), pairs, 1, prefix, tokens)
+
+    assert pf(n + dn) >= pf(n)
+    assert op.decode(8, 8 * (n + dn)) >= op.decode(8, 8 * n)
