@@ -9,10 +9,10 @@ from conftest import small_fleet
 
 import pdsim
 from pdsim.cli.main import main
+from pdsim.config.engine_version import SGLANG_VERSIONS, at_least, parse
 from pdsim.config.registry import FAULTS, PD_PATHS
 from pdsim.config.scenario import from_dict
 from pdsim.config.units import ScenarioError
-from pdsim.config.engine_version import SGLANG_VERSIONS, at_least, parse
 
 
 def _ev(res: pdsim.Result, name: str):
