@@ -517,7 +517,8 @@ def render(res: Outcome, verbose: bool = False) -> str:
     pairs = (sc.fleet.prefill.servers * sc.fleet.prefill.dp
              * sc.fleet.decode.servers * sc.fleet.decode.dp) if sc.fleet.mode == "pd" else None
     lines += fleet_block(s, pairs, sc.flush.dooms)
-    lines += _define(incident_report.release_line(sc))
+    if sc.fleet.mode != "colocated":  # (a colocated fleet has no PD paths)
+        lines += _define(incident_report.release_line(sc))
     lines += incident_report.block(s, _line)
     lines += timeline(told(res.event_rows()), pairs, verbose=verbose)
     lines += unknowns_block(res)
