@@ -286,9 +286,12 @@ class Scenario(Strict):
                           f"(sdk_retries + 1)); at most {MAX_TOTAL_REQUESTS:,}")
         blocks = sum(c.num_prompts * math.ceil(c.dataset.input_len / 512)
                      for c in self.clients if c.kind == "bench" and c.dataset.kind == "random")
+        blocks += sum(c.num_prompts * math.ceil(c.dataset._longest / 512)  # (at most)
+                      for c in self.clients if c.kind == "bench" and c.dataset.kind == "sharegpt")
         if blocks > MAX_PROMPT_BLOCKS:
-            raise Invalid("clients", f"the random prompts hold {blocks:,} prefix blocks "
-                          f"(num_prompts x input_len / 512); at most {MAX_PROMPT_BLOCKS:,}")
+            raise Invalid("clients", f"the random and sharegpt prompts hold up to {blocks:,} "
+                          f"prefix blocks (num_prompts x input_len / 512); at most "
+                          f"{MAX_PROMPT_BLOCKS:,}")
         if self.fleet.mode == "colocated":  # (no prefill and decode legs, no KV transfers)
             own = self.disaggregation.model_dump(exclude_none=True)
             if own:

@@ -260,6 +260,13 @@ def _rows(path: str | Path, limit: int | None) -> tuple:
     return rows
 
 
+def read_rows(path: str | Path) -> tuple:
+    """Every row of a trace as ``(timestamp ms, input, output, blocks)`` tuples, parsed and
+    checked (cached by content key, as the client's read); a length-pair dataset's rows
+    (``dataset: {kind: sharegpt}``). Raises :class:`TraceError`."""
+    return _rows(path, None)
+
+
 def check_trace(path: str | Path, limit: int | None) -> int:
     """The rows :func:`read_trace` would return (parsed and checked, as it does; cached for
     it), without building them. Raises :class:`TraceError`.

@@ -20,6 +20,7 @@ from pdsim.config.trace import (  # noqa: F401 (open_trace, read_trace: API)
     HASH_ID_LIMIT,
     count_rows,
     open_trace,
+    read_rows,
     read_trace,
     trace_prompts,
 )
@@ -59,6 +60,25 @@ def random_lengths(rng: np.random.Generator, n: int, input_len: int, output_len:
     return ins, outs
 
 
+def sharegpt_lengths(rng: np.random.Generator, rows: tuple, n: int, output_len: int | None,
+                     context_len: int | None) -> tuple[list[int], list[int]]:
+    """bench_serving's ``sharegpt`` dataset over length pairs: the pairs shuffled (one
+    permutation from ``rng``), each one's output replaced by ``output_len`` when set, those
+    the filter leaves out skipped (pdsim.config.clients.sharegpt_usable: prompt or output
+    under 2 tokens, longer than ``context_len``), the first ``n`` kept (sgl-project/sglang
+    python/sglang/benchmark/datasets/sharegpt.py, sample_sharegpt_requests). ``rows``: the
+    dataset's ``(timestamp, input, output, blocks)`` rows (validation made sure ``n`` fit)."""
+    ins = np.fromiter((r[1] for r in rows), np.int64, len(rows))
+    outs = np.fromiter((r[2] for r in rows), np.int64, len(rows))
+    order = rng.permutation(len(rows))
+    ins, outs = ins[order], outs[order] if output_len is None else np.full(len(rows),
+                                                                            output_len)
+    keep = (ins >= 2) & (outs >= 2)
+    if context_len:
+        keep &= ins + outs <= context_len
+    return ins[keep][:n].tolist(), outs[keep][:n].tolist()
+
+
 class Client:
     """A client of the router, without a process per request. Its reactions to a finished
     request keep the zero-delay steps of the processes they replace, counted from where the
@@ -90,6 +110,26 @@ class Client:
     def _main(self) -> Generator:
         yield from self.run()
         self.done.succeed()
+
+    def offered(self) -> np.ndarray:
+        """When each prompt was to be sent (s): a bench client's schedule, the offered load,
+        whether a concurrency limit held a prompt back or the run ended first
+        (pdsim.engine.steady); empty before it starts and for an eval (a closed loop). (Made
+        from the schedule it keeps, not kept: a client's attributes stay under CPython's
+        inline limit, tests/test_sim_speed.py.)"""
+        at = getattr(self, "_at", None)
+        return np.asarray(at, float) + self.t0 if at else np.empty(0)
+
+    def progress(self) -> tuple[int, int]:
+        """(prompts answered, or questions finished; how many it will send): what the run's
+        progress bar counts (read from its thread, so only plain ints are read)."""
+        cfg = self.cfg
+        if cfg.kind == "eval":
+            return self.sent, cfg.questions
+        if self.planned:
+            return getattr(self, "_returned", 0), self.planned
+        rows = getattr(cfg.dataset, "_rows", None)  # (a trace: its rows to replay, as checked)
+        return 0, rows if rows is not None else (cfg.num_prompts or 0)
 
     def unsent(self) -> int:
         """Prompts (bench) or questions (eval) it had not finished sending when the run ended."""
@@ -127,12 +167,19 @@ class BenchClient(Client):
                                else len(rows))
             return rows
         n = self.cfg.num_prompts
+        base = (self.index + 1) * HASH_ID_LIMIT
+        if ds.kind == "sharegpt":
+            ins, outs = sharegpt_lengths(self.rngs["lengths"], read_rows(ds.resolved_path), n,
+                                         ds.output_len, ds.context_len)
+            # private blocks as a random prompt's (below), each prompt as many as it needs
+            per = np.cumsum([0] + [-(-i // 512) for i in ins]) + base
+            blocks = map(range, per[:-1].tolist(), per[1:].tolist())
+            return [(0.0, i, o, b) for i, o, b in zip(ins, outs, blocks, strict=True)]
         ins, outs = random_lengths(self.rngs["lengths"], n, ds.input_len, ds.output_len,
                                    ds.range_ratio, ds.output_distribution)
         # random prompts share no prefix blocks, within a client, across clients or with a
         # trace (whose ids are below HASH_ID_LIMIT): each prompt's are a range, which the
         # prefix cache keeps as one private run (kv.PrefixCache)
-        base = (self.index + 1) * HASH_ID_LIMIT
         blocks_per = math.ceil(ds.input_len / 512)
         # (prompt k's: range(base + k * blocks_per, base + (k + 1) * blocks_per), made by map)
         ends = range(base, base + (n + 1) * blocks_per, blocks_per)
