@@ -86,9 +86,10 @@ def test_shipped_editor_schema_is_current():
     shipped = json.loads((SCENARIOS / "scenario.schema.json").read_text())
     assert shipped == json_schema(), "regenerate: pdsim schema > scenarios/scenario.schema.json"
     assert "extends" in shipped["properties"]
-    for path in SCENARIOS.glob("*.yaml"):
+    for path in SCENARIOS.rglob("*.yaml"):
+        up = "../" * (len(path.relative_to(SCENARIOS).parts) - 1) or "./"
         assert path.read_text().startswith(
-            "# yaml-language-server: $schema=./scenario.schema.json"), path.name
+            f"# yaml-language-server: $schema={up}scenario.schema.json"), path.name
 
 
 def test_every_schema_field_is_described():

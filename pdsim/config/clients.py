@@ -209,6 +209,14 @@ class BenchClientConfig(Strict):
                                "default none")
     stream: bool = Field(True, description="Streamed responses (false: bench_serving "
                          "--disable-stream); default true")
+    sdk_retries: NonNegInt = Field(
+        0, le=MAX_TRIES, description="Retries of a request answered 408, 429 or >= 500 (a "
+        "router's 502, a gateway's 504, a non-streamed 500), each a new request on a new pair, "
+        "as an OpenAI SDK client's max_retries; a streamed abort is an HTTP 200 and is not "
+        "retried. bench_serving has none; default 0")
+    sdk_backoff_s: Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False), _NUM] = Field(
+        0.5, description="Wait before the first retry, doubled per retry up to 8 s (the OpenAI "
+        "SDK's INITIAL_RETRY_DELAY and MAX_RETRY_DELAY, without its jitter); default 0.5 s")
 
     @field_validator("request_rate")
     @classmethod
@@ -234,7 +242,7 @@ class BenchClientConfig(Strict):
 
     def most_requests(self) -> int:
         prompts = self.num_prompts or getattr(self.dataset, "_rows", None) or 0
-        return prompts + self.warmup_requests
+        return prompts * (self.sdk_retries + 1) + self.warmup_requests
 
     def check(self, ctx: Context) -> None:
         ds = self.dataset

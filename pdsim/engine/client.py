@@ -86,6 +86,11 @@ class Client:
     warmup's end, three for a bench prompt's slot going to the next prompt (``clock.later``:
     at once when nothing else is due in the instant)."""
 
+    # load spikes (the load_spike fault): (start, end, factor) in simulated s; an instance's
+    # own only when a fault sets them (a client keeps its attributes inline while it has few:
+    # tests/test_sim_speed.py)
+    spikes: tuple[tuple[float, float, float], ...] = ()
+
     def __init__(self, env: simpy.Environment, cfg: BenchClientConfig | EvalClientConfig,
                  index: int, frontend: Frontend, rngs: Streams) -> None:
         self.env = env
@@ -148,6 +153,8 @@ class BenchClient(Client):
     when their response returns.
     """
 
+    _retries = 0  # sdk_retries (an instance's own when set: see Client.spikes)
+
     def _prompts(self) -> list[tuple]:
         """The prompts as tuples ``(t, input, output, blocks)`` (``t``: a trace row's arrival,
         0.0 for a random prompt; see ``pdsim.config.trace.trace_prompts``)."""
@@ -184,11 +191,27 @@ class BenchClient(Client):
         rate = self.cfg.request_rate
         n = len(prompts)
         if rate == "trace":
-            return np.array([p[0] for p in prompts])
+            return self._spiked(np.array([p[0] for p in prompts]))
         if rate == "inf" or (isinstance(rate, float) and math.isinf(rate)):
             return np.zeros(n)
         gaps = self.rngs["arrivals"].exponential(1.0 / float(rate), size=n)
-        return np.cumsum(gaps) - gaps[0]
+        return self._spiked(np.cumsum(gaps) - gaps[0])
+
+    def _spiked(self, at: np.ndarray) -> np.ndarray:
+        """Arrival times (from ``t0``) under the load spikes: a Poisson stream of rate
+        ``r(t)`` is a unit-rate one in the operational time ``T(t)``, the integral of ``r``;
+        with ``r`` the client's rate times ``factor`` inside a spike, an arrival at ``s`` of the
+        unspiked stream arrives at ``T^-1(s)``: the same draws, the window's gaps divided by
+        ``factor`` and the later arrivals moved up by what it saved."""
+        for start, end, factor in self.spikes:
+            a, b = start - self.t0, end - self.t0
+            if b <= 0:
+                continue
+            a = max(a, 0.0)
+            top = a + factor * (b - a)  # operational time at the spike's end
+            at = np.where(at < a, at, np.where(at < top, a + (at - a) / factor,
+                                               at - (factor - 1.0) * (b - a)))
+        return at
 
     def run(self) -> Generator:
         """The client's process: warmup, flush, then the prompts."""
@@ -196,6 +219,7 @@ class BenchClient(Client):
         if cfg.start_s:
             yield env.timeout(cfg.start_s)
         prompts = self._prompts()
+        rate = cfg.request_rate
         if cfg.warmup_requests and prompts:
             p = prompts[0]
             warm = env.event()
@@ -238,11 +262,38 @@ class BenchClient(Client):
         self._all_returned = env.event()
         self._sender = Relay(env, self._send)  # a prompt sends one step after its slot
         self._on_return = self._returned_one  # (bound once, not per prompt)
+        if cfg.sdk_retries:  # SDK retries: each request's prompt, each prompt's retries so far
+            self._retries = cfg.sdk_retries
+            self._prompt_of: dict[int, int] = {}
+            self._tried: dict[int, int] = {}
         self._stream = cfg.stream
         self._releaser = Link(env, self._release)
         self._granter = Link(env, self._grant)
+        if self.spikes and self._limited and (rate == "inf" or rate == math.inf):
+            self._spike_slots()  # a closed loop: more slots
         urgent(env, self._start)  # where the prompts' processes would have started
         yield self._all_returned
+
+    def _spike_slots(self) -> None:
+        """A load spike on a closed loop: ``factor`` times the slots (``max_concurrency``)
+        during the spike (prompts waiting for one take the new ones at once); back to the
+        client's own after it (busy slots above it are not granted again as they free)."""
+        env, base = self.env, self._slots
+
+        def begin(factor: float) -> None:
+            self._slots = max(base, round(base * factor))
+            while self._backlog and self._busy < self._slots:
+                self._busy += 1
+                self._sender(self._backlog.popleft())
+
+        def end() -> None:
+            self._slots = base
+
+        for start, stop, factor in self.spikes:
+            if stop > env.now:
+                env.timeout(max(0.0, start - env.now)).callbacks.append(
+                    lambda _e, f=factor: begin(f))
+                env.timeout(stop - env.now).callbacks.append(lambda _e: end())
 
     def _start(self) -> None:
         """Where the prompts' processes started: those due at once take free slots (or queue)
@@ -313,17 +364,30 @@ class BenchClient(Client):
         self._backlog.append(k)
         return False
 
-    def _send(self, k: int) -> None:
+    def _send(self, k: int, attempt: int = 0) -> None:
         _t, input_len, output_len, blocks = self._prompt_list[k]
-        self.sent += 1
+        if not attempt:
+            self.sent += 1
         front = self.frontend
         req = front.new_request(self.name, "bench", input_len, output_len, self._stream,
-                                blocks, -1, 0)
+                                blocks, -1, attempt)
+        if self._retries:
+            self._prompt_of[req.rid] = k
         front.generate(req, self._on_return)
 
-    def _returned_one(self, _req: Request) -> None:
+    def _returned_one(self, req: Request) -> None:
         """The prompt's process resumed a step on and released its slot; the release granted
-        it to the longest-waiting prompt one step later, which sent a step after that."""
+        it to the longest-waiting prompt one step later, which sent a step after that. A
+        request the SDK retries keeps its slot: a new request goes after the backoff."""
+        if self._retries:
+            k = self._prompt_of.pop(req.rid)
+            status = req.http_status
+            n = self._tried.get(k, 0)
+            if (status >= 500 or status in (408, 429)) and n < self._retries:
+                self._tried[k] = n + 1
+                delay = min(self.cfg.sdk_backoff_s * 2.0**n, 8.0)
+                self.env.timeout(delay).callbacks.append(lambda _e: self._send(k, n + 1))
+                return
         self._returned += 1
         if self._returned == len(self._prompt_list):  # the all_of resumed the client
             if self._limited:

@@ -18,7 +18,7 @@ import simpy
 
 from pdsim.config import loader, units
 from pdsim.config.scenario import Scenario
-from pdsim.engine import clock, steady
+from pdsim.engine import clock, incident, steady
 from pdsim.engine import slo as slo_mod
 from pdsim.engine import summary as summary_mod
 from pdsim.engine.fleet import Fleet
@@ -163,7 +163,9 @@ def _sim_events(env: simpy.Environment) -> tuple[int, int]:
     return clock.counts(env)
 
 
-def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: bool) -> dict:
+def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: bool,
+             samples: list | None = None) -> dict:
+    """The run's summary; ``samples``: the time series' rows (the incident block reads them)."""
     stats = fleet.stats
     gpus = fleet.scenario.fleet.gpus()  # (what a side-by-side comparison of fleets divides by)
     col = summary_mod.columns(None, cols)  # (the request columns, pdsim.engine.log.plain_columns)
@@ -245,6 +247,18 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
         np.concatenate([c.offered() for c in fleet.clients if c.cfg.kind == "bench"]),
         {k: v[np.isin(m_client, benches)] for k, v in measured.items()}, now)
         if benches else steady.closed_loop())
+    faults = fleet.scenario.faults
+    asked = any(r.metric and r.metric.startswith("incident.") for r in fleet.scenario.reference)
+    if faults or stats.dead_rooms or asked:  # (only then: a run without these has no incident)
+        ws = [f.window(now) for f in faults]
+        window = ((min(w[0] for w in ws), max(w[1] for w in ws)) if ws
+                  else (math.nan, math.nan))
+        first = keep & (np.asarray(values("attempt")) == 0)
+        arrived = col["t_arrival"][first]
+        load_end = float(arrived.max()) if len(arrived) else t0
+        top["incident"] = inc = incident.measures(measured, fleet.log.rows, window, t0, now,
+                                                  load_end)
+        inc.update(incident.at_load_end(samples or [], load_end, len(fleet.decode_ranks)))
     return clean(top)
 
 
@@ -283,7 +297,7 @@ def _simulate(sc: Scenario, recorder: Recorder | None, progress: bool | float,
     wall = time.perf_counter() - wall0
     sim_events, sim_entries = _sim_events(env)
     summary = _summary(fleet, cols, len(log_rows), sim_events,
-                       not all_done.triggered and not stalled.triggered)
+                       not all_done.triggered and not stalled.triggered, rows)
     if stalled.triggered and not all_done.triggered:
         summary["stalled_at_s"] = round(float(env.now), 3)
     if sc.unknowns:

@@ -23,6 +23,7 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from pdsim.output import incident_plots
 from pdsim.output.plots_base import (  # noqa: F401 (re-exported: plots.OK, plots.flush_table)
     CLIENTS,
     DECODE,
@@ -403,11 +404,17 @@ def postmortem(res: Result, title: str | None = None) -> plt.Figure:
     """The incident at a glance. Left, on one time axis: throughput per client with the
     flushes annotated, outcomes per client, the blacklist per pair, KV use, queue depth.
     Right: failed/routed requests per pair (blacklisted outlined), load per DP rank, TTFT and
-    E2E latency CDFs per client."""
+    E2E latency CDFs per client. A run with an incident block (faults, or decode slots held by
+    dead rooms) gets a sixth row: the dead rooms' slots over time by cause, with the trigger
+    shaded and the recovery marked (also on the throughput panel), and the incident's
+    measures as text (pdsim.output.incident_plots)."""
     clients = [c.name for c in res.scenario.clients]
-    fig = plt.figure(figsize=(16, 15 + 0.6 * len(clients)), constrained_layout=True)
-    gs = fig.add_gridspec(5, 2, width_ratios=[2.3, 1],
-                          height_ratios=[1.2, 0.45 + 0.45 * len(clients), 1.1, 0.8, 0.8])
+    # an incident run of a PD fleet (faults, dead rooms): one more row
+    inc = res.summary.get("incident") if res.scenario.fleet.mode != "colocated" else None
+    rows = [1.2, 0.45 + 0.45 * len(clients), 1.1, 0.8, 0.8] + ([1.0] if inc else [])
+    fig = plt.figure(figsize=(16, 15 + 0.6 * len(clients) + (3 if inc else 0)),
+                     constrained_layout=True)
+    gs = fig.add_gridspec(len(rows), 2, width_ratios=[2.3, 1], height_ratios=rows)
     ax_tp = fig.add_subplot(gs[0, 0])
     sub = gs[1, 0].subgridspec(len(clients), 1, hspace=0.05)
     ax_out = [fig.add_subplot(sub[i, 0], sharex=ax_tp) for i in range(len(clients))]
@@ -435,7 +442,19 @@ def postmortem(res: Result, title: str | None = None) -> plt.Figure:
     queue_depth(res, ax_q)
     _title(ax_q, "queue depth")
     ax_q.set_xlabel(TIME)
-    for ax in (ax_tp, *ax_out, ax_bl, ax_kv):
+    above = (ax_tp, *ax_out, ax_bl, ax_kv)
+    if inc:  # decode slots held by dead rooms, the trigger and the recovery
+        ax_dead = fig.add_subplot(gs[5, 0], sharex=ax_tp)
+        incident_plots.dead_slots(res, ax_dead)
+        _title(ax_dead, "decode slots held by dead rooms (rooms that cannot complete)")
+        ax_dead.set_xlabel(TIME)
+        ax_q.set_xlabel("")
+        above = (*above, ax_q)
+        marks = incident_plots.mark_trigger(res, ax_tp)
+        if marks:
+            _legend(ax_tp, ax_tp.get_legend_handles_labels()[0] + marks)
+        incident_plots.incident_text(res, fig.add_subplot(gs[5, 1]))
+    for ax in above:
         ax.tick_params(labelbottom=False)
     ax_tp.set_xlim(0, float(res.summary["simulated_s"]))
 
@@ -454,6 +473,14 @@ def postmortem(res: Result, title: str | None = None) -> plt.Figure:
     if colocated and title is None:
         title = (f"{res.scenario.name}: colocated, {s['gpus']:,} GPUs: {s['failed']:,} failed "
                  f"requests, {s['retractions']:,} retractions")
+    if title is None and inc and not real and not colocated:  # an incident on the paths of issue 26
+        rec = inc["recovery_s"]
+        after = ("" if inc["trigger_from_s"] is None or inc["base_goodput_tok_s"] is None
+                 else f", recovered {rec:g} s after the trigger" if rec is not None
+                 else ", not recovered within the run")
+        title = (f"{res.scenario.name}: {s['failed']:,} failed requests, "
+                 f"{inc['dead_rooms']:,} dead rooms ({inc['dead_rooms_max']:,} slots at "
+                 f"once){after}")
     fig.suptitle(title or f"{res.scenario.name}: {real:,} flush-caused transfer failures → "
                  f"{s['failed']:,} failed requests, {s['blacklisted_pairs_max']:,} of "
                  f"{n_pairs(res):,} pairs blacklisted", fontsize=13, fontweight="bold")

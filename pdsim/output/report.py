@@ -18,6 +18,7 @@ from pdsim.config.scenario import ReferenceFigure, Scenario
 from pdsim.config.unknowns import block as unknowns_lines
 from pdsim.engine.outcome import Outcome
 from pdsim.engine.transfer import DEAD_MSG
+from pdsim.output import incident_report
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -278,7 +279,7 @@ def _ret_line(group: list, pairs: int, pairs_total: int) -> str:
             f"(--verbose: each pair)")
 
 
-ROUTINE = ("retract", "flush_doomed", "probe", "flush_received", "flush_answer")
+ROUTINE = ("retract", "flush_doomed", "probe", "flush_received", "flush_answer", "done_lost")
 
 
 def told(rows: Iterable) -> list:
@@ -330,8 +331,14 @@ def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 
     def emit(row: str) -> None:
         (held if ret_group else rows).append(row)
 
+    bursts = incident_report.Bursts()
     for e in ev:
         t = f"t={e.time:9.3f}s "
+        if e.event in incident_report.EVENTS:
+            close_flush()
+            bursts.add(e, emit)
+            continue
+        bursts.close(emit)
         if e.event == "flush_executed":
             if flush_group and (flush_group[0].component != e.component
                                 or flush_group[0].time != e.time):
@@ -389,6 +396,7 @@ def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 
         elif e.event == "client_aborted":
             emit(f"{t}{e.component}: {e.detail}")
     close_flush()
+    bursts.close(emit)
     close_ret()
     if not rows and not fast:  # nothing it tells (paths, breaker states, a stall): no heading
         return []
@@ -568,6 +576,9 @@ def render(res: Outcome, verbose: bool = False) -> str:
     pairs = (sc.fleet.prefill.servers * sc.fleet.prefill.dp
              * sc.fleet.decode.servers * sc.fleet.decode.dp) if sc.fleet.mode == "pd" else None
     lines += fleet_block(s, pairs, sc.flush.dooms)
+    if sc.fleet.mode != "colocated":  # (a colocated fleet has no PD paths)
+        lines += _define(incident_report.release_line(sc))
+    lines += incident_report.block(s, _line)
     lines += timeline(told(res.event_rows()), pairs, verbose=verbose)
     lines += unknowns_block(res)
     lines += reference_block(s, sc.reference, res.what_if, sc.name, bool(res.unknowns),
