@@ -161,7 +161,7 @@ def _pointing_outside(files: list[str]) -> list[str]:
 
 
 def test_nothing_in_the_repository_points_outside_it():
-    """A clone has no ../shared and no /work: facts from there live in docs/ with their sources."""
+    """A clone has only itself: facts from outside live in docs/ with their sources."""
     assert _pointing_outside(_tracked()) == []
 
 
