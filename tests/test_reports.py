@@ -1,6 +1,6 @@
 """reports/blacklist_policy.md cannot drift from the model or from pdsim whatif: a cell of its
 matrix re-runs to the committed rows, the CLI's default is its matrix, and the report and the
-README's paragraph are what the script writes from the committed CSVs."""
+what-if guide's answer paragraph are what the script writes from the committed CSVs."""
 
 from __future__ import annotations
 
@@ -87,8 +87,8 @@ def test_a_cell_of_the_report_reruns_to_the_committed_rows():
     assert got.goodput_tok_s == pytest.approx(h.goodput_tok_s, rel=1e-6)
 
 
-def test_the_report_and_readme_are_the_tables():
-    """The committed report and the README's what-if paragraph are what
+def test_the_report_and_the_guide_are_the_tables():
+    """The committed report and the what-if guide's answer paragraph are what
     reports/make_blacklist_policy.py writes from the committed CSVs (no hand-edited figure)."""
     mk = _module("make_blacklist_policy")
     s, u = mk.load_study()
@@ -96,7 +96,7 @@ def test_the_report_and_readme_are_the_tables():
     ev = pd.read_csv(DATA / "eval.csv")
     text, par = mk.render(s, u, inc, ev)
     assert (ROOT / "reports" / "blacklist_policy.md").read_text() == text
-    readme = (ROOT / "README.md").read_text()
-    block = readme.split("<!-- begin:whatif -->\n", 1)[1].split("<!-- end:whatif -->", 1)[0]
+    guide = (ROOT / "docs" / "guides" / "blacklist-whatif.md").read_text()
+    block = guide.split("<!-- begin:whatif -->\n", 1)[1].split("<!-- end:whatif -->", 1)[0]
     assert block == par + "\n"
     assert "pdsim whatif scenarios/whatif_base.yaml" in text.split("## The answer")[0]

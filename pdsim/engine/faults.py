@@ -578,4 +578,5 @@ class Faults:
 
 from pdsim.engine import fault_library  # noqa: E402  (registers the library's presets)
 
+LIBRARY = fault_library.LIBRARY  # (pdsim.engine.faults_pd adds its presets to it)
 DECLARED = fault_library.DECLARED
