@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
@@ -55,3 +57,40 @@ def small_fleet(**over) -> dict:
     for k, v in over.items():
         d[k] = v
     return d
+
+
+class EndWatch:
+    """Every write of each request's ``status`` while installed (:func:`watch_ends`), by rid,
+    to check that a request ends once: ``unfinished`` then at most one terminal status."""
+
+    def __init__(self) -> None:
+        from pdsim.engine.request import Request
+
+        self._slot = Request.__dict__["status"]  # the slot's own descriptor
+        self.writes: dict[int, list[str]] = {}
+
+    def __get__(self, obj: object, owner: type | None = None) -> object:
+        return self if obj is None else self._slot.__get__(obj, owner)
+
+    def __set__(self, obj: object, value: str) -> None:
+        self.writes.setdefault(obj.rid, []).append(value)
+        self._slot.__set__(obj, value)
+
+    def ended_twice(self) -> dict[int, list[str]]:
+        """The requests whose status was written after their first end."""
+        return {rid: w for rid, w in self.writes.items()
+                if w[0] != "unfinished" or len(w) > 2}
+
+
+@contextmanager
+def watch_ends() -> Iterator[EndWatch]:
+    """Record every status write of the requests of the runs inside (one run per watch:
+    rids restart at 0)."""
+    from pdsim.engine.request import Request
+
+    watch = EndWatch()
+    Request.status = watch
+    try:
+        yield watch
+    finally:
+        Request.status = watch._slot
