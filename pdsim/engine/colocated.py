@@ -417,10 +417,8 @@ class ColocatedRank(RunningBatch):
         ended (the gateway timed it out, maybe in this same instant): one request, one end."""
         if http_status is None:
             http_status = 200 if status == "completed" or req.stream else 500
-        if not end(req, status, reason, http_status, self.env._now):
+        if not end(req, status, reason, http_status, self.env._now, self.stats):
             return
-        if status != "completed":
-            self.stats.count_request_failure(reason)
         answer = req.on_response
         if answer is not None:
             req.on_response = None

@@ -386,10 +386,8 @@ class DecodeRank(RunningBatch):
         ended (the router timed it out, maybe in this same instant): one request, one end."""
         if http_status is None:
             http_status = 200 if status == "completed" or req.stream else 500
-        if not end(req, status, reason, http_status, self.env._now):
+        if not end(req, status, reason, http_status, self.env._now, self.stats):
             return
-        if status != "completed":
-            self.stats.count_request_failure(reason)
         answer = req.on_response
         if answer is not None:  # the router learns of it once
             req.on_response = None

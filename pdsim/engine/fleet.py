@@ -183,7 +183,7 @@ class Fleet:
         self._decode_steppers = [s for s in self.steppers if s.ranks[0] in self.decode_ranks]
 
         self.router = MiniLB(env, self.prefill_servers, self.decode_servers, sc.router,
-                             self.rngs["routing"], self.log)
+                             self.rngs["routing"], self.log, self.stats)
         self.router.notify_decode = DECODE if pd["prefill_abort_notifies_decode"] else 0
         self.router.notify_prefill = PREFILL if pd["decode_abort_notifies_prefill"] else 0
 
@@ -227,7 +227,7 @@ class Fleet:
                 self.steppers += [lockstep.Stepper(env, [r], False) for r in server.ranks]
         self._decode_steppers = self.steppers
         self.router = Gateway(env, self.decode_servers, sc.router, self.rngs["routing"],
-                              self.log)
+                              self.log, self.stats)
 
     def _predictor(self, role: RoleConfig) -> predictor.Predictor:
         """One predictor per role: the ranks of a role share its (pure) step-time function."""

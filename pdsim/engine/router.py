@@ -27,6 +27,7 @@ from pdsim.engine.clock import KeptDeadlines, call_later, later, urgent
 from pdsim.engine.log import EventLog
 from pdsim.engine.request import DECODE, PREFILL, SUCCESS, Request, end, new_room
 from pdsim.engine.server import Server, refused
+from pdsim.engine.stats import Stats
 
 
 class RoutingDraws:
@@ -96,8 +97,10 @@ class RoutingDraws:
 
 class MiniLB:
     def __init__(self, env: simpy.Environment, prefills: list[Server], decodes: list[Server],
-                 cfg: RouterConfig, rng: np.random.Generator, log: EventLog) -> None:
+                 cfg: RouterConfig, rng: np.random.Generator, log: EventLog,
+                 stats: Stats) -> None:
         self.env = env
+        self.stats = stats  # (a timeout ends a request: pdsim.engine.request.end counts it)
         self.prefills = prefills
         self.decodes = decodes
         self.cfg = cfg
@@ -211,7 +214,7 @@ class MiniLB:
         # (the server may have ended it in this instant, its answer not yet processed: the
         # first end wins, pdsim.engine.request.end)
         why = call.why
-        if not call.answered and end(req, "timed_out", why, 504, self.env._now):
+        if not call.answered and end(req, "timed_out", why, 504, self.env._now, self.stats):
             self._abort(req, why != "router_timeout" and self.ttft_cancels == "prefill")
         if not self.hop:
             call.on_return(req)
@@ -362,7 +365,8 @@ class _Call:
         """The answer is the prefill leg's error when it failed (502: the gateway maps a
         transport error or a 5xx to 502)."""
         if req.room.state != SUCCESS:  # (a first end: pdsim.engine.request.end)
-            end(req, "failed", f"prefill_{req.room.reason}", 502, self.lb.env._now)
+            end(req, "failed", f"prefill_{req.room.reason}", 502, self.lb.env._now,
+                self.lb.stats)
 
     def _drop_prefill(self) -> None:
         """Drop the unanswered prefill leg: the prefill aborts its copy."""

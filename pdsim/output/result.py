@@ -142,7 +142,8 @@ class Result(Outcome):
                 "what_if": self.what_if or None,
                 "rerun": rerun,
                 "files": {"requests": "one row per HTTP request", "events": "one row per event",
-                          "timeseries": f"gauges every {sc.timeseries_interval_s:g} simulated s",
+                          "timeseries": f"gauges every {sc.timeseries_interval_s:g} simulated s "
+                                        f"and at the run's end",
                           "summary.json": "the metrics (pdsim run --json)",
                           "report.txt": "the human report (pdsim run)",
                           "scenario.yaml": "the scenario exactly as run"}}
