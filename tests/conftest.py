@@ -94,3 +94,51 @@ def watch_ends() -> Iterator[EndWatch]:
         yield watch
     finally:
         Request.status = watch._slot
+
+
+def check_accounting(res: pdsim.Result) -> None:
+    """Every prompt and every failure is accounted for (README, "Invariants"):
+
+    - each prompt of a bench client, and each question of an eval client, is exactly one of
+      sent and ended, in flight, or not sent, in the summary (``requests``/``unfinished``/
+      ``unsent``, an eval's ``questions``/``questions_in_flight``/``unsent``) and in the
+      report's warning;
+    - the time series' last sample is at the run's end, and its counters are the run's
+      totals: ``failed`` counts every request the table says failed or timed out,
+      ``tokens_out`` every token the fleet generated.
+    (One end per request: :func:`watch_ends`.)"""
+    from pdsim.output.report import horizon_warning
+
+    s, req = res.summary, res.requests
+    m = res.measured
+    unsent = 0
+    for c in res.scenario.clients:
+        cm = s["clients"][c.name]
+        mine = m[m.client == c.name]
+        running = int((mine.status == "unfinished").sum())
+        assert cm["requests"] == len(mine) and cm["unfinished"] == running, c.name
+        assert cm["unsent"] >= 0, (c.name, cm)
+        if c.kind == "bench":
+            assert cm["requests"] + cm["unsent"] == c.prompts(), (c.name, cm)
+        else:
+            answers = res.answers
+            answered = int((answers.client == c.name).sum()) if len(answers) else 0
+            assert cm["questions"] == answered, (c.name, cm)
+            assert answered + cm["questions_in_flight"] + cm["unsent"] == c.questions, cm
+            assert running <= cm["questions_in_flight"], (c.name, cm)  # one request each
+            assert int((mine.question >= 0).sum()) == len(mine)
+            asked = mine.question.nunique() if len(mine) else 0  # (a request each at once)
+            assert asked == answered + cm["questions_in_flight"], (c.name, cm, asked)
+        if (cm["unsent"] and not cm.get("aborted")) or running:
+            assert not cm["finished"], (c.name, cm)
+        unsent += cm["unsent"]
+    warning = " ".join(horizon_warning(res))
+    if warning:
+        assert f"{unsent} prompt" in warning or (not unsent and "prompt" not in warning), \
+            warning
+    elif unsent:  # the run was not cut: only a client that aborted leaves prompts unsent
+        assert all(cm.get("aborted") for cm in s["clients"].values() if cm["unsent"]), s
+    ts = res.timeseries
+    assert ts.time.iloc[-1] == res.end_s, (ts.time.iloc[-1], res.end_s)
+    assert ts.failed.iloc[-1] == int(req.status.isin(["failed", "timed_out"]).sum())
+    assert ts.tokens_out.iloc[-1] == s["tokens_generated_fleet"]

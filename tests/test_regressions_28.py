@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import watch_ends
+from conftest import check_accounting, small_fleet, watch_ends
 
 import pdsim
+from pdsim.output.report import horizon_warning, render
 
 FOUND = Path(__file__).parent / "fuzz_found"
 
@@ -72,3 +73,70 @@ def test_fuzz_found_the_time_series_counts_prefill_side_failures():
     assert set(reasons) == {"prefill_heartbeat_lost", "", "waiting_timeout"}
     assert res.timeseries.failed.iloc[-1] == _ended_badly(res) == (
         reasons["prefill_heartbeat_lost"] + reasons["waiting_timeout"]) > 700
+
+
+# --- 2. every prompt is sent and ended, in flight, or not sent -----------------------------------
+
+
+def test_fuzz_found_a_bench_whose_warmup_never_returns_has_every_prompt_unsent():
+    """A prefill pool smaller than a prompt: the warmup never returns and the run stalls.
+    The client said ``requests: 0, unsent: 0`` (``planned`` was set after the warmup)."""
+    res = _run("min_bench_unsent_undercount")
+    m = res.summary["clients"]["bench0"]
+    assert (m["requests"], m["unfinished"], m["unsent"]) == (0, 0, 1000)
+    warning = horizon_warning(res)[0]
+    assert ("1000 prompts/questions not sent (bench0: 1 warmup request in flight, 1000 not "
+            "sent)") in warning, warning
+    check_accounting(res)
+
+
+def test_a_bench_starting_after_the_horizon_or_aborting_has_every_prompt_unsent():
+    late = small_fleet(horizon_s=100)
+    late["clients"][0].update(num_prompts=5, start_s=200.0)
+    res = pdsim.run(late)
+    assert res.summary["clients"]["bench"]["unsent"] == 5
+    check_accounting(res)
+    # (the gateway answers 206 to a flush a busy rank refuses: raise_for_status aborts)
+    aborts = small_fleet(router={"flush_handler": "rust_router"},
+                         flush={"semantics": "reject_if_busy"},
+                         operator_flushes=[], faults=[])
+    aborts["clients"] = [
+        {"kind": "bench", "name": "load", "num_prompts": 50, "request_rate": 10.0},
+        {"kind": "bench", "name": "ci", "num_prompts": 7, "start_s": 1.0,
+         "flush": {"mode": "raise_for_status"}}]
+    res = pdsim.run(aborts)
+    ci = res.summary["clients"]["ci"]
+    assert ci["aborted"] and (ci["requests"], ci["unsent"]) == (0, 7)
+    assert "raise_for_status aborted (7 prompts not sent)" in render(res)
+    check_accounting(res)
+
+
+def test_fuzz_found_eval_questions_in_flight_are_not_also_unsent():
+    """3 questions on 3 threads, all in flight at the horizon: "3 in flight, 3 not sent"."""
+    res = _run("min_eval_unsent_counts_in_flight")
+    m = res.summary["clients"]["eval0"]
+    assert (m["questions"], m["questions_in_flight"], m["unsent"]) == (0, 3, 0)
+    warning = horizon_warning(res)[0]
+    assert "0 prompts/questions not sent (eval0: 3 questions in flight)" in warning, warning
+    check_accounting(res)
+
+
+def test_eval_questions_never_asked_are_unsent():
+    d = small_fleet(horizon_s=4.0)
+    d["clients"] = [{"kind": "eval", "questions": 50, "threads": 4,
+                     "dataset": {"kind": "random", "input_len": 256, "output_len": 64}}]
+    res = pdsim.run(d)
+    m = res.summary["clients"]["eval"]
+    assert m["questions"] > 0 and m["questions_in_flight"] == 4 and m["unsent"] > 0
+    assert m["questions"] + m["questions_in_flight"] + m["unsent"] == 50
+    check_accounting(res)
+
+
+def test_a_trace_cut_by_the_horizon_accounts_for_its_rows():
+    from conftest import SCENARIOS
+
+    res = pdsim.run(SCENARIOS / "trace_replay.yaml", ["clients.0.num_prompts=300",
+                                                      "horizon_s=5"])
+    m = next(iter(res.summary["clients"].values()))
+    assert m["requests"] > 0 and m["unsent"] > 0 and m["requests"] + m["unsent"] == 300
+    check_accounting(res)

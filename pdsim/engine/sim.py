@@ -215,7 +215,8 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
             m["trace_rows_replayed"], m["trace_rows"] = c.trace_rows
         if c.cfg.kind == "eval":
             answered = sum(a["answered"] for a in c.answers)
-            m["questions"] = len(c.answers)
+            m["questions"] = len(c.answers)  # answered, empty or not
+            m["questions_in_flight"] = c.in_flight()
             m["empty_answers"] = len(c.answers) - answered
             m["steady"] = steady.closed_loop()
         else:

@@ -86,7 +86,7 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
     if m.get("trace_rows") is not None:
         out.append(_line("Trace rows replayed:", _trace_rows(m, cfg)))
     if m.get("aborted"):
-        out.append(_line("Aborted:", m["aborted"]))
+        out.append(_line("Aborted:", f"{m['aborted']} ({m.get('unsent', 0)} prompts not sent)"))
     streamed_aborts = m["successful_requests"] - m["completed_requests"]
     out += [
         _line("Successful requests (HTTP 200, as bench_serving):", m["successful_requests"]),
@@ -494,6 +494,38 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
     return out
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _where_prompts_are(res: Outcome) -> tuple[int, list[str]]:
+    """Prompts and questions never sent (all clients), and per client what it still had in
+    flight and had not sent: each prompt (bench) or question (eval) is sent and ended, in
+    flight, or not sent, and the warnings say where the last two are."""
+    s = res.summary
+    warm: dict[str, int] = {}  # warmups still in flight, by client
+    for client, kind, status in zip(res.request_values("client"), res.request_values("kind"),
+                                    res.request_values("status"), strict=True):
+        if kind == "warmup" and status == "unfinished":
+            warm[client] = warm.get(client, 0) + 1
+    per = []
+    for name, m in s["clients"].items():
+        if m.get("kind") == "eval":
+            q = m.get("questions_in_flight", 0)
+            bits = [f"{_plural(q, 'question')} in flight"] if q else []
+        else:
+            bits = [f"{m['unfinished']} in flight"] if m["unfinished"] else []
+        if warm.get(name):
+            bits.append(f"{_plural(warm[name], 'warmup request')} in flight")
+        if m.get("unsent"):
+            bits.append(f"{m['unsent']} not sent")
+        if not m.get("finished", True) and not bits:
+            bits.append("not finished")
+        if bits:
+            per.append(f"{name}: {', '.join(bits)}")
+    return sum(m.get("unsent", 0) for m in s["clients"].values()), per
+
+
 def horizon_warning(res: Outcome) -> list[str]:
     """A run that hit ``horizon_s`` before its clients finished says so, with counts."""
     s = res.summary
@@ -504,26 +536,20 @@ def horizon_warning(res: Outcome) -> list[str]:
         why = (f"; where they wait: {where}." if where else
                " (a request larger than a KV pool, or one waiting on a timeout past the "
                "horizon).")
+        unsent, per = _where_prompts_are(res)
+        never = (f" {unsent} prompt{'' if unsent == 1 else 's'}/question"
+                 f"{'' if unsent == 1 else 's'} not sent ({'; '.join(per)})." if unsent else "")
         if not running:  # (a client starting past the horizon: not_reached_warning says so)
             return [f"WARNING: the run stopped at {s['stalled_at_s']:g} s, before its horizon "
                     f"(horizon_s={res.scenario.horizon_s:g}): nothing was left to simulate "
-                    f"before it."]
+                    f"before it.{never}"]
         return [f"WARNING: the run stopped at {s['stalled_at_s']:g} s, before its horizon "
                 f"(horizon_s={res.scenario.horizon_s:g}): nothing was left to simulate and "
-                f"{running} request{'' if running == 1 else 's'} can never finish{why} The "
-                f"figures above leave them out."]
+                f"{running} request{'' if running == 1 else 's'} can never finish{why}{never} "
+                f"The figures above leave them out."]
     if not s.get("stopped_at_horizon"):
         return []
-    per = []
-    for name, m in s["clients"].items():
-        bits = [f"{m['unfinished']} in flight"] if m["unfinished"] else []
-        if m.get("unsent"):
-            bits.append(f"{m['unsent']} not sent")
-        if not m.get("finished", True) and not bits:
-            bits.append("not finished")
-        if bits:
-            per.append(f"{name}: {', '.join(bits)}")
-    unsent = sum(m.get("unsent", 0) for m in s["clients"].values())
+    unsent, per = _where_prompts_are(res)
     h = res.scenario.horizon_s
     return [f"WARNING: the run stopped at its horizon (horizon_s={h:g}) before the clients "
             f"finished: {running} request{'' if running == 1 else 's'} still in flight, "
