@@ -140,3 +140,18 @@ def test_a_trace_cut_by_the_horizon_accounts_for_its_rows():
     m = next(iter(res.summary["clients"].values()))
     assert m["requests"] > 0 and m["unsent"] > 0 and m["requests"] + m["unsent"] == 300
     check_accounting(res)
+
+
+# --- 4. a room failing in the instant its last chunk commits is freed once -----------------------
+
+
+def test_fuzz_found_a_room_failing_as_its_last_chunk_commits_is_freed_once():
+    """A waiting timeout in the instant a request's last prefill chunk committed: commit_step
+    freed its pages, then the room's pending done step freed them again (KVError: double
+    free). The prefill now stops listening to a room once it has released its request."""
+    res = _run("min_kv_double_free")
+    req = res.requests
+    timed = req[req.reason == "waiting_timeout"]
+    assert (timed.t_prefill_end == timed.t_done).sum() > 0  # the tie, many times
+    assert (req.status == "failed").all()
+    assert all(pool["used"] == 0 for pool in res.kv_pools.values()), res.kv_pools
