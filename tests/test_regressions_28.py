@@ -3,11 +3,14 @@ each, the observed symptom in its first comment)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from conftest import check_accounting, small_fleet, watch_ends
 
 import pdsim
+from pdsim.cli.main import main
 from pdsim.output.report import horizon_warning, render
 
 FOUND = Path(__file__).parent / "fuzz_found"
@@ -149,9 +152,96 @@ def test_fuzz_found_a_room_failing_as_its_last_chunk_commits_is_freed_once():
     """A waiting timeout in the instant a request's last prefill chunk committed: commit_step
     freed its pages, then the room's pending done step freed them again (KVError: double
     free). The prefill now stops listening to a room once it has released its request."""
-    res = _run("min_kv_double_free")
+    res = _run("min_kv_double_free")  # (SGLang's admission now keeps it from the tie)
+    assert (res.requests.status == "failed").all()
+    # the tie by construction: every prefill forward takes 1 s (a fitted predictor), nothing
+    # else takes time, a 128-token prompt goes in two 64-token chunks, and the decode's
+    # waiting timeout of 2 s fails the room in the instant its last chunk commits
+    d = {"fleet": {"gpu": "H20", "model": "dsv3-ci-test", "prefill": {"chunked_prefill_size": 64}},
+         "engine": {"bootstrap_ms": 0, "tokenize_us_per_token": 0},
+         "router": {"http_latency_ms": 0},
+         "transfer": {"call_latency_ms": 0, "waiting_timeout_s": 2.0},
+         "predictor": {"kind": "fitted", "coefficients": {
+             "prefill_a_ms": 1000, "prefill_b_ms_per_ktok": 0, "prefill_c_ms_per_mtok2": 0,
+             "decode_a_ms": 10, "decode_b_ms_per_ktok": 0, "decode_c_ms_per_seq": 0}},
+         "clients": [{"kind": "bench", "num_prompts": 2, "warmup_requests": 0, "dataset": {
+             "kind": "random", "input_len": 128, "output_len": 4, "range_ratio": 1.0}}]}
+    res = pdsim.run(d)
     req = res.requests
     timed = req[req.reason == "waiting_timeout"]
-    assert (timed.t_prefill_end == timed.t_done).sum() > 0  # the tie, many times
-    assert (req.status == "failed").all()
+    assert (timed.t_prefill_end == timed.t_done).sum() > 0  # the tie
     assert all(pool["used"] == 0 for pool in res.kv_pools.values()), res.kv_pools
+
+
+# --- 5. extreme values: rates that give no finite step or write time; fitted coefficients -------
+
+
+@pytest.mark.parametrize("name, key, what", [
+    ("min_predictor_zerodivision", "gpu", "gpu.bf16_tflops x gpu.gemm_eff is 0 (the product "
+                                          "underflows)"),
+    ("min_nic_zerodivision", "gpu.nic_gbps", "is 0 bytes/s"),
+])
+def test_fuzz_found_rates_that_underflow_to_zero_fail_validate(capsys, name, key, what):
+    """gemm_eff and bf16_tflops of 1e-300 (peak FLOP/s 0), nic_gbps and peak_utilisation of
+    1e-300 (a write's rate 0): validate said ok and the run divided by zero (exit 70)."""
+    path = str(FOUND / name / "scenario.yaml")
+    assert main(["validate", path]) == 2
+    err = capsys.readouterr().err
+    assert f"invalid value at '{key}'" in err and what in err and err.count("\n") == 1, err
+    assert main(["run", path]) == 2
+    assert capsys.readouterr().err == err
+
+
+@pytest.mark.parametrize("sets, key", [
+    # positive rates so small that the largest step or write a scenario allows overflows
+    (["gpu.hbm_eff=1e-300", "gpu.hbm_tbps=1e-5"], "gpu"),
+    (["predictor.kind=roofline", "predictor.prefill_mfu=1e-300", "gpu.fp8_tflops=1e-9"],
+     "predictor"),
+    (["gpu.nic_gbps=1e-300"], "gpu.nic_gbps"),
+    (["transfer.nic_gbps=0.001", "transfer.min_utilisation=1e-300"], "transfer.nic_gbps"),
+])
+def test_rates_whose_largest_step_overflows_fail_validate_and_run(sets, key):
+    for load in (pdsim.load, pdsim.run):
+        with pytest.raises(pdsim.ScenarioError, match=f"invalid value at '{key}'.*no finite"):
+            load(FOUND / "min_set_deep_recursion" / "scenario.yaml", sets,
+                 allow_outside_paths=True)
+
+
+def test_slow_but_finite_rates_validate_and_run():
+    """A rate tiny but with finite steps is computed with, not refused (validate and run agree):
+    every step outlasts the horizon."""
+    res = _run("min_set_deep_recursion", "gpu.gemm_eff=1e-300", "clients.0.num_prompts=3")
+    assert res.summary["stopped_at_horizon"] and res.summary["completed_requests"] == 0
+    check_accounting(res)
+
+
+@pytest.mark.parametrize("name, got", [("min_profile_fitted_nan", "finite number (got nan)"),
+                                       ("min_profile_fitted_neg", "greater than or equal to 0")])
+def test_fuzz_found_a_profiles_fitted_coefficients_are_bounded_as_the_scenarios(capsys, name,
+                                                                                 got):
+    """A user profile's models.X.fitted.<GPU> had no bounds: negative coefficients ended a
+    run at -0.049 s, NaN made it send nothing. They take predictor.coefficients' bounds."""
+    path = str(FOUND / name / "scenario.yaml")
+    model = "fz-fitnan" if "nan" in name else "fz-fitneg"
+    for cmd in ("validate", "run"):
+        assert main([cmd, path]) == 2
+        err = capsys.readouterr().err
+        assert f"invalid value at 'models.{model}.fitted.H20.prefill_a_ms': " in err, err
+        assert got in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("value, got", [(".inf", "finite number"), ("1.0e300", "less than"),
+                                        ("-1", "greater than or equal to 0")])
+def test_profile_and_scenario_coefficients_share_their_bounds(tmp_path, value, got):
+    (tmp_path / "p.yaml").write_text(
+        f"models: {{m: {{extends: dsv3-ci-test, fitted: {{H20: {{decode_a_ms: {value}}}}}}}}}\n")
+    base = {"profiles": ["p.yaml"], "fleet": {"gpu": "H20", "model": "m"},
+            "clients": [{"kind": "bench", "num_prompts": 1}]}
+    (tmp_path / "s.yaml").write_text(json.dumps(base))
+    with pytest.raises(pdsim.ScenarioError, match=f"fitted.H20.decode_a_ms.*{got}"):
+        pdsim.load(tmp_path / "s.yaml")
+    inline = dict(base, profiles=[], fleet={"gpu": "H20", "model": "dsv3-ci-test"},
+                  predictor={"kind": "fitted",
+                             "coefficients": {"decode_a_ms": float(value.strip("."))}})
+    with pytest.raises(pdsim.ScenarioError, match=f"predictor.coefficients.decode_a_ms.*{got}"):
+        pdsim.load(inline)

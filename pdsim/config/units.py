@@ -32,6 +32,7 @@ MAX_FILE_BYTES = 256 << 10  # a scenario file (each file of an extends chain)
 # MAX_YAML_DEPTH, MAX_YAML_VALUES, MAX_INT_DIGITS: pdsim.util.safeyaml's, imported above (limits())
 MAX_EXTENDS = 16  # files in an extends chain
 MAX_TIME_S = 1e7  # any simulated time, duration or timeout (~116 days)
+MIN_BANDWIDTH_FRACTION = 1e-9  # the least a degraded NIC keeps (nic_degraded; writes checked)
 MIN_INTERVAL_S = 1e-3  # shortest period of a recurring event (samples, heartbeats, probes)
 MAX_TICKS = 200_000  # recurring events one period implies over the horizon (horizon / period)
 MAX_PROBES = 50_000_000  # blacklist probes if every (prefill rank, decode session) pair probed
