@@ -245,3 +245,56 @@ def test_profile_and_scenario_coefficients_share_their_bounds(tmp_path, value, g
                              "coefficients": {"decode_a_ms": float(value.strip("."))}})
     with pytest.raises(pdsim.ScenarioError, match=f"predictor.coefficients.decode_a_ms.*{got}"):
         pdsim.load(inline)
+
+
+# --- 6. deep --set keys and symlink loops: one line, exit 2 --------------------------------------
+
+
+DEEP = "a." * 500 + "b"
+
+
+@pytest.mark.parametrize("argv", [
+    ["validate", "{s}", "--set", DEEP + "=1"],
+    ["run", "{s}", "--set", DEEP + "=1"],
+    ["sweep", "{s}", "--vary", DEEP + "=1,2"],
+    ["explore", "{s}", "--set", DEEP + "=1", "--samples", "2", "--out", "{tmp}/ex"],
+    # a key within the limit whose value nests past it
+    ["validate", "{s}", "--set", "a." * 45 + "b=" + "[" * 40 + "]" * 40],
+])
+def test_fuzz_found_a_deep_set_key_is_one_line(capsys, tmp_path, argv):
+    """A --set key ~500 levels deep built a dict past the file's 50-level limit after it was
+    checked: RecursionError in unknowns.resolve (exit 70)."""
+    s = str(FOUND / "min_set_deep_recursion" / "scenario.yaml")
+    assert main([a.format(s=s, tmp=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "50 levels" in err and "internal error" not in err, err
+    assert not (tmp_path / "ex").exists()
+
+
+def _loop(tmp_path: Path, name: str) -> None:
+    """``name`` is a symlink loop (``loop_a`` -> ``loop_b`` -> ``loop_a``)."""
+    stem, ext = name.rsplit(".", 1)
+    (tmp_path / f"{stem}.{ext}").symlink_to(f"{stem.replace('_a', '_b')}.{ext}")
+    (tmp_path / f"{stem.replace('_a', '_b')}.{ext}").symlink_to(f"{stem}.{ext}")
+
+
+@pytest.mark.parametrize("where, key", [
+    ("trace", "'clients.0.dataset.path': trace file: cannot resolve loop_a.jsonl"),
+    ("profiles", "'profiles.0': cannot resolve loop_a.yaml"),
+    ("extends", "'extends': cannot resolve loop_a.yaml"),
+])
+def test_fuzz_found_a_symlink_loop_is_one_line(capsys, tmp_path, where, key):
+    """Path.resolve raises RuntimeError on a symlink loop (Python 3.11), and the handler read
+    its .strerror: AttributeError, exit 70."""
+    text = (FOUND / "min_symlink_loop" / "scenario.yaml").read_text()
+    if where == "profiles":
+        text = text.replace("dataset: {kind: trace, path: loop_a.jsonl}", "") + \
+            "profiles: [loop_a.yaml]\n"
+    elif where == "extends":
+        text = "extends: loop_a.yaml\n"
+    (tmp_path / "scenario.yaml").write_text(text)
+    _loop(tmp_path, "loop_a.jsonl" if where == "trace" else "loop_a.yaml")
+    for cmd in ("validate", "run"):
+        assert main([cmd, str(tmp_path / "scenario.yaml")]) == 2
+        err = capsys.readouterr().err
+        assert key in err and "(a symlink loop)" in err and err.count("\n") == 1, err

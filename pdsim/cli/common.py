@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pdsim.util.backends import check_workers
-from pdsim.util.safeio import clip, show_path
+from pdsim.util.safeio import clip, show_path, why
 
 if TYPE_CHECKING:  # pdsim.config.scenario (pydantic) is imported after the parse: --help
     from pdsim.config.scenario import Scenario  # needs none
@@ -123,7 +123,7 @@ def prepare_out_dir(out: str) -> None:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UsageError(f"--out {show_path(out)}: cannot create the directory "
-                         f"({err.strerror or type(err).__name__})") from None
+                         f"({why(err)})") from None
 
 
 def check_worker_args(args: argparse.Namespace) -> None:

@@ -16,7 +16,7 @@ from pdsim.cli.common import (
     load_scenario,
     outside_flag,
 )
-from pdsim.util.safeio import UserFileError, echo, read_user_file, show_path
+from pdsim.util.safeio import UserFileError, echo, read_user_file, show_path, why
 
 PROFILES_EPILOG = """\
 examples:
@@ -188,7 +188,7 @@ def _import_cmd(args: argparse.Namespace) -> int:
     try:
         Path(out).write_text(text)
     except OSError as err:
-        return die(f"cannot write ({err.strerror or type(err).__name__}): {show_path(out)}")
+        return die(f"cannot write ({why(err)}): {show_path(out)}")
     kinds = [f"{model.layers} layers"]
     if model.linear_attention_layers:
         kinds.append(f"{model.linear_attention_layers} linear attention")
@@ -235,7 +235,7 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
         out.write_text(fit.profile_yaml())
         calibrate.residual_plot(fit, plot)
     except OSError as err:
-        return die(f"cannot write ({err.strerror or type(err).__name__}): "
+        return die(f"cannot write ({why(err)}): "
                    f"{show_path(err.filename or out)}")
     print(f"fitted {len(fit.params)} value(s) of {args.gpu} / {args.model} / {args.engine} to "
           f"{len(fit.rows)} measurement(s):")
@@ -323,7 +323,7 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
             validation_table.write_table(df, Path(args.write_docs))
             print(f"wrote the table into {show_path(args.write_docs)}", file=sys.stderr)
     except OSError as err:
-        return die(f"cannot write ({err.strerror or type(err).__name__}): "
+        return die(f"cannot write ({why(err)}): "
                    f"{show_path(err.filename or args.csv or args.write_docs)}")
     return 0
 

@@ -17,7 +17,7 @@ from pdsim.cli.common import (
     outside_flag,
 )
 from pdsim.util.backends import MAX_RUNS
-from pdsim.util.safeio import clip, echo, show_path
+from pdsim.util.safeio import clip, echo, show_path, why
 
 # what each column of the table means, by header (the help shows all; a sweep, its own)
 INCIDENT_COLUMNS = {
@@ -264,7 +264,7 @@ def sweep_cmd(args: argparse.Namespace) -> int:
             df.to_csv(args.out, index=False)
         except OSError as err:
             return die(f"--out {show_path(args.out)}: cannot write "
-                       f"({err.strerror or type(err).__name__})")
+                       f"({why(err)})")
         print(f"wrote {show_path(args.out)}", file=sys.stderr)
     if args.json:
         print(df.to_json(orient="records", indent=2))
@@ -312,7 +312,7 @@ def explore_cmd(args: argparse.Namespace) -> int:
         return die(str(err))
     except OSError as err:
         return die(f"--out {show_path(out) if out else ''}: cannot write "
-                   f"({err.strerror or type(err).__name__})")
+                   f"({why(err)})")
     except KeyboardInterrupt:
         where = f"in {show_path(out / 'runs.parquet')} " if out else ""
         print(f"pdsim: interrupted; finished runs are stored {where}and the same command "

@@ -204,6 +204,9 @@ def apply_overrides(data: dict, sets: list[str]) -> dict:
         if not key or any(not p for p in parts):
             raise ScenarioError(f"--set {shown}: a dotted key has no empty parts, e.g. "
                                 f"clients.0.num_prompts=200")
+        if len(parts) > MAX_YAML_DEPTH:  # (a file's limit; the walks after this recurse)
+            raise ScenarioError(f"--set {shown}: a key {len(parts)} levels deep; a scenario "
+                                f"nests at most {MAX_YAML_DEPTH} levels")
         value = parse_yaml(raw, f"--set {shown}") if raw.strip() else None
         cur: Any = data
         for i, part in enumerate(parts[:-1]):
@@ -247,6 +250,7 @@ def apply_overrides(data: dict, sets: list[str]) -> dict:
         else:
             raise ScenarioError(f"--set {shown}: '{clip('.'.join(parts[:-1]), 80)}' is a "
                                 f"{type(cur).__name__} ({echo(cur)}), not a mapping or list")
+    _nesting(data)  # a key and its value within a file's limits together, as a file is
     return _with_context(data, ctx)
 
 
