@@ -298,3 +298,63 @@ def test_fuzz_found_a_symlink_loop_is_one_line(capsys, tmp_path, where, key):
         assert main([cmd, str(tmp_path / "scenario.yaml")]) == 2
         err = capsys.readouterr().err
         assert key in err and "(a symlink loop)" in err and err.count("\n") == 1, err
+
+
+# --- 7. validating declared unknowns stays linear ------------------------------------------------
+
+
+def _counting(monkeypatch, limit: int) -> list:
+    """Count the whole-scenario validations unknowns.finish makes; fail past ``limit`` (the
+    quadratic version made 63,000 for the fuzz-found file: 292 s)."""
+    from pdsim import scenario as scenario_mod
+
+    calls: list = []
+    real = scenario_mod.from_dict
+
+    def counted(data, context=None):
+        calls.append(1)
+        if len(calls) > limit:
+            raise RuntimeError(f"more than {limit} validations")
+        return real(data, context)
+
+    monkeypatch.setattr(scenario_mod, "from_dict", counted)
+    return calls
+
+
+def test_fuzz_found_a_thousand_short_integer_unknowns_validate_in_a_bounded_number_of_checks(
+        monkeypatch):
+    """1,000 faults, each with flaps: {uniform: [1, 64], nominal: 1}: unknowns.finish
+    validated the whole scenario once per value of every range (64,000 validations of a
+    1,000-fault file). Now at most MAX_CHECKS rounds, every unknown at once."""
+    from pdsim.unknowns import MAX_CHECKED_INTS, MAX_CHECKS
+
+    calls = _counting(monkeypatch, 2 * MAX_CHECKS)
+    sc = pdsim.load(FOUND / "min_unknowns_quadratic_validate" / "scenario.yaml")
+    assert len(sc.unknowns) == 1000 and len(sc.faults) == 1000
+    assert len(calls) == 1 + (MAX_CHECKED_INTS - 1)  # the nominal, then rounds of 2..64
+
+
+def test_a_rejected_value_among_many_unknowns_is_found_and_named(monkeypatch):
+    """In rounds, a rejected round is bisected to the one unknown whose value is rejected
+    alone, and the error names it as a check of its own would."""
+    faults = [{"kind": "nic_flaps", "at_s": i, "flaps": {"uniform": [1, 64], "nominal": 1}}
+              for i in range(300)]
+    faults[217]["prefill_server"] = {"uniform": [0, 2], "nominal": 0}  # one server only
+    d = {"fleet": {"gpu": "H20", "model": "dsv3-ci-test"}, "faults": faults,
+         "clients": [{"kind": "bench", "num_prompts": 5}]}
+    calls = _counting(monkeypatch, 200)
+    with pytest.raises(pdsim.ScenarioError, match=r"^invalid value at 'faults\.217\."
+                       r"prefill_server': uniform \[0, 2\] \(integer\) includes 1, which is "
+                       r"rejected; list the allowed values with choice: \[\.\.\.\]: "):
+        pdsim.load(d)
+    assert len(calls) < 1 + 2 + 2 * 10  # the nominal, round 1, a bisection of 301
+
+
+def test_a_choice_lists_at_most_max_choices_values():
+    from pdsim.unknowns import MAX_CHOICES
+
+    d = {"fleet": {"gpu": "H20", "model": "dsv3-ci-test"},
+         "clients": [{"kind": "bench", "num_prompts": 5,
+                      "start_s": {"choice": list(range(MAX_CHOICES + 1)), "nominal": 0}}]}
+    with pytest.raises(pdsim.ScenarioError, match=f"choice lists at most {MAX_CHOICES} values"):
+        pdsim.load(d)
