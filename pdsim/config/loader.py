@@ -367,10 +367,10 @@ def load(source: str | Path | dict | Scenario, sets: list[str] | None = None, *,
 
 def limit_modules() -> tuple:
     """The modules whose ``MAX_*``/``MIN_*`` constants are the documented limits."""
-    from pdsim.config import profile_schema, units
+    from pdsim.config import profile_schema, units, unknowns
     from pdsim.util import backends, safeio
 
-    return units, safeyaml, trace, profile_schema, safeio, backends
+    return units, safeyaml, trace, profile_schema, unknowns, safeio, backends
 
 
 def limits() -> dict[str, float]:

@@ -50,7 +50,7 @@ KV_DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0}
 # step past the horizon)
 FITTED_KEYS = ("prefill_a_ms", "prefill_b_ms_per_ktok", "prefill_c_ms_per_mtok2",
                "decode_a_ms", "decode_b_ms_per_ktok", "decode_c_ms_per_seq")
-MAX_COEFFICIENT_MS = 1e10
+MAX_COEFFICIENT_MS = 1e10  # a fitted-predictor coefficient (ms): any simulated time, in ms
 Coefficient = Annotated[float, Field(ge=0, le=MAX_COEFFICIENT_MS, allow_inf_nan=False), _NUM]
 FittedKey = Literal[FITTED_KEYS]
 

@@ -28,9 +28,9 @@ KEYS = (*DISTRIBUTIONS, "nominal", "why")
 FORBIDDEN = ("seed", "seeds", "reference", "name", "description")
 MAX_CHECKED_INTS = 64  # an integer range this short is validated at every value, not its ends
 MAX_CHOICES = 64  # values of one choice (a larger numeric set is a uniform range)
-# whole-scenario validations ``finish`` makes for the unknowns' values (plus a bisection when one
-# is rejected): one each while they fit, else in rounds, each validating every unknown at once
-MAX_CHECKS = 64
+# (``finish``: one whole-scenario validation per value while they fit, else in rounds, each
+# validating every unknown at once, plus a bisection when one is rejected)
+MAX_CHECKS = 64  # whole-scenario validations of the declared unknowns' values (rounds past it)
 
 
 class UnknownError(ValueError):
