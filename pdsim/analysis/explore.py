@@ -577,10 +577,15 @@ def _sensitivity_notes(ex: Exploration) -> list[str]:
     return notes
 
 
+TABLES = ("acceptance", "region", "bins", "sensitivity")  # write_tables' CSVs
+# what an exploration writes in its directory (pdsim.cli refuses one that would replace an input)
+WRITTEN = ("runs.parquet/*", *(f"{name}.csv" for name in TABLES), "*.png")
+
+
 def write_tables(ex: Exploration, out: Path) -> list[Path]:
     """The tables as CSV next to the runs."""
     written = []
-    for name in ("acceptance", "region", "bins", "sensitivity"):
+    for name in TABLES:
         p = out / f"{name}.csv"
         getattr(ex, name).to_csv(p, index=False)
         written.append(p)

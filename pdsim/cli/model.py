@@ -13,7 +13,9 @@ from pdsim.cli.common import (
     UsageError,
     check_output_file,
     die,
+    inputs,
     load_scenario,
+    no_overwrite,
     outside_flag,
 )
 from pdsim.util.safeio import UserFileError, echo, read_user_file, show_path, why
@@ -220,6 +222,9 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
         stem = Path(args.data).with_suffix("")
         out = Path(args.out or f"{stem}.profile.yaml")
         plot = Path(args.plot or f"{stem}.residuals.png")
+        found = inputs(None, args.data, *args.profiles)
+        no_overwrite("--out", str(out), found)
+        no_overwrite("--plot", str(plot), found)
         check_output_file(str(out), "--out")
         check_output_file(str(plot), "--plot")
         kinds = calibrate.plot_formats()
@@ -276,7 +281,9 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
         return die("--holdout (and --write-docs) refit the shipped parameter sets; they do "
                    "not take --set")
     try:  # the output paths are checked before the refit, not after it
-        if args.csv:
+        if args.csv:  # (the validation data and cases are its inputs)
+            no_overwrite("--csv", args.csv, {p.resolve(): "validation file" for p in
+                                             validation.ROOT.rglob("*") if p.is_file()})
             check_output_file(args.csv, "--csv")
         if args.write_docs:
             _check_page(args.write_docs)

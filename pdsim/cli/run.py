@@ -15,7 +15,9 @@ from pdsim.cli.common import (
     check_output_file,
     check_plot_file,
     die,
+    inputs,
     load_scenario,
+    no_overwrite,
     outside_flag,
     prepare_out_dir,
     scenario_inputs,
@@ -135,6 +137,12 @@ def run_or_validate(args: argparse.Namespace) -> int:
         if args.cmd == "run" and args.format and not args.out:  # not silently ignored
             raise UsageError("--format picks the table format of --out DIR; add --out")
         sc = load_scenario(args)
+        if args.cmd == "run":
+            from pdsim.output.result import run_dir_names
+
+            found = inputs(sc, *args.plugins)
+            no_overwrite("--out", args.out, found, run_dir_names(args.format or "csv"))
+            no_overwrite("--perfetto", args.perfetto, found)
         if args.cmd == "run" and args.plot:
             own = scenario_inputs(args.scenario, sc) + (
                 [Path(args.perfetto)] if args.perfetto else [])

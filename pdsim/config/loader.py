@@ -116,6 +116,8 @@ def read_yaml(path: str | Path, _seen: tuple = (), *, allow_outside_paths: bool 
             _ctx = Context(top, top, allow_outside_paths)
         raw = read_user_file(p, _via, MAX_FILE_BYTES)
         text = decode_utf8(raw, what)
+        _ctx.files.append((p.resolve(), "scenario file" if not _seen and _via == "scenario file"
+                           else "extends: parent"))
     except UserFileError as err:
         raise ScenarioError(str(err)) from None
     except (OSError, RuntimeError, ValueError):
@@ -295,7 +297,8 @@ def as_data(source: str | Path | dict, allow_outside_paths: bool = False,
         if not _dumped:
             _nesting(source)
         ctx = getattr(source, "context", None) or Context.cwd()
-        ctx = Context(ctx.base_dir, ctx.root, ctx.allow_outside or allow_outside_paths)
+        ctx = Context(ctx.base_dir, ctx.root, ctx.allow_outside or allow_outside_paths,
+                      files=list(ctx.files))
         data = dict(source)
         if "extends" in data:  # as in a file, relative to where the dict's paths resolve
             parent = data.pop("extends")

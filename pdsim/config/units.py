@@ -126,6 +126,8 @@ class Context:
     # the validated Scenario (pdsim.config.scenario, which imports this module), set for checks
     scenario: Any = field(default=None, repr=False)
     path: str = ""  # key path of the section being checked
+    # the scenario files read, each (resolved path, what it is): the file, its extends: parents
+    files: list = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
     def cwd(cls, allow_outside: bool = False) -> Context:
