@@ -442,3 +442,99 @@ def test_a_run_directory_lists_what_it_writes():
     from pdsim.cli import common
 
     assert set(common.RUN_DIR_FILES) == {*run_dir_names("csv"), *run_dir_names("parquet")}
+    # (the --plot check's list of a run directory's files is the same)
+    from pdsim.cli import common
+
+    assert set(common.RUN_DIR_FILES) == {*run_dir_names("csv"), *run_dir_names("parquet")}
+    # (the --plot check's list of a run directory's files is the same)
+    from pdsim.cli import common
+
+    assert set(common.RUN_DIR_FILES) == {*run_dir_names("csv"), *run_dir_names("parquet")}
+
+
+# --- 9. explore's resume cache: content-keyed, and only rows that verify ------------------------
+
+
+def _explore(d: Path, out: Path, *more: str) -> tuple[int, str, str]:
+    import contextlib
+    import io
+
+    err, std = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(std):
+        code = main(["explore", str(d / "scenario.yaml"), "--samples", "2", "--seeds", "1",
+                     "--workers", "1", "--out", str(out), "--no-figures", *more])
+    return code, std.getvalue(), err.getvalue()
+
+
+def test_fuzz_found_planted_rows_are_ignored_with_a_warning_and_run_again(tmp_path):
+    """Any Parquet file in OUT/runs.parquet/ whose key columns matched was taken as results:
+    forged outputs (failed 99,999) and inputs (model.layers 8, the design gave 7 and 2) were
+    reported, nothing re-run (the reproducer's steps)."""
+    import shutil
+
+    import pandas as pd
+
+    d = tmp_path / "s"
+    shutil.copytree(FOUND / "explore_resume_forged_rows", d)
+    out = tmp_path / "ex"
+    code, honest, _ = _explore(d, out)
+    assert code == 0 and "0 already stored, 2 run now" in honest
+    (f,) = (out / "runs.parquet").glob("*.parquet")
+    df = pd.read_parquet(f)
+    assert sorted(df["model.layers"]) == [2, 7] and (df.failed == 0).all()
+    df["failed"] = 99999
+    df["model.layers"] = 8
+    f.unlink()
+    df.to_parquet(str(f).replace("-all", "-s000000-k1"), index=False)
+    code, forged, err = _explore(d, out)
+    assert code == 0 and "0 already stored, 2 run now" in forged, forged
+    assert err.count("warning:") == 1 and "2 stored row(s)" in err and "do not verify" in err
+    assert forged.split("\n", 1)[1] == honest.split("\n", 1)[1]  # the honest results
+    assert _explore(d, out)[1].startswith("wi: 2 runs") and "2 already stored, 0 run now" in \
+        _explore(d, out)[1]  # the forged file was folded away; the verified rows resume
+
+
+def test_a_row_whose_digest_was_recomputed_still_needs_the_designs_inputs(tmp_path):
+    """A forger who recomputes row_digest with pdsim's code still cannot change a row's
+    inputs: they must be the values the design gives its sample."""
+    import shutil
+
+    import pandas as pd
+
+    from pdsim.analysis.explore import DIGEST, row_digest
+
+    d = tmp_path / "s"
+    shutil.copytree(FOUND / "explore_resume_forged_rows", d)
+    out = tmp_path / "ex"
+    _explore(d, out)
+    (f,) = (out / "runs.parquet").glob("*.parquet")
+    df = pd.read_parquet(f)
+    df["model.layers"] = 8
+    df[DIGEST] = [row_digest(r) for r in df.to_dict("records")]
+    f.unlink()
+    df.to_parquet(out / "runs.parquet" / "planted.parquet", index=False)
+    code, text, err = _explore(d, out)
+    assert "0 already stored, 2 run now" in text and "2 stored row(s)" in err
+
+
+def test_the_resume_key_follows_the_content_of_the_files_read(tmp_path):
+    """An edited profile (hbm_tbps) reused the rows of the old one: the key hashed the
+    scenario with the file's path. It hashes the file's content now: edited, the runs are
+    made again; moved with the same content, they are reused."""
+    d = tmp_path / "s"
+    d.mkdir()
+    (d / "p.yaml").write_text("gpus: {mygpu: {extends: H20, hbm_tbps: 4.0}}\n")
+    (d / "scenario.yaml").write_text(
+        (FOUND / "explore_resume_forged_rows" / "scenario.yaml").read_text()
+        .replace("gpu: H20", "gpu: mygpu") + "profiles: [p.yaml]\n")
+    out = tmp_path / "ex"
+    assert "0 already stored, 2 run now" in _explore(d, out)[1]
+    assert "2 already stored, 0 run now" in _explore(d, out)[1]
+    (d / "p.yaml").write_text("gpus: {mygpu: {extends: H20, hbm_tbps: 2.0}}\n")
+    code, text, err = _explore(d, out)
+    assert "0 already stored, 2 run now" in text and "another scenario version" in err
+    (d / "sub").mkdir()
+    (d / "p.yaml").rename(d / "sub" / "moved.yaml")
+    (d / "scenario.yaml").write_text((d / "scenario.yaml").read_text()
+                                     .replace("[p.yaml]", "[sub/moved.yaml]"))
+    assert "2 already stored, 0 run now" in _explore(d, out)[1]
