@@ -538,3 +538,19 @@ def test_the_resume_key_follows_the_content_of_the_files_read(tmp_path):
     (d / "scenario.yaml").write_text((d / "scenario.yaml").read_text()
                                      .replace("[p.yaml]", "[sub/moved.yaml]"))
     assert "2 already stored, 0 run now" in _explore(d, out)[1]
+
+
+# --- found by tests/fuzz.py ----------------------------------------------------------------------
+
+
+def test_a_request_rate_whose_mean_gap_overflows_sends_its_first_prompt_only():
+    """request_rate 5e-324 (valid: > 0): exponential gaps of scale inf made every arrival
+    inf - inf = NaN, and all 30 prompts went at once. The first goes at once, the rest never
+    (a gap past any horizon), as at 1e-300."""
+    for rate in (5e-324, 1e-300):
+        d = small_fleet(horizon_s=100)
+        d["clients"][0].update(num_prompts=30, request_rate=rate, warmup_requests=0)
+        res = pdsim.run(d)
+        m = res.summary["clients"]["bench"]
+        assert (m["requests"], m["unsent"]) == (1, 29) and res.summary["stopped_at_horizon"]
+        check_accounting(res)

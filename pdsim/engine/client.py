@@ -198,7 +198,12 @@ class BenchClient(Client):
         if rate == "inf" or (isinstance(rate, float) and math.isinf(rate)):
             return np.zeros(n)
         gaps = self.rngs["arrivals"].exponential(1.0 / float(rate), size=n)
-        return self._spiked(np.cumsum(gaps) - gaps[0])
+        with np.errstate(invalid="ignore"):
+            at = np.cumsum(gaps) - gaps[0]
+        if np.isnan(at).any():  # a rate so low (5e-324 req/s) its mean gap is inf: the first
+            # prompt at once, the others never (inf - inf made every arrival NaN, sent at once)
+            at = np.concatenate(([0.0], np.cumsum(gaps[1:])))
+        return self._spiked(at)
 
     def _spiked(self, at: np.ndarray) -> np.ndarray:
         """Arrival times (from ``t0``) under the load spikes: a Poisson stream of rate
