@@ -554,3 +554,31 @@ def test_a_request_rate_whose_mean_gap_overflows_sends_its_first_prompt_only():
         m = res.summary["clients"]["bench"]
         assert (m["requests"], m["unsent"]) == (1, 29) and res.summary["stopped_at_horizon"]
         check_accounting(res)
+
+
+def test_fuzz_found_overlapping_hangs_hold_the_server_until_the_last_ends():
+    """Two hangs of one decode server (0-0.5 s and 0-10 s): the short one's end resumed the
+    server, the long one's end pre-allocated pages mid-span (AssertionError, exit 70). Halts
+    nest now: the server steps again at 10 s, and a resume that resumes nothing takes no
+    pages."""
+    res = _run("min_overlapping_hangs")
+    req = res.requests
+    on0 = req[req.d_server == 0]
+    assert len(on0) and not on0.t_first_token.between(0.5, 10.0, inclusive="neither").any()
+    assert (on0.t_first_token >= 10.0).any()
+    check_accounting(res)
+
+
+def test_a_restart_during_a_hang_waits_for_the_hang_to_end():
+    """A decode server that crashes at 0 s (restart after 1 s) and hangs from 0.5 to 5 s
+    serves again at 5 s: the restart ends the crash's halt, not the hang's (it resumed the
+    server at 1 s)."""
+    d = small_fleet(horizon_s=120, faults=[
+        {"kind": "decode_crash", "decode_server": 0, "at_s": 0.0, "restart_after_s": 1.0},
+        {"kind": "decode_hang", "decode_server": 0, "at_s": 0.5, "duration_s": 4.5,
+         "kv_writes": "land"}])
+    d["fleet"]["decode"]["servers"] = 2
+    d["clients"][0].update(num_prompts=60, request_rate=10.0)
+    req = pdsim.run(d).requests
+    on0 = req[(req.d_server == 0) & (req.generated > 0)]
+    assert len(on0) and on0.t_first_token.min() >= 5.0, on0.t_first_token.min()

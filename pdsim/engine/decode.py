@@ -430,10 +430,15 @@ class DecodeRank(RunningBatch):
         self.alloc.reset()
         self.log("decode_crash", self.name, self.index, peer=self.session, value=len(held))
 
-    def resume(self) -> None:
-        """Out of a stall: pre-allocate what queued meanwhile, then step again."""
-        super().resume()
+    def resume(self) -> bool:
+        """Out of a stall: pre-allocate what queued meanwhile, then step again. Only when
+        it resumed: a rank still held, or stepping, takes no pages here (a hang ending after
+        another had resumed it pre-allocated mid-span without a catch-up or a change, and a
+        growth of the span's quiet steps found its pages gone: AssertionError)."""
+        if not super().resume():
+            return False
         self._try_prealloc()
+        return True
 
     def restart(self) -> None:
         """Serving again (the fleet gave it a new session first)."""
