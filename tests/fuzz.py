@@ -16,7 +16,9 @@ Hypothesis generating only (no shrinking; ``--seed`` fixes the examples). For ea
   disagreement otherwise), no other exception, and within ``--timeout`` wall seconds;
 - the invariants of ``test_properties.check_invariants`` (one terminal bucket and one end per
   request, tokens, KV, monotone time, every prompt accounted for, the time series' totals);
-- every ``--rerun``-th accepted scenario runs again: byte-identical tables.
+- every ``--rerun``-th accepted scenario runs again: byte-identical tables;
+- every ``--explore``-th accepted scenario that declares unknowns is explored (2 samples,
+  1 seed, in process): no exception but a one-line refusal of a sampled combination.
 
 Findings go to ``OUT/<kind>-<n>.json`` (the scenario and what went wrong); counts to
 ``OUT/counts.json`` and stdout. Run from anywhere: it works from the repository's root, where
@@ -55,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=300.0, help="wall seconds per run")
     ap.add_argument("--rerun", type=int, default=8, help="rerun every Nth accepted scenario "
                     "for byte-identical outputs (0: never)")
+    ap.add_argument("--explore", type=int, default=10, help="explore every Nth accepted "
+                    "scenario that declares unknowns (0: never)")
     args = ap.parse_args(argv)
     os.chdir(ROOT)
     import test_properties as props
@@ -115,6 +119,19 @@ def main(argv: list[str] | None = None) -> int:
                 counts["reruns"] += 1
                 if props._tables(pdsim.run(d)) != props._tables(res):
                     finding("nondeterministic", d, "a rerun gave other tables")
+            if res.scenario.unknowns and args.explore:
+                counts["declared"] += 1
+                if counts["declared"] % args.explore == 0:
+                    counts["explored"] += 1
+                    try:
+                        ex = pdsim.explore(d, samples=2, seeds=1, workers=1, progress=False)
+                    except pdsim.ScenarioError as err:  # (a combination of ends: documented)
+                        counts["explore_refused"] += 1
+                        if "\n" in str(err):
+                            finding("multiline", d, str(err))
+                    else:
+                        if len(ex.runs) != 2:
+                            finding("explore", d, f"{len(ex.runs)} runs, not 2")
         except _Timeout:
             finding("timeout", d, f"over {args.timeout:g} s")
         except Exception:  # a crash: anything run or validate should not raise

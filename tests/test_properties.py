@@ -420,6 +420,11 @@ EVAL_BOUNDS = {"sdk_backoff_s": [0.0, 1e7], "tries": [30], "sdk_retries": [30],
                "max_tokens": [1, 10_000_000], "threads": [1, 100_000]}
 
 
+GROUPS: dict[str, list[str]] = {}  # BOUNDS' keys by section (their products underflow together)
+for _key in BOUNDS:
+    GROUPS.setdefault(_key.rpartition(".")[0] or _key, []).append(_key)
+
+
 def _colocated_key(key: str) -> str | None:
     """A BOUNDS key as it applies to a colocated fleet: a decode server's keys on the
     colocated servers; none of the transfer or PD-only ones."""
@@ -431,33 +436,29 @@ def _colocated_key(key: str) -> str | None:
 
 
 def at_bound(draw, d: dict, pd_fleet: bool = True) -> None:
-    """Set one key of ``d`` (or of its eval client) to a value at a schema bound."""
+    """Set keys of one section of ``d`` (or of its eval client) to values at schema bounds:
+    each of the section's keys with probability 1/2, at least one (values of one section
+    combine: gemm_eff and bf16_tflops of 1e-300 each make a peak of 0 FLOP/s)."""
     evals_ = [c for c in d["clients"] if c["kind"] == "eval"]
     if evals_ and draw(st.integers(0, 5)) == 0:
-        key = draw(st.sampled_from(sorted(EVAL_BOUNDS)))
-        evals_[0][key] = draw(st.sampled_from(EVAL_BOUNDS[key]))
+        for key in draw(st.lists(st.sampled_from(sorted(EVAL_BOUNDS)), min_size=1,
+                                 max_size=3)):
+            evals_[0][key] = draw(st.sampled_from(EVAL_BOUNDS[key]))
         return
-    key = draw(st.sampled_from(sorted(BOUNDS)))
-    if not pd_fleet:
-        key = _colocated_key(key)
-        if key is None:
-            return
-        value = draw(st.sampled_from(BOUNDS[key.replace("fleet.colocated.", "fleet.decode.")]))
+    keys = GROUPS[draw(st.sampled_from(sorted(GROUPS)))]
+    chosen = [k for k in keys if draw(st.booleans())] or [keys[0]]
+    for key in chosen:
+        value = draw(st.sampled_from(BOUNDS[key]))
+        if not pd_fleet and (key := _colocated_key(key)) is None:
+            continue
         node = d
         parts = key.split(".")
         for part in parts[:-1]:
             node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+        if isinstance(node, dict) and isinstance(node.get(parts[-1]), dict) and \
+                "nominal" in node[parts[-1]]:
+            continue  # (a declared unknown stays declared)
         node[parts[-1]] = copy.deepcopy(value)
-        return
-    value = draw(st.sampled_from(BOUNDS[key]))
-    node = d
-    parts = key.split(".")
-    for part in parts[:-1]:
-        node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
-    if isinstance(node, dict) and isinstance(node.get(parts[-1]), dict) and \
-            "nominal" in node[parts[-1]]:
-        return  # (a declared unknown stays declared)
-    node[parts[-1]] = copy.deepcopy(value)
 
 
 def check_invariants(res: pdsim.Result) -> None:
