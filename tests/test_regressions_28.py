@@ -582,3 +582,18 @@ def test_a_restart_during_a_hang_waits_for_the_hang_to_end():
     req = pdsim.run(d).requests
     on0 = req[(req.d_server == 0) & (req.generated > 0)]
     assert len(on0) and on0.t_first_token.min() >= 5.0, on0.t_first_token.min()
+
+
+def test_a_bench_prompt_waiting_out_an_sdk_retry_is_in_flight():
+    """With bench SDK retries a prompt is several requests: one whose 504 is retried after a
+    backoff past the horizon has no request in flight, and it read as sent and ended."""
+    d = small_fleet(horizon_s=5, router={"request_timeout_s": 1.0})  # (backoff: 8 s at most)
+    d["fleet"]["decode"]["kv_pool_tokens"] = 100  # (a prompt that never fits: 504 after 1 s)
+    d["clients"][0].update(num_prompts=1, warmup_requests=0, sdk_retries=3, sdk_backoff_s=100.0)
+    res = pdsim.run(d)
+    m = res.summary["clients"]["bench"]
+    assert (m["requests"], m["unfinished"], m["unsent"], m["prompts_in_flight"]) == (1, 0, 0, 1)
+    # (the retry is due past the horizon: nothing is left to simulate before it)
+    assert "In flight: bench: 1 prompt in flight." in horizon_warning(res)[0], \
+        horizon_warning(res)
+    check_accounting(res)

@@ -382,6 +382,11 @@ class BenchClient(Client):
             self._prompt_of[req.rid] = k
         front.generate(req, self._on_return)
 
+    def in_flight(self) -> int:
+        """Prompts sent whose final response has not come back: a request in flight, or, with
+        ``sdk_retries``, an SDK retry's backoff pending (then a prompt is several requests)."""
+        return self.sent - getattr(self, "_returned", 0)
+
     def _returned_one(self, req: Request) -> None:
         """The prompt's process resumed a step on and released its slot; the release granted
         it to the longest-waiting prompt one step later, which sent a step after that. A

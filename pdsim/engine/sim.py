@@ -213,6 +213,8 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
         m["finished"] = bool(c.done.triggered)
         if getattr(c, "trace_rows", None) is not None:
             m["trace_rows_replayed"], m["trace_rows"] = c.trace_rows
+        if c.cfg.kind == "bench" and c.cfg.sdk_retries:  # (a prompt: several requests)
+            m["prompts_in_flight"] = c.in_flight()
         if c.cfg.kind == "eval":
             answered = sum(a["answered"] for a in c.answers)
             m["questions"] = len(c.answers)  # answered, empty or not

@@ -31,6 +31,9 @@ def _where_prompts_are(res: Outcome) -> tuple[int, list[str]]:
         if m.get("kind") == "eval":
             q = m.get("questions_in_flight", 0)
             bits = [f"{_plural(q, 'question')} in flight"] if q else []
+        elif "prompts_in_flight" in m:  # (SDK retries: a prompt is several requests)
+            q = m["prompts_in_flight"]
+            bits = [f"{_plural(q, 'prompt')} in flight"] if q else []
         else:
             bits = [f"{m['unfinished']} in flight"] if m["unfinished"] else []
         if warm.get(name):
@@ -55,8 +58,11 @@ def horizon_warning(res: Outcome) -> list[str]:
                " (a request larger than a KV pool, or one waiting on a timeout past the "
                "horizon).")
         unsent, per = _where_prompts_are(res)
+        # (no request running: a prompt waiting out an SDK retry's backoff is in flight all
+        # the same, and only this says so)
         never = (f" {unsent} prompt{'' if unsent == 1 else 's'}/question"
-                 f"{'' if unsent == 1 else 's'} not sent ({'; '.join(per)})." if unsent else "")
+                 f"{'' if unsent == 1 else 's'} not sent ({'; '.join(per)})." if unsent else
+                 f" In flight: {'; '.join(per)}." if per and not running else "")
         if not running:  # (a client starting past the horizon: not_reached_warning says so)
             return [f"WARNING: the run stopped at {s['stalled_at_s']:g} s, before its horizon "
                     f"(horizon_s={res.scenario.horizon_s:g}): nothing was left to simulate "
