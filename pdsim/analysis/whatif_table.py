@@ -21,6 +21,8 @@ from pdsim.analysis import verdict as vd
 from pdsim.analysis import windows as win
 from pdsim.analysis.whatif_plots import PlotsMixin
 
+FRAMES = ("table", "ranking", "runs", "healthy", "timelines")  # WhatIf.write's tables
+
 COLUMNS: dict[str, str] = {
     "policy": "blacklist policy and its parameters (label: every parameter given, and the "
               "policy's own at their defaults, e.g. ttl(ttl_s=30))",
@@ -303,6 +305,12 @@ class WhatIf(PlotsMixin):
         return out
 
     # --- export --------------------------------------------------------------------------
+
+    @staticmethod
+    def written(formats: Sequence[str]) -> list[str]:
+        """What :meth:`write` and ``pdsim whatif --plots`` put in a directory (patterns)."""
+        return [f"{name}.{fmt}" for fmt in formats for name in FRAMES] + ["columns.json",
+                                                                           "*.png"]
 
     def write(self, out: str | Path, formats: Sequence[str] = ("csv",)) -> list[Path]:
         """table, ranking, runs (without series), healthy, timelines (long) and columns.json."""
