@@ -4,6 +4,7 @@ study's recommendation."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -157,6 +158,28 @@ def test_capacity_is_cached_by_content(tiny_capacity):
     same = cap_mod.cache_key(named, {"seeds": [1], "window": [2.0, 20.0], "horizon": 25.0,
                                      "resolution": cap_mod.RESOLUTION, "target": 0.9})
     assert same == tiny_capacity.key
+
+
+def test_the_capacity_key_follows_the_content_of_the_files_read(tmp_path):
+    """A profile edited in place (hbm_tbps) gives another key; the same content under another
+    name and the scenario's own path do not (the scenario is in the key as loaded)."""
+    import yaml
+
+    settings = {"seeds": [1], "window": [2.0, 20.0], "horizon": 25.0,
+                "resolution": cap_mod.RESOLUTION, "target": 0.9}
+
+    def key(where: Path, profile: str, hbm: float) -> str:
+        where.mkdir(exist_ok=True)
+        (where / profile).write_text(f"gpus: {{mygpu: {{extends: H20, hbm_tbps: {hbm}}}}}\n")
+        d = _tiny()
+        d["fleet"]["gpu"] = "mygpu"
+        d["profiles"] = [profile]
+        (where / "s.yaml").write_text(yaml.safe_dump(d))
+        return cap_mod.cache_key(str(where / "s.yaml"), settings)
+
+    a = key(tmp_path / "a", "p.yaml", 4.0)
+    assert key(tmp_path / "b", "q.yaml", 4.0) == a
+    assert key(tmp_path / "a", "p.yaml", 2.0) != a
 
 
 def test_capacity_needs_an_slo():

@@ -109,40 +109,19 @@ def cache_dir() -> Path:
     return Path(base) / "pdsim"
 
 
-def _file_digests(sc: Any) -> dict[str, str]:
-    """SHA-256 of every file the scenario reads besides itself (profiles, traces): a cache
-    keyed by what the files say, not where they are."""
-    paths: list[Path] = []
-    files = getattr(sc, "input_files", None)
-    if files is not None:
-        paths = [Path(p) for p in files]
-    else:
-        ctx = getattr(sc, "_context", None)
-        for i, rel in enumerate(sc.profiles):
-            paths.append(ctx.resolve(rel, f"'profiles.{i}'") if ctx is not None else Path(rel))
-        for c in sc.clients:
-            ds = getattr(c, "dataset", None)
-            if getattr(ds, "kind", "") == "trace":
-                paths.append(ds.resolved_path)
-    out = {}
-    for p in paths:
-        try:
-            out[p.name] = hashlib.sha256(p.read_bytes()).hexdigest()
-        except OSError:
-            out[p.name] = "unreadable"
-    return dict(sorted(out.items()))
-
-
 def cache_key(data: Any, settings: dict) -> str:
     """The content key of a capacity search (see the module docstring)."""
-    from pdsim.analysis.explore import _code_hash
+    from pdsim.analysis.explore_store import _by_content, _code_hash
 
     sc = loader.load(data)
     dump = sc.model_dump(mode="json")
     for k in ("name", "description", "reference", "seed"):
         dump.pop(k, None)
-    text = json.dumps({"scenario": dump, "files": _file_digests(sc), "code": _code_hash(),
-                       "settings": settings}, sort_keys=True, default=str)
+    # every file the scenario reads (profiles, traces) by its content, not its path: the
+    # same rule as explore's resume key
+    dump = _by_content(dump, getattr(sc, "_context", None))
+    text = json.dumps({"scenario": dump, "code": _code_hash(), "settings": settings},
+                      sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
