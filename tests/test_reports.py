@@ -100,3 +100,32 @@ def test_the_report_and_the_guide_are_the_tables():
     block = guide.split("<!-- begin:whatif -->\n", 1)[1].split("<!-- end:whatif -->", 1)[0]
     assert block == par + "\n"
     assert "pdsim whatif scenarios/whatif_base.yaml" in text.split("## The answer")[0]
+
+
+def _flat(d: dict, pre: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{pre}{k}.") if isinstance(v, dict) else {f"{pre}{k}": v})
+    return out
+
+
+@pytest.mark.parametrize("story", ["story_bench_alone", "story_eval_running",
+                                   "story_outside_flush", "story_two_benches"])
+def test_a_point_of_each_story_reruns_to_the_committed_explore_rows(story):
+    """reports/drop_timeout.md's story tables are computed from reports/explore_runs/*.csv: the
+    first sample point of each story, seed 1, run at its committed unknowns' values, gives the
+    committed figures (a model change that moves them must re-explore the stories:
+    python reports/make_drop_timeout.py --explore)."""
+    import pdsim
+    from pdsim.config import loader
+
+    df = pd.read_csv(ROOT / "reports" / "explore_runs" / f"{story}.csv")
+    paths = [u.path for u in loader.load(ROOT / "scenarios" / f"{story}.yaml").unknowns]
+    figs = [c for c in df.columns if c not in ("sample", "seed", *paths)]
+    assert len(paths) >= 3 and len(figs) >= 5
+    row = df[(df["sample"] == 0) & (df.seed == 1)].iloc[0]
+    sets = [f"{p}={float(row[p])!r}" if isinstance(row[p], float) else f"{p}={row[p]}"
+            for p in paths] + ["seed=1"]
+    got = _flat(pdsim.run(ROOT / "scenarios" / f"{story}.yaml", sets=sets).summary)
+    for f in figs:
+        assert float(got[f]) == pytest.approx(float(row[f]), rel=1e-4, abs=1e-6), f
