@@ -140,9 +140,9 @@ def headline_table(r) -> str:
 
 
 def listing(s) -> list[str]:
-    """The policies that keep a pair out after a failure: one strike, 0.5.23's and the TTLs."""
-    labels = next(iter(s.conditions.values())).labels
-    return [p for p in labels if p.startswith(("permanent", "v0_5_23", "ttl("))]
+    """The policies that keep a pair out after a failure (what `pdsim whatif` calls 'if the
+    blacklist stays'): one strike, probes, 0.5.23's and the TTLs."""
+    return s.keeps_out()
 
 
 def counts(r, labels) -> dict:

@@ -129,3 +129,26 @@ def test_a_point_of_each_story_reruns_to_the_committed_explore_rows(story):
     got = _flat(pdsim.run(ROOT / "scenarios" / f"{story}.yaml", sets=sets).summary)
     for f in figs:
         assert float(got[f]) == pytest.approx(float(row[f]), rel=1e-4, abs=1e-6), f
+
+
+def test_the_cli_prints_the_reports_answer():
+    """What `pdsim whatif scenarios/whatif_base.yaml` prints at its end, rendered from the
+    committed runs, gives the report's answer: the same policies best or tied-best in every row,
+    and the same TTL if the blacklist stays (the report and the CLI read one Study)."""
+    from pdsim.analysis.study import Study
+    from pdsim.cli.whatif import _summary
+
+    s = Study.read(HEAD)
+    printed = _summary(s).splitlines()
+    report = (ROOT / "reports" / "blacklist_policy.md").read_text()
+    always, _ = s.dominant()
+    keep, _, best2, counts = s.if_stays()
+    assert always and best2 and len(keep) >= 4
+    assert f"=> {', '.join(always)}: best or tied-best under every condition" in printed[-2]
+    assert printed[-1].startswith(f"=> if the blacklist stays (among {', '.join(keep)};")
+    assert f"): {', '.join(best2)} best or tied-best in every row" in printed[-1]
+    assert (f"**{', '.join(f'`{p}`' for p in always)} are best or tied-best under every load"
+            in report)
+    assert (f"**If the blacklist stays** (among {', '.join(f'`{p}`' for p in keep)}, regret "
+            f"against the best of them): {', '.join(f'`{p}`' for p in best2)} best or "
+            f"tied-best in every row" in report)

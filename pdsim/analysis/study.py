@@ -45,6 +45,7 @@ DEFAULT_SEEDS = 4
 CAPACITY_SEEDS = (1, 2)
 CLOSED_CONCURRENCY = 256  # the incident's CI bench: --max-concurrency 256, rate inf
 CLOSED_PROMPTS_PER_S = 2.0  # closed loop: prompts = this x capacity x horizon (never runs out)
+KEEPS_OUT = ("permanent", "probe", "v0_5_23", "ttl")  # keep a pair out after one failure
 
 
 def parse_loads(raw: Sequence[Any]) -> list:
@@ -132,6 +133,23 @@ class Study:
                 missing[p] = f"{x.condition}, {x.metric}, {x['mix']}"
         return always, missing
 
+    def keeps_out(self) -> list[str]:
+        """The policies run that keep a pair out after one failure (the blacklist stays):
+        SGLang's one strike, its probes, 0.5.23's and the TTLs (:data:`KEEPS_OUT`)."""
+        labels = next(iter(self.conditions.values())).labels if self.conditions else []
+        return [p for p in labels if p.split("(")[0] in KEEPS_OUT]
+
+    def if_stays(self) -> tuple[list[str], pd.DataFrame, list[str], dict[str, int]]:
+        """'If the blacklist stays': the policies that keep a pair out, the recommendation
+        among them alone (regret against the best of them), those best or tied-best in every
+        row, and the rows in which each is."""
+        keep = self.keeps_out()
+        if not keep:
+            return [], pd.DataFrame(), [], {}
+        r = self.recommend(keep)
+        counts = {p: int(sum(p in b for b in r.best)) for p in keep}
+        return keep, r, [p for p in keep if counts[p] == len(r) and len(r)], counts
+
     # --- text ----------------------------------------------------------------------------
 
     def answer(self) -> str:
@@ -142,13 +160,10 @@ class Study:
         r = self.recommendation
         if r.empty:
             return "\n".join([*lines, "  nothing to decide (no runs)"])
-        table = pd.DataFrame({
-            "load": r.condition, "metric": r.metric, "fault mix": r["mix"],
-            "best or tied-best": ["; ".join(f"{p} {vd.fmt_iv(a, lo, hi)}" for p, a, lo, hi in d)
-                                  for d in r.detail]})
-        with pd.option_context("display.width", 300, "display.max_colwidth", 300,
-                               "display.max_rows", 500):
-            lines.append(table.to_string(index=False))
+        lines.append(f"  {'load':<7} {'metric':<10} {'fault mix':<9}  best or tied-best")
+        for x in r.itertuples():
+            best = "; ".join(f"{p} {vd.fmt_iv(a, lo, hi)}" for p, a, lo, hi in x.detail)
+            lines.append(f"  {x.condition:<7} {x.metric:<10} {x.mix:<9}  {best}")
         lines.append("loads: " + "; ".join(f"{k} = {v}" for k, v in self.loads.items()))
         lines.append("metrics: " + "; ".join(f"{k}: {v[2]}" for k, v in vd.METRICS.items()))
         lines.append("fault mix: worst = the fault with the largest mean regret; mean = equal "
@@ -161,6 +176,15 @@ class Study:
         else:
             lines.append("=> no single policy is best or tied-best under every condition: " +
                          "; ".join(f"{p} is not at {where}" for p, where in missing.items()))
+        keep, r2, best2, counts = self.if_stays()
+        if len(keep) > 1 and len(r2):
+            lines.append(f"=> if the blacklist stays (among {', '.join(keep)}; regret against "
+                         f"the best of them): " + (
+                             f"{', '.join(best2)} best or tied-best in every row"
+                             if best2 else "none of them is best or tied-best in every row")
+                         + "; rows in which each is: " + ", ".join(
+                             f"{p} {k} of {len(r2)}"
+                             for p, k in sorted(counts.items(), key=lambda kv: -kv[1])))
         return "\n".join(lines)
 
     def render(self, tables: bool = True) -> str:
