@@ -5,6 +5,12 @@
     nice -n 10 python reports/blacklist_policy_runs.py headline --load 0.9x
     nice -n 10 python reports/blacklist_policy_runs.py unknowns --load closed
     python reports/blacklist_policy_runs.py rewrite     # tables from the runs (no re-run)
+    nice -n 10 python reports/blacklist_policy_runs.py check headline --load closed
+
+``check`` re-runs a chunk into a scratch directory under the model checked out now, compares
+its runs, healthy runs and timelines with the committed ones, and records the result (commit,
+runs, identical or what moved) in reports/blacklist_policy/provenance.json, which the report
+prints: which committed runs were re-checked under which model, and which were not.
 
 ``headline`` is exactly what ``pdsim whatif scenarios/whatif_base.yaml --out DIR`` runs (the
 CLI's defaults, from pdsim.analysis.study), one load per chunk; ``unknowns`` runs the other
@@ -76,16 +82,18 @@ def load_capacity():
     return cap_mod.Capacity.from_dict(json.loads(path.read_text()))
 
 
-def run_chunk(matrix: str, load: str, workers: int | None) -> None:
+def run_chunk(matrix: str, load: str, workers: int | None, data: Path | None = None) -> None:
+    """Run one load of ``matrix`` into ``data`` (default: the committed DATA)."""
     from pdsim.analysis import study
 
+    data = DATA if data is None else data
     fset, command = specs()[matrix]
-    out = DATA / matrix / load
+    out = data / matrix / load
     meta = out / "columns.json"
     if meta.is_file():
         old = json.loads(meta.read_text())
         if old.get("command") == command and old.get("condition") == load:
-            print(f"{out.relative_to(ROOT)}: done, skipped", file=sys.stderr)
+            print(f"{out}: done, skipped", file=sys.stderr)
             return
     value = next(x for x in study.DEFAULT_LOADS if study.label(x) == load)
     cap = load_capacity()
@@ -101,15 +109,84 @@ def run_chunk(matrix: str, load: str, workers: int | None) -> None:
     with plain.open("rb") as src, gzip.GzipFile(out / "timelines.csv.gz", "wb", mtime=0) as dst:
         shutil.copyfileobj(src, dst)  # mtime=0: the same runs give the same bytes
     plain.unlink()
-    study_json = DATA / matrix / "study.json"
+    study_json = data / matrix / "study.json"
     loads = json.loads(study_json.read_text())["loads"] if study_json.is_file() else {}
     loads[load] = s.loads[load]
     order = [study.label(x) for x in study.DEFAULT_LOADS]
-    (DATA / matrix / "study.json").write_text(json.dumps({
+    (data / matrix / "study.json").write_text(json.dumps({
         "capacity": s.capacity.as_dict(), "command": command,
         "loads": {k: loads[k] for k in order if k in loads},
         "conditions": [k for k in order if k in loads]}, indent=1) + "\n")
-    print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
+    print(f"wrote {out}", file=sys.stderr)
+
+
+PROVENANCE = DATA / "provenance.json"
+MODEL_OUTPUTS = ("runs.csv", "healthy.csv", "timelines.csv.gz")  # what the model gives
+
+
+def _commit() -> str:
+    import subprocess
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    try:
+        dirty = git("status", "--porcelain", "--", "pdsim")
+        return git("rev-parse", "--short", "HEAD") + (" (pdsim/ modified)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (no git)"
+
+
+def compare(new: Path, old: Path) -> str:
+    """'identical' when the model outputs of two chunk directories are (timelines
+    uncompressed), else which files and columns moved."""
+    import pandas as pd
+
+    moved = []
+    for name in MODEL_OUTPUTS:
+        a, b = old / name, new / name
+        if name.endswith(".gz"):
+            same = gzip.open(a).read() == gzip.open(b).read()
+        else:
+            same = a.read_bytes() == b.read_bytes()
+        if same:
+            continue
+        x, y = pd.read_csv(a), pd.read_csv(b)
+        if list(x.columns) != list(y.columns) or len(x) != len(y):
+            moved.append(f"{name} (shape {x.shape} -> {y.shape})")
+        else:
+            moved.append(f"{name} ({', '.join(c for c in x.columns if not x[c].equals(y[c]))})")
+    return "identical" if not moved else "moved: " + "; ".join(moved)
+
+
+def record(key: str, entry: dict) -> None:
+    """Add one check's result to provenance.json (``key``: matrix/load)."""
+    doc = json.loads(PROVENANCE.read_text()) if PROVENANCE.is_file() else {}
+    doc.setdefault("checks", {})[key] = entry
+    PROVENANCE.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+
+def check(matrix: str, load: str, workers: int | None) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="pdsim-check-") as tmp:
+        scratch = Path(tmp)  # (at the committed capacity: load_capacity reads DATA's)
+        run_chunk(matrix, load, workers, scratch)
+        result = compare(scratch / matrix / load, DATA / matrix / load)
+        runs = n_runs(scratch / matrix / load)
+    record(f"{matrix}/{load}", {"model": _commit(), "runs": runs, "result": result})
+    print(f"{matrix}/{load}: {result}", file=sys.stderr)
+
+
+def n_runs(chunk: Path) -> int:
+    """Simulations behind a chunk: its runs and its healthy runs (one per seed, or per policy
+    and seed when the base fails transfers without faults)."""
+    import pandas as pd
+
+    h = pd.read_csv(chunk / "healthy.csv")
+    keys = ["policy", "seed"] if "policy" in h.columns else ["seed"]
+    return len(pd.read_csv(chunk / "runs.csv")) + len(h.drop_duplicates(keys))
 
 
 def rewrite(matrix: str) -> None:
@@ -136,7 +213,9 @@ def main(argv: list[str] | None = None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["capacity", "headline", "unknowns", "rewrite"])
+    ap.add_argument("what", choices=["capacity", "headline", "unknowns", "rewrite", "check"])
+    ap.add_argument("matrix", nargs="?", choices=["headline", "unknowns"],
+                    help="check: which matrix")
     ap.add_argument("--load", action="append", default=[],
                     help="a load (0.3x, 0.6x, 0.9x, closed); default every one")
     ap.add_argument("--workers", type=int, default=2)
@@ -151,7 +230,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     loads = args.load or [study.label(x) for x in study.DEFAULT_LOADS]
     for load in loads:
-        run_chunk(args.what, load, args.workers)
+        if args.what == "check":
+            check(args.matrix or "headline", load, args.workers)
+        else:
+            run_chunk(args.what, load, args.workers)
 
 
 if __name__ == "__main__":

@@ -193,6 +193,46 @@ def answer_text(s, r_all, r_list) -> str:
 # --- sections ------------------------------------------------------------------------------------
 
 
+def provenance_section(s, u) -> list[str]:
+    """Which committed runs were made, and re-checked, under which model
+    (blacklist_policy/provenance.json, written by blacklist_policy_runs.py check)."""
+    import json
+
+    path = DATA / "provenance.json"
+    if not path.is_file():
+        return []
+    doc = json.loads(path.read_text())
+    made, checks = doc.get("made", {}), doc.get("checks", {})
+    chunks = [f"headline/{c}" for c in s.conditions]
+    chunks += [f"unknowns/{c}" for c in (u.conditions if u is not None else [])]
+    rows = []
+    for key in ["capacity.json", *chunks]:
+        matrix = key.split("/")[0]
+        c = checks.get(key)
+        rows.append([f"`{key}`", f"`{made.get(matrix, '?')}`",
+                     f"`{c['model']}`: {c['runs']:,} runs, {c['result']}" if c else
+                     "**not re-checked**: made under the older model, stale until checked"])
+    stale = [r[0] for r in rows if r[2].startswith("**not")]
+    L = ["", "**Which runs, under which model.** The committed runs were made by the model of "
+         "the commit named; a check re-runs a chunk whole under a later model and compares its "
+         "runs, healthy runs and timelines with the committed ones (`nice -n 10 python "
+         "reports/blacklist_policy_runs.py check MATRIX --load LOAD`, which records the "
+         "result here). Main's issues 26-28 changed the engine after these runs were made "
+         "(PD abort and timeout paths, one end per request, the time series' failures):", "",
+         _md(["runs", "made at", "re-checked"], rows), ""]
+    inc = made.get("incident.csv, eval.csv")
+    if inc:
+        L.append(f"The incident sweeps (`incident.csv`, `eval.csv`, below) were re-run at "
+                 f"`{inc}`, after the merge.")
+    if stale:
+        L.append(f"Not re-checked: {', '.join(stale)}. Every pytest re-runs one cell "
+                 f"(`tests/test_reports.py`: two policies under `flush_race` at 0.3x, seed 1); "
+                 f"to regenerate a stale chunk instead: `rm -r reports/blacklist_policy/MATRIX/"
+                 f"LOAD && nice -n 10 python reports/blacklist_policy_runs.py MATRIX --load "
+                 f"LOAD`, then `python reports/make_blacklist_policy.py`.")
+    return L
+
+
 def method_section(s) -> list[str]:
     from pdsim.analysis import verdict as vd
 
@@ -605,7 +645,8 @@ def render(s, u, inc, ev) -> tuple[str, str]:
          "If the blacklist stays: the same, among the policies that keep a pair out after a "
          "failure (" + ", ".join(_code(p) for p in listing(s)) + "), regret against the best "
          "of them:", "", headline_table(r_list), ""]
-    L += method_section(s) + [""] + per_fault_section(s) + [""] + unknowns_section(s, u)
+    L += method_section(s) + provenance_section(s, u) + [""] + per_fault_section(s) + [""]
+    L += unknowns_section(s, u)
     L += [""] + load_tables(s)
     L += ["![goodput lost at 0.9 x capacity](blacklist_policy_heatmap.png)", "",
           "![closed loop timelines](blacklist_policy_timelines.png)", "",

@@ -152,3 +152,24 @@ def test_the_cli_prints_the_reports_answer():
     assert (f"**If the blacklist stays** (among {', '.join(f'`{p}`' for p in keep)}, regret "
             f"against the best of them): {', '.join(f'`{p}`' for p in best2)} best or "
             f"tied-best in every row" in report)
+
+
+def test_a_check_names_what_moved_and_the_report_lists_every_chunk(tmp_path):
+    """blacklist_policy_runs.py check compares a re-run chunk's model outputs with the
+    committed ones; the report's provenance table has a row for every committed chunk."""
+    import shutil
+
+    runs_mod = _module("blacklist_policy_runs")
+    old = HEAD / "0.3x"
+    new = tmp_path / "0.3x"
+    shutil.copytree(old, new)
+    assert runs_mod.compare(new, old) == "identical"
+    df = pd.read_csv(new / "runs.csv")
+    df.loc[3, "failed"] += 1
+    df.to_csv(new / "runs.csv", index=False, float_format="%.9g")
+    assert runs_mod.compare(new, old) == "moved: runs.csv (failed)"
+    assert runs_mod.n_runs(old) == 4 * (1 + 8 * 8)  # seeds x (healthy + policies x faults)
+    report = (ROOT / "reports" / "blacklist_policy.md").read_text()
+    for matrix in ("headline", "unknowns"):
+        for cond in json.loads((DATA / matrix / "study.json").read_text())["conditions"]:
+            assert f"| `{matrix}/{cond}` |" in report
