@@ -454,29 +454,40 @@ def findings_section() -> list[str]:
          " `nic_degraded.bandwidth_fraction`, `transient_errors.probability` are declared "
          "unknowns with ranges and sources, run at their other values (section above)",
          "`test_decisions.py::test_a_decode_restarted_on_its_old_port_stays_unwritable_and_"
-         "blacklisted`"],
+         "blacklisted`, `::test_across_unknowns_runs_each_declared_value_and_prints_its_"
+         "verdict`"],
         ["ties are ranked", "mean regret with a paired 95% bootstrap interval; rank = 1 + "
          "policies better beyond noise; rank 1 = best or tied-best", "`test_whatif.py::"
          "test_regret_is_paired_by_seed_and_a_difference_within_noise_is_a_tie`, `test_"
          "decisions.py::test_ranks_count_the_policies_better_beyond_noise`"],
         ["CLI and README disagree; rows without parameters", "the CLI's default is this "
          "report's matrix and prints this answer; rows name their parameters (`ttl(ttl_s=3)`, "
-         "`v0_5_23(...)`); the what-if guide's answer paragraph is written by this script (the "
-         "README points to the docs)", "`test_reports."
-         "py::test_the_cli_default_is_the_reports_matrix`, `::test_the_report_and_the_guide_are_"
-         "the_tables`, `test_whatif.py::test_policy_grids_expand_and_validate`"],
+         "`v0_5_23(...)`) and it ends with both answers (best everywhere; if the blacklist "
+         "stays); the what-if guide's answer paragraph is written by this script and the README "
+         "points to this report; a cell of the matrix re-runs to the committed rows at every "
+         "pytest", "`test_reports.py::test_the_cli_default_is_the_reports_matrix`, "
+         "`::test_the_cli_prints_the_reports_answer`, `::test_the_report_and_the_guide_are_"
+         "the_tables`, `::test_a_cell_of_the_report_reruns_to_the_committed_rows`, "
+         "`test_whatif.py::test_policy_grids_expand_and_validate`"],
         ["explore hides its uncertainty", "S1 ± SALib's S1_conf, seed noise with ddof=1, "
          "stories by posterior probability with matched draws and an interval "
-         "(`reports/drop_timeout.md`); the resume key hashing file contents is issue 28's "
-         "(branch `robust`, not yet on main when this ran)", "`test_explore.py::test_seed_"
+         "(`reports/drop_timeout.md`, whose explored runs re-run to the committed rows); the "
+         "resume key hashing file contents is issue 28's (on main), and the capacity search's "
+         "cache key follows the same rule", "`test_explore.py::test_seed_"
          "noise_is_the_unbiased_share_left_between_seeds`, `::test_stories_are_compared_by_"
          "posterior_probability_with_matched_draws`, `::test_acceptance_region_and_"
-         "sensitivity_recover_the_known_answer`"],
+         "sensitivity_recover_the_known_answer`, `test_regressions_28.py::test_the_resume_key_"
+         "follows_the_content_of_the_files_read`, `test_decisions.py::test_the_capacity_key_"
+         "follows_the_content_of_the_files_read`, `test_reports.py::test_a_point_of_each_story_"
+         "reruns_to_the_committed_explore_rows`"],
         ["incident facts (flush timeout 10 s; attribution)", "the flushing bench's `?timeout=` "
          "is a declared unknown {10, 60}, nominal 60 (the write-up's `?timeout=60`; SGLang "
          "`serving.py`'s default 60 s, PR #33663); 10 s explored; the attribution correction "
          "(SGLang's own mini_lb via `PDDisaggregationServerBase.launch_lb --mini-lb`, PR "
-         "#36152) is in `reports/drop_timeout.md`", "`test_incident_figures.py`, golden"],
+         "#36152, consolidated into #36150) is in `reports/drop_timeout.md` and the README",
+         "`test_incident_figures.py::test_the_declared_10_s_flush_timeout_matters_only_once_the_"
+         "router_forwards_it`, golden (the incident scenarios' summaries list the declared "
+         "value)"],
     ]
     return ["## The review's findings", "",
             _md(["finding (issue 25)", "fixed or answered", "test that fails without it"],
