@@ -6,6 +6,7 @@
     nice -n 10 python reports/blacklist_policy_runs.py unknowns --load closed
     python reports/blacklist_policy_runs.py rewrite     # tables from the runs (no re-run)
     nice -n 10 python reports/blacklist_policy_runs.py check headline --load closed
+    nice -n 10 python reports/blacklist_policy_runs.py check unknowns --load 0.9x --seeds 1
 
 ``check`` re-runs a chunk into a scratch directory under the model checked out now, compares
 its runs, healthy runs and timelines with the committed ones, and records the result (commit,
@@ -82,8 +83,10 @@ def load_capacity():
     return cap_mod.Capacity.from_dict(json.loads(path.read_text()))
 
 
-def run_chunk(matrix: str, load: str, workers: int | None, data: Path | None = None) -> None:
-    """Run one load of ``matrix`` into ``data`` (default: the committed DATA)."""
+def run_chunk(matrix: str, load: str, workers: int | None, data: Path | None = None,
+              seeds: list[int] | None = None) -> None:
+    """Run one load of ``matrix`` into ``data`` (default: the committed DATA); ``seeds``: only
+    these (a check's; default the CLI's)."""
     from pdsim.analysis import study
 
     data = DATA if data is None else data
@@ -97,8 +100,8 @@ def run_chunk(matrix: str, load: str, workers: int | None, data: Path | None = N
             return
     value = next(x for x in study.DEFAULT_LOADS if study.label(x) == load)
     cap = load_capacity()
-    s = study.study(ROOT / BASE, study.DEFAULT_POLICIES, fset, loads=[value], capacity=cap,
-                    workers=workers, progress=True, command=command,
+    s = study.study(ROOT / BASE, study.DEFAULT_POLICIES, fset, seeds=seeds or (),
+                    loads=[value], capacity=cap, workers=workers, progress=True, command=command,
                     t_end=cap.window[1])  # the headline's span, whatever faults run
     w = s.conditions[load]
     w.base = BASE
@@ -138,24 +141,28 @@ def _commit() -> str:
         return "unknown (no git)"
 
 
-def compare(new: Path, old: Path) -> str:
+def compare(new: Path, old: Path, seeds: list[int] | None = None) -> str:
     """'identical' when the model outputs of two chunk directories are (timelines
-    uncompressed), else which files and columns moved."""
+    uncompressed; ``seeds``: the committed rows of those seeds only), else which files and
+    columns moved."""
     import pandas as pd
 
     moved = []
     for name in MODEL_OUTPUTS:
         a, b = old / name, new / name
-        if name.endswith(".gz"):
-            same = gzip.open(a).read() == gzip.open(b).read()
-        else:
-            same = a.read_bytes() == b.read_bytes()
-        if same:
-            continue
+        if seeds is None:
+            if name.endswith(".gz"):
+                same = gzip.open(a).read() == gzip.open(b).read()
+            else:
+                same = a.read_bytes() == b.read_bytes()
+            if same:
+                continue
         x, y = pd.read_csv(a), pd.read_csv(b)
+        if seeds is not None:
+            x = x[x.seed.isin(seeds)].reset_index(drop=True)
         if list(x.columns) != list(y.columns) or len(x) != len(y):
             moved.append(f"{name} (shape {x.shape} -> {y.shape})")
-        else:
+        elif not x.equals(y):
             moved.append(f"{name} ({', '.join(c for c in x.columns if not x[c].equals(y[c]))})")
     return "identical" if not moved else "moved: " + "; ".join(moved)
 
@@ -167,15 +174,18 @@ def record(key: str, entry: dict) -> None:
     PROVENANCE.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
-def check(matrix: str, load: str, workers: int | None) -> None:
+def check(matrix: str, load: str, workers: int | None, seeds: list[int] | None = None) -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="pdsim-check-") as tmp:
         scratch = Path(tmp)  # (at the committed capacity: load_capacity reads DATA's)
-        run_chunk(matrix, load, workers, scratch)
-        result = compare(scratch / matrix / load, DATA / matrix / load)
+        run_chunk(matrix, load, workers, scratch, seeds)
+        result = compare(scratch / matrix / load, DATA / matrix / load, seeds)
         runs = n_runs(scratch / matrix / load)
-    record(f"{matrix}/{load}", {"model": _commit(), "runs": runs, "result": result})
+    entry = {"model": _commit(), "runs": runs, "result": result}
+    if seeds:
+        entry["seeds"] = seeds
+    record(f"{matrix}/{load}", entry)
     print(f"{matrix}/{load}: {result}", file=sys.stderr)
 
 
@@ -219,6 +229,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--load", action="append", default=[],
                     help="a load (0.3x, 0.6x, 0.9x, closed); default every one")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seeds", type=lambda v: [int(x) for x in v.split(",")], default=None,
+                    help="check: re-run only these seeds (e.g. 1) and compare their rows")
     args = ap.parse_args(argv)
     if args.what == "capacity":
         capacity(args.workers)
@@ -231,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
     loads = args.load or [study.label(x) for x in study.DEFAULT_LOADS]
     for load in loads:
         if args.what == "check":
-            check(args.matrix or "headline", load, args.workers)
+            check(args.matrix or "headline", load, args.workers, args.seeds)
         else:
             run_chunk(args.what, load, args.workers)
 

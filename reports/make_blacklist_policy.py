@@ -209,10 +209,13 @@ def provenance_section(s, u) -> list[str]:
     for key in ["capacity.json", *chunks]:
         matrix = key.split("/")[0]
         c = checks.get(key)
+        part = (f" (seed{'s' if len(c['seeds']) > 1 else ''} "
+                f"{', '.join(map(str, c['seeds']))} only: **the other seeds not re-checked**)"
+                if c and c.get("seeds") else "")
         rows.append([f"`{key}`", f"`{made.get(matrix, '?')}`",
-                     f"`{c['model']}`: {c['runs']:,} runs, {c['result']}" if c else
+                     f"`{c['model']}`: {c['runs']:,} runs{part}, {c['result']}" if c else
                      "**not re-checked**: made under the older model, stale until checked"])
-    stale = [r[0] for r in rows if r[2].startswith("**not")]
+    stale = [r[0] for r in rows if "not re-checked" in r[2]]
     L = ["", "**Which runs, under which model.** The committed runs were made by the model of "
          "the commit named; a check re-runs a chunk whole under a later model and compares its "
          "runs, healthy runs and timelines with the committed ones (`nice -n 10 python "
@@ -225,8 +228,9 @@ def provenance_section(s, u) -> list[str]:
         L.append(f"The incident sweeps (`incident.csv`, `eval.csv`, below) were re-run at "
                  f"`{inc}`, after the merge.")
     if stale:
-        L.append(f"Not re-checked: {', '.join(stale)}. Every pytest re-runs one cell "
-                 f"(`tests/test_reports.py`: two policies under `flush_race` at 0.3x, seed 1); "
+        L.append(f"Not re-checked (in whole or in part): {', '.join(stale)}. Every pytest "
+                 f"re-runs one cell (`tests/test_reports.py`: two policies under `flush_race` "
+                 f"at 0.3x, seed 1); "
                  f"to regenerate a stale chunk instead: `rm -r reports/blacklist_policy/MATRIX/"
                  f"LOAD && nice -n 10 python reports/blacklist_policy_runs.py MATRIX --load "
                  f"LOAD`, then `python reports/make_blacklist_policy.py`.")

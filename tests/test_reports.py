@@ -168,6 +168,13 @@ def test_a_check_names_what_moved_and_the_report_lists_every_chunk(tmp_path):
     df.loc[3, "failed"] += 1
     df.to_csv(new / "runs.csv", index=False, float_format="%.9g")
     assert runs_mod.compare(new, old) == "moved: runs.csv (failed)"
+    one = tmp_path / "seed1"  # a check of seed 1 only compares the committed rows of seed 1
+    one.mkdir()
+    for name in runs_mod.MODEL_OUTPUTS:
+        t = pd.read_csv(old / name)
+        t[t.seed == 1].to_csv(one / name, index=False, float_format="%.9g")
+    assert runs_mod.compare(one, old, [1]) == "identical"
+    assert runs_mod.compare(one, old, [1, 2]).startswith("moved: runs.csv (shape")
     assert runs_mod.n_runs(old) == 4 * (1 + 8 * 8)  # seeds x (healthy + policies x faults)
     report = (ROOT / "reports" / "blacklist_policy.md").read_text()
     for matrix in ("headline", "unknowns"):
