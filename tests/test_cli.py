@@ -172,8 +172,8 @@ def _stderr_on_a_sizeless_tty(args: list[str]) -> str:
 @pytest.mark.parametrize("args", [
     ["sweep", "scenarios/healthy.yaml", "--vary", "clients.0.num_prompts=20,30", "--seeds", "1"],
     ["whatif", "scenarios/whatif_base.yaml", "--set", "clients.0.num_prompts=100",
-     "--faults", "decode_crash", "--policy", "never", "--seeds", "1"],
-], ids=["sweep", "whatif"])
+     "--faults", "decode_crash", "--policy", "never", "--seeds", "1", "--loads", "base"],
+], ids=["sweep", "whatif"])  # (--loads base: the base's own load, no capacity search)
 def test_sweep_and_whatif_draw_a_runs_bar_on_a_terminal_of_unknown_size(args):
     drawn = _stderr_on_a_sizeless_tty([*args, "--workers", "1"])
     assert "0/2 [" in drawn and "2/2 [" in drawn and "run/s]" in drawn, drawn
