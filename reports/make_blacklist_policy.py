@@ -212,7 +212,7 @@ def provenance_section(s, u) -> list[str]:
         part = (f" (seed{'s' if len(c['seeds']) > 1 else ''} "
                 f"{', '.join(map(str, c['seeds']))} only: **the other seeds not re-checked**)"
                 if c and c.get("seeds") else "")
-        rows.append([f"`{key}`", f"`{made.get(matrix, '?')}`",
+        rows.append([f"`{key}`", f"`{made.get(key, made.get(matrix, '?'))}`",
                      f"`{c['model']}`: {c['runs']:,} runs{part}, {c['result']}" if c else
                      "**not re-checked**: made under the older model, stale until checked"])
     stale = [r[0] for r in rows if "not re-checked" in r[2]]
@@ -605,11 +605,16 @@ def incident_figure() -> str:
 def guide_paragraph(s, r_list) -> str:
     always, _missing = s.dominant()
     r = s.recommendation
+    labels = next(iter(s.conditions.values())).labels
+    c = counts(r, labels)
+    most = max(c.values())
     verdict = (f"{', '.join(_code(p) for p in always)} "
                f"{'is' if len(always) == 1 else 'are'} best or tied-best under every load, "
                f"metric and fault mix run" if always else
                "no single policy is best or tied-best under every load, metric and fault mix "
-               "run")
+               "run; " + ", ".join(_code(p) for p in labels if c[p] == most) +
+               f" {'is' if sum(v == most for v in c.values()) == 1 else 'are'} in {most} of "
+               f"{len(r)} rows")
     ttl_rows = int(sum(any(p.startswith("ttl(") for p in b) for b in r.best))
     ll = listing(s)
     c2 = counts(r_list, ll)

@@ -174,8 +174,13 @@ class Study:
             lines.append(f"=> {', '.join(always)}: best or tied-best under every condition, "
                          f"metric and fault mix above.")
         else:
+            labels = next(iter(self.conditions.values())).labels
+            n = {p: int(sum(p in b for b in r.best)) for p in labels}
+            most = max(n.values())
             lines.append("=> no single policy is best or tied-best under every condition: " +
-                         "; ".join(f"{p} is not at {where}" for p, where in missing.items()))
+                         "; ".join(f"{p} is not at {where}" for p, where in missing.items()) +
+                         f". In most rows ({most} of {len(r)}): " +
+                         ", ".join(p for p in labels if n[p] == most))
         keep, r2, best2, counts = self.if_stays()
         if len(keep) > 1 and len(r2):
             lines.append(f"=> if the blacklist stays (among {', '.join(keep)}; regret against "
