@@ -325,6 +325,19 @@ def check_invariants(res: pdsim.Result) -> None:
             # ABORT_ACK, keeps its pages)
             if (name.startswith("decode") and not held_at_end) or quiet or held:
                 assert pool["used"] == 0, (name, pool)
+    # a prompt is cut between two forwards only as its rank's chunked request, one a rank:
+    # when the run ends (faults aside: a crash drops the chunked slot), at most one unfinished
+    # request a prefilling rank is part-prefilled (one in no queue would never finish;
+    # ColocatedRank.abort and Fleet.check_held assert it in the engine). (A colocated
+    # request retracted and prefilled again counts its tokens twice: left out.)
+    if not res.scenario.faults:
+        again = ev[ev.event == "retract"].rid.unique()
+        part = req[(req.status == "unfinished") & (req.prefill_tokens > 0)
+                   & (req.prefill_tokens < req.input_len - req.cached_tokens)
+                   & ~req.rid.isin(again)]
+        colocated = res.scenario.fleet.mode == "colocated"
+        by_rank = part.groupby(["d_server", "d_rank"] if colocated else ["p_server", "p_rank"])
+        assert (by_rank.size() <= 1).all(), part[["rid", "prefill_tokens", "input_len"]]
     ts = res.timeseries
     for col in ("prefill_kv_used", "decode_kv_used"):
         assert ((ts[col] >= 0) & (ts[col] <= 1)).all()

@@ -110,11 +110,11 @@ class Adder:
                 rank.batch_is_full = True
                 return batch
             rem = self.rem_chunk
-            if rank.chunk_capped_by_memory:  # add_chunked_req: min(rem_chunk, rem_total)
-                fit = int(self.rem_total())
-                if fit <= 0 and self._evictable():
+            if rank.chunk_capped_by_memory:  # add_chunked_req: min(rem_chunk, rem_total),
+                fit = int(self.rem_total())  # rem_total counting the evictable tokens (when
+                if fit < rem and self._evictable():  # the free ones would cap the chunk)
                     fit = int(self.rem_total())
-                if fit < rem:
+                if fit < rem:  # (rem_chunk if that is <= 0: "the chunked_req must be added")
                     rem = fit if fit > 0 else rem
             left = chunked.fill_target - chunked.fill_done
             n = left if left <= rem else rem
@@ -122,6 +122,8 @@ class Adder:
                 return batch  # (its pages are not free: it waits)
             self._spend(n, _clip(chunked.output_len) if n == left else 0)
             batch.append((chunked, n, False))
+            if n == left:  # its last chunk: another request may become the chunked one
+                chunked = None
         waiting, cache = rank.waiting, rank.cache
         slots = rank.max_running - running_bs
         while waiting:
@@ -147,7 +149,11 @@ class Adder:
                 waiting.popleft()
                 batch.append((req, n, True))
                 if n < extend:
-                    rank.chunked = req
+                    if chunked is not None:  # (it would be in no queue: never to finish)
+                        raise AssertionError(
+                            f"{rank.name}/r{rank.index}: request {req.rid} truncated while "
+                            f"request {chunked.rid} is still being chunked")
+                    rank.chunked = chunked = req
             if res != CONTINUE:
                 if res == NO_TOKEN:
                     rank.batch_is_full = True

@@ -455,8 +455,17 @@ class ColocatedRank(RunningBatch):
             try:
                 self.waiting.remove(req)
             except ValueError:
+                if req.d_pages is not None:  # (holding KV, it must be in one of the above)
+                    raise AssertionError(f"{self.name}/r{self.index}: aborted request "
+                                         f"{req.rid} holds KV but is in no queue") from None
                 return  # (being tokenized: _tokenized drops it)
             self._drop(req)
+
+    def holds(self, req: Request) -> bool:
+        """Whether ``req``, holding KV here, is in one of this rank's queues (the forward,
+        the request being chunked, the running batch): ``Fleet.check_held``'s invariant."""
+        return (req.rid in self.running or req is self.chunked
+                or any(r is req for r, _n, _f in self.batch))
 
     def refuse(self, req: Request) -> None:
         """The server is down: the connection is refused, the router answers 502 at once."""

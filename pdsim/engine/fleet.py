@@ -327,6 +327,20 @@ class Fleet:
                 sum([e.queued() for e in self.engines]), prealloc, transfer, running,
                 self.stats.blacklisted_pairs)
 
+    def check_held(self) -> None:
+        """Invariant, checked as a run ends: an unfinished request holding KV on a colocated
+        rank is in one of that rank's queues (one in none would never finish and its pages
+        would leak; ``ColocatedRank.abort`` checks the same of an aborted request)."""
+        if self.scenario.fleet.mode != "colocated":
+            return
+        ranks = {(r.server, r.index): r for r in self.decode_ranks}
+        for req in self.requests:
+            if req.status == "unfinished" and req.d_pages is not None:
+                rank = ranks[req.d_server, req.d_rank]
+                if not rank.holds(req):
+                    raise AssertionError(f"{rank.name}/r{rank.index}: request {req.rid} "
+                                         f"holds KV but is in no queue at the end of the run")
+
     def release(self) -> None:
         """Let reference counting free the run's requests, once its outputs are made.
 

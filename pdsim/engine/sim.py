@@ -306,6 +306,7 @@ def _simulate(sc: Scenario, recorder: Recorder | None, progress: bool | float,
     pools = {f"{r.name}.r{r.index}": {"capacity": r.alloc.capacity, "peak": r.alloc.peak,
                                       "used": r.alloc.used} for r in fleet.ranks}
     end = float(env.now)
+    fleet.check_held()
     fleet.release()
     builders = {"requests": partial(frame_of, plain, REQUEST_COLUMNS),
                 "events": partial(records_frame, log_rows, EVENT_COLUMNS),
