@@ -20,10 +20,9 @@ from collections.abc import Callable, Generator
 
 import numpy as np
 import simpy
-from simpy.events import URGENT
 
 from pdsim.config.fleet import RouterConfig
-from pdsim.engine.clock import KeptDeadlines, call_later, later, urgent
+from pdsim.engine.clock import KeptDeadlines, call_later, later, urgent, urgent_pending
 from pdsim.engine.log import EventLog
 from pdsim.engine.request import DECODE, PREFILL, SUCCESS, Request, new_room
 from pdsim.engine.server import Server, refused
@@ -160,9 +159,7 @@ class MiniLB:
         process this replaces has started (see below)."""
         env = self.env
         if not started:
-            now, steps = env._now, env._steps
-            if ((steps and steps[0][1] == URGENT and steps[0][0] == now)
-                    or (env._queue_at == now and env._queue[0][1] == URGENT)):
+            if urgent_pending(env):
                 # urgent events (processes not yet started) wait in this instant: the handler
                 # process would have started after those
                 urgent(env, lambda: self.generate(req, on_return, True))
