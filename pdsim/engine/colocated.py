@@ -357,44 +357,31 @@ class ColocatedRank(RunningBatch):
             self.cache.insert(req.blocks)
 
     def _retract_for(self, needy: Request) -> bool:
-        """Retract to cover a growth (``ScheduleBatch.retract_decode``): fewest generated
-        tokens first, the longest prompt first among equals, at least one; until the growth
-        fits (0.5.2 on) or the free tokens cover 20 steps of every request left (earlier).
-        Victims free their KV and go to the back of the waiting queue (``recompute``); the
-        new-token ratio jumps to what the requests left have generated of their outputs,
-        plus 20 steps each. True if ``needy`` still runs."""
-        alloc, kept = self.alloc, True
-        cache = self.cache
-        if cache is not None and cache.blocks:  # check_decode_mem evicts from the radix
-            cache.evict(self.growth_pages)  # cache first
+        """Retract to cover a growth: ``check_decode_mem`` evicts from the radix cache first,
+        then ``retract_decode`` (RunningBatch's rule); the new-token ratio then jumps to what
+        the requests left have generated of their outputs, plus 20 steps each (from the next
+        decode step on: the step after a retraction does not decay it). True if ``needy``
+        still runs."""
+        alloc, cache = self.alloc, self.cache
+        if cache is not None and cache.blocks:
+            cache.evict(self.growth_pages)
             if alloc.capacity - alloc.used >= self.growth_pages:
                 return True
-        while True:
-            free = alloc.capacity - alloc.used
-            if free >= self.growth_pages and (not self.retract_20_steps or free * alloc.page_size
-                                              >= RETRACT_DECODE_STEPS * len(self.running)):
-                break
-            step = self.step
-            victim = min(self.running.values(),
-                         key=lambda r: (r.gen_at_join + step - r.join_step, -r.input_len))
-            self._leave(victim)
-            alloc.release(victim.d_pages)
-            victim.d_pages = None
-            victim.fill_target, victim.fill_done = victim.input_len + victim.generated, 0
-            self.waiting.append(victim)
-            self.stats.retractions += 1
-            self.log("retract", self.name, self.index, victim.rid, -1, value=victim.generated)
-            if victim is needy:
-                kept = False
-                break
+        kept = super()._retract_for(needy)
         n = len(self.running)
         decoded = self.ctx_sum - self.in_sum
         denominator = self.out_sum + (1 if self.ratio_plus_one else 0)
         ratio = (decoded + RETRACT_DECODE_STEPS * n) / denominator if denominator else 1.0
-        # (from the next decode step on: the step after a retraction does not decay it)
         self._r_base, self._r_at, self._r_skip = min(1.0, ratio), self.step + 1, 0
         self.batch_is_full = False
         return kept
+
+    def _requeue(self, victim: Request) -> int:
+        """A colocated victim's KV is freed, not kept: it goes to the back of the waiting queue
+        to be prefilled again, prompt and generated tokens both (``recompute``)."""
+        victim.fill_target, victim.fill_done = victim.input_len + victim.generated, 0
+        self.waiting.append(victim)
+        return -1
 
     def take(self, req: Request, n: int) -> bool:
         """Allocate pages for ``n`` more tokens of ``req``'s fill (cached blocks evicted for

@@ -224,12 +224,14 @@ class RunningBatch(Rank):
         req.version += 1
 
     def _retract_for(self, needy: Request) -> bool:
-        """Free pages by retracting; True if ``needy`` still runs afterwards.
+        """Free pages by retracting (``ScheduleBatch.retract_decode``, the one implementation
+        of the rule, PD and colocated); True if ``needy`` still runs afterwards.
 
-        Victims go fewest generated tokens first, the longest prompt first among equals
-        (``ScheduleBatch.retract_decode``), at least one; SGLang 0.5.2 on (PR #9989) stops
-        once the next step fits (here: the growth due), earlier releases once the free
-        tokens cover 20 decode steps of every request left (``retract_20_steps``)."""
+        Victims go fewest generated tokens first, the longest prompt first among equals, at
+        least one; SGLang 0.5.2 on (PR #9989) stops once the next step fits (here: the growth
+        due), earlier releases once the free tokens cover 20 decode steps of every request
+        left (``retract_20_steps``). Each victim frees its pages and goes where its role puts
+        it (``_requeue``)."""
         alloc = self.alloc
         while True:
             free = alloc.capacity - alloc.used
@@ -240,14 +242,19 @@ class RunningBatch(Rank):
                          key=lambda r: (r.gen_at_join + self.step - r.join_step,  # generated
                                         -r.input_len))
             self._leave(victim)
-            self.alloc.release(victim.d_pages)
+            alloc.release(victim.d_pages)
             victim.d_pages = None
-            self.retracted.append(victim)
+            room = self._requeue(victim)
             self.stats.retractions += 1
-            self.log("retract", self.name, self.index, victim.rid, victim.room.id,
-                     value=victim.generated)
+            self.log("retract", self.name, self.index, victim.rid, room, value=victim.generated)
             if victim is needy:
                 return False
+
+    def _requeue(self, victim: Request) -> int:
+        """A PD decode's victim waits in the retracted queue, its KV offloaded to host memory
+        (``release_req``: ``offload_kv_cache``); returns its room's id (the log's)."""
+        self.retracted.append(victim)
+        return victim.room.id
 
     def plan_step(self) -> tuple[int, int, int] | None:
         """Admit and size the next step: (batch, summed context, tokens to recompute) or None."""
