@@ -141,3 +141,31 @@ def test_requests_whose_kv_awaits_transfer_hold_prefill_request_slots():
     start, sent = req.t_prefill_start.to_numpy(), req.t_transfer_done.to_numpy()
     held = [int(((start <= t) & (sent > t)).sum()) for t in np.unique(start)]
     assert max(held) == 4
+
+
+# --- retraction (one rule for PD decode and colocated ranks) -------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["pd", "colocated"])
+def test_the_last_running_request_is_never_retracted(mode):
+    """``retract_decode`` keeps at least one request (``if len(sorted_indices) == 1: break``).
+    One request whose output (6,000 tokens, past the 4,096 admission clip) outgrows a
+    6,000-token pool: it is never retracted; it takes the last free pages, and when none is
+    left SGLang raises "Out of memory even after retracting all other requests": pdsim fails
+    it then (decode_out_of_memory), having generated what the pool held."""
+    client = [{"kind": "bench", "num_prompts": 1, "warmup_requests": 0,
+               "dataset": {"kind": "random", "input_len": 1000, "output_len": 6000,
+                           "range_ratio": 1.0}}]
+    if mode == "pd":
+        fleet = {"gpu": "H100", "model": "llama-3.1-8b", "prefill": {},
+                 "decode": {"kv_pool_tokens": 6000}}
+    else:
+        fleet = {"gpu": "H100", "model": "llama-3.1-8b", "mode": "colocated",
+                 "colocated": {"kv_pool_tokens": 6000}}
+    res = pdsim.run({"name": "alone", "seed": 1, "horizon_s": 600, "fleet": fleet,
+                     "clients": client})
+    req = res.requests.iloc[0]
+    assert res.summary["retractions"] == 0
+    assert req.status == "failed" and req.reason == "decode_out_of_memory"
+    assert req.input_len + req.generated == 6000  # (the pool: its last pages taken)
+    assert "decode_out_of_memory" in set(res.events.event)
