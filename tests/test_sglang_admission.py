@@ -169,3 +169,17 @@ def test_the_last_running_request_is_never_retracted(mode):
     assert req.status == "failed" and req.reason == "decode_out_of_memory"
     assert req.input_len + req.generated == 6000  # (the pool: its last pages taken)
     assert "decode_out_of_memory" in set(res.events.event)
+
+
+@pytest.mark.parametrize("pool,forwards", [(2050, 2), (2051, 1)])
+def test_a_prefill_server_admits_by_prefill_adder_budgets(pool, forwards):
+    """A PD prefill runs SGLang's PrefillAdder (the colocated rank's implementation) with
+    ``max_new_tokens = 1``: a request is admitted while its tokens plus that one output token
+    are fewer than the free tokens less what the forward took already (its page-rounded
+    tokens and one token each). Two 1,024-token prompts share a forward only from a pool of
+    2,051 tokens; allocating pages alone would pack them from 2,048."""
+    d = _prefill_only(16384, n=2, input_len=1024)
+    d["fleet"]["prefill"].update(kv_pool_tokens=pool, prefix_cache=True)
+    res = pdsim.run(d)
+    assert (res.requests.status == "completed").all()
+    assert res.summary["prefill_steps"] == forwards

@@ -195,7 +195,10 @@ class ColocatedRank(RunningBatch):
         (batch, context, 0), RunningBatch's."""
         running = self.running
         if self.chunked is not None or (self.waiting and not self.batch_is_full):
-            batch = Adder(self).form()
+            mix = len(running) if self.mixed_chunk else 0
+            ratio = self.ratio()
+            batch = Adder(self, running, self.max_running - len(running), mix,
+                          mix + self._running_left() * ratio, ratio).form()
             if batch:
                 return self._extend_plan(batch)
         if not running:

@@ -258,9 +258,10 @@ class Request:
         "t_prefill_start", "boot_at", "boot_eid", "wait_at", "wait_eid", "fill_target",
         "fill_done", "dead_at", "p_leg",
     )
-    # (fill_*: a colocated server's prefill of the request, pdsim.engine.colocated: the tokens
-    # whose KV it needs, its prompt and any tokens generated before a retraction, and those
-    # computed so far, cached prefix included)
+    # (fill_*: a prefill of the request (pdsim.engine.adder, on a colocated or a PD prefill
+    # rank): the tokens whose KV it needs, its prompt and, colocated, any tokens generated
+    # before a retraction, and those computed so far, cached prefix included; set by the
+    # rank that prefills it)
     # (boot_*, wait_*: the prefill's bootstrap and the decode's waiting deadline, set when
     # each starts: pdsim.engine.clock.KeptDeadlines)
     room: Room | None
@@ -297,8 +298,8 @@ def new_request(env: simpy.Environment, rid: int, client: str, kind: str, input_
     req.http_status = 0
     req.room = None
     req.p_server = req.p_rank = req.d_server = req.d_rank = -1
-    # prefill forward work spent on this request, which is also the prefill scheduler's
-    # position in its prompt (PrefillRank._take): sound because a Request is dispatched
+    # prefill forward work spent on this request (on a PD prefill rank, with its cached
+    # prefix, its position in its prompt, fill_done): sound because a Request is dispatched
     # to one prefill rank once (a retry is a new Request)
     req.prefill_tokens = 0
     req.t_prefill_start = NAN  # its first prefill forward began
