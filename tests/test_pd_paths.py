@@ -132,6 +132,24 @@ def test_a_bootstrap_timeout_the_decode_is_not_told_of_holds_its_slot_until_its_
     assert told.summary["simulated_s"] < res.summary["simulated_s"]
 
 
+def test_the_bootstrap_timeout_runs_only_while_the_room_is_bootstrapping():
+    """SGLang checks SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT only in KVPoll.Bootstrapping:
+    once the decode's metadata arrived, a request prefilling (a 60k prompt, ~10 s of chunks)
+    or waiting in the prefill's waiting queue (40 prompts behind it) has no prefill-side
+    clock. A 1 s bootstrap timeout: every request bootstraps at once and none fails."""
+    d = small_fleet(horizon_s=300, transfer={"bootstrap_timeout_s": 1.0}, clients=[
+        {"kind": "bench", "name": "long", "num_prompts": 1, "warmup_requests": 0,
+         "dataset": {"kind": "random", "input_len": 60000, "output_len": 4, "range_ratio": 1.0}},
+        {"kind": "bench", "name": "short", "num_prompts": 40, "warmup_requests": 0,
+         "start_s": 0.2, "request_rate": "inf",
+         "dataset": {"kind": "random", "input_len": 4000, "output_len": 4, "range_ratio": 1.0}}])
+    req = pdsim.run(d).requests
+    long = req[req.client == "long"].iloc[0]
+    assert long.t_prefill_end - long.t_prefill_start > 5.0
+    assert ((req.t_prefill_start - req.t_arrival) > 1.0).sum() > 30
+    assert (req.status == "completed").all()
+
+
 def test_a_decode_abort_reaches_the_prefill_only_from_0_5_13():
     """A waiting timeout: from 0.5.13 the prefill drops the room (no prefill, no transfer);
     before, it prefills and writes the KV into pages the decode already freed."""
@@ -174,6 +192,24 @@ def test_deferred_release_holds_pages_until_the_write_drains_or_the_timeout():
     assert np.allclose(freed.value, 1.5)
     off = pdsim.run(_deferred(deferred_decode_kv_release=False))
     assert not len(_ev(off, "dead_room"))
+
+
+def test_ack_after_drain_frees_at_the_drain_not_the_timeout():
+    """PR #40645: the prefill answers ABORT_ACK once its write of the room drains. The path
+    comes back at 6 s, before a 10 s release timeout: with the switch the held slots are freed
+    at 6 s (held under 10 s); without it the ACK is dropped and they are held the whole 10 s."""
+    for ack in (True, False):
+        d = _deferred(ack_after_drain=ack, deferred_release_timeout_s=10.0)
+        d["clients"][0]["num_prompts"] = 400  # (arrivals to 20 s: the run outlasts the timeout)
+        res = pdsim.run(d)
+        held, freed = _ev(res, "dead_room"), _ev(res, "dead_room_freed")
+        assert len(held) and len(freed) == len(held)
+        if ack:
+            assert np.allclose(freed.time, 6.0) and (freed.value < 10.0).all()
+            assert set(freed.detail) == {"ABORT_ACK after the write drained"}
+        else:
+            assert np.allclose(freed.value, 10.0)
+            assert set(freed.detail) == {"deferred release timed out"}
 
 
 # --- router: dispatch, gateway TTFT timeouts, leg failures ------------------------------------
