@@ -70,6 +70,28 @@ def test_nothing_new_is_pre_allocated_while_a_request_is_retracted(monkeypatch):
     assert (res.requests.generated == res.requests.output_len).all()
 
 
+def test_the_gate_keeps_room_for_the_running_request_that_needs_most():
+    """``need_space_for_single_req``: the gate holds back, if larger than the reserves, what
+    the running request that needs most would need to finish alone (prompt + output clipped
+    to 4,096, less what the running batch holds). On a 6,000-token decode pool, a 1k+4k
+    request running leaves ~1,000 tokens allocatable, so a second 1k prompt (which needs 1,000
+    + 512) is pre-allocated only once the first has finished; the reserves alone (512) would
+    have let it in at once."""
+    def bench(name, start, out):
+        return {"kind": "bench", "name": name, "num_prompts": 1, "start_s": start,
+                "warmup_requests": 0,
+                "dataset": {"kind": "random", "input_len": 1000, "output_len": out,
+                            "range_ratio": 1.0}}
+    d = {"name": "single", "seed": 1, "horizon_s": 600,
+         "fleet": {"gpu": "H100", "model": "llama-3.1-8b", "prefill": {},
+                   "decode": {"kv_pool_tokens": 6000}},
+         "clients": [bench("first", 0.0, 4000), bench("second", 1.0, 16)]}
+    req = pdsim.run(d).requests.set_index("client")
+    assert (req.status == "completed").all()
+    assert req.t_prefill_start["second"] >= req.t_done["first"]
+    assert req.t_done["first"] > 10.0
+
+
 def test_retraction_stops_by_the_release_rule():
     """SGLang before 0.5.2 retracts until 20 decode steps of every request left fit; from 0.5.2
     (PR #9989) only until the next step does: the older release retracts more per event."""

@@ -148,27 +148,25 @@ class DecodeRank(RunningBatch):
         if stepper is None or not stepper.taken(self):
             self._changed()
 
-    def _allocatable(self, retractable: int | None) -> int:
-        """SGLang's ``DecodePreallocQueue._allocatable_tokens``: the free tokens beyond a
-        reserve of ``num_reserved_decode_tokens`` per request running, transferring or waiting
-        (or, if larger, what the running request that needs most would need to finish with
-        every other one retracted: ``retractable`` is the running requests' tokens; None: not
-        counted, as when retracted requests resume), less what the retracted requests need
-        back (counted when ``retractable`` is given, as pre-allocation does)."""
+    def _allocatable(self, retractable: int) -> int:
+        """SGLang's ``DecodePreallocQueue._allocatable_tokens`` as ``pop_preallocated`` asks
+        it: the free tokens beyond a reserve of ``num_reserved_decode_tokens`` per request
+        running, transferring or waiting, or, if larger, what the running request that needs
+        most would need to finish with every other one retracted (``need_space_for_single_req``;
+        ``retractable``: the running requests' tokens). (SGLang also subtracts what retracted
+        requests need back, ``count_retracted``; but ``pop_preallocated`` runs only when none is
+        retracted, ``process_decode_queue``, so that term is always 0 there: pdsim keeps the one
+        rule that acts, ``_try_prealloc``'s.)"""
         alloc = self.alloc
         hold = self.reserve_tokens * (len(self.running) + len(self.transfer) + len(self.waiting))
-        if retractable is not None and self.running:
+        if self.running:
             needs = self._needs
             while needs[0][2] != needs[0][3].version:  # (left the batch since)
                 heapq.heappop(needs)
             single = -needs[0][0] - retractable
             if single > hold:
                 hold = single
-        free = (alloc.capacity - alloc.used) * alloc.page_size - hold
-        if retractable is not None:
-            for r in self.retracted:
-                free -= r.input_len + r.generated + self.reserve_tokens
-        return free
+        return (alloc.capacity - alloc.used) * alloc.page_size - hold
 
     def _join(self, req: Request) -> None:
         super()._join(req)
