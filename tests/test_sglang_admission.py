@@ -205,3 +205,23 @@ def test_a_prefill_server_admits_by_prefill_adder_budgets(pool, forwards):
     res = pdsim.run(d)
     assert (res.requests.status == "completed").all()
     assert res.summary["prefill_steps"] == forwards
+
+
+@pytest.mark.parametrize("mode", ["pd", "colocated"])
+def test_a_truncated_prompt_is_page_aligned_from_0_5_6_post2(mode):
+    """PrefillAdder.add_one_req truncates a prompt the chunk budget does not hold to
+    ``rem_chunk // page * page`` tokens (0.5.6.post2 on), ``rem_chunk - page + 1`` before; a
+    continuing chunk takes the whole budget (add_chunked_req). Page 16, a 1,000-token budget,
+    one 5,000-token prompt: chunks of 992 then 1,000s (0.5.9), 985 then 1,000s (0.5.1.post1)."""
+    role = {"page_size": 16, "chunked_prefill_size": 1000}
+    fleet = ({"gpu": "H100", "model": "llama-3.1-8b", "prefill": role,
+              "decode": {"page_size": 16}} if mode == "pd" else
+             {"gpu": "H100", "model": "llama-3.1-8b", "mode": "colocated", "colocated": role})
+    d = {"name": "pages", "seed": 1, "horizon_s": 100, "fleet": fleet,
+         "clients": [{"kind": "bench", "num_prompts": 1, "warmup_requests": 0,
+                      "dataset": {"kind": "random", "input_len": 5000, "output_len": 4,
+                                  "range_ratio": 1.0}}]}
+    for version, first in (("0.5.9", 992), ("0.5.1.post1", 985)):
+        res = pdsim.run(d, sets=[f"engine.version={version}"], record_steps=True)
+        chunks = [s[5] for s in res.recorder.steps if s[3] == "prefill"]
+        assert chunks == [first, 1000, 1000, 1000, 1000, 5000 - first - 4000], version

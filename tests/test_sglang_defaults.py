@@ -54,6 +54,20 @@ def test_mem_fraction_static_defaults_per_gpu_tp_and_release(gpu):
         assert _mfs(gpu, 8, "0.5.9", 8, True) == pytest.approx(new_dpa, abs=5e-4)
 
 
+def test_the_10_gib_reserve_floor_binds_above_60_gib():
+    """>= 0.5.3 reserves at least 10 GiB on GPUs above 60 GiB (``reserved_mem = max(
+    reserved_mem, 10 * 1024)``). An H100 at TP 1 with a 2,048-token chunk and 256 graph slots
+    asks for 512 + 1.5 x 2,048 + 2 x 256 + 128 = 4,224 MiB: the floor makes it 10,240, so
+    mem_fraction_static is round((81,559 - 10,240) / 81,559, 3) = 0.874, not 0.948. Below 60
+    GiB (an A10, 24 GiB) no floor applies."""
+    h100, a10 = profiles.gpu("H100"), profiles.gpu("A10")
+    assert sglang.reserved_mib(h100, 1, 1, False, 2048, 256, "0.5.9") == 10 * 1024
+    assert sglang.mem_fraction_static(h100, profiles.model("llama-3.1-8b"), 1, 1, False, 2048,
+                                      256, "0.5.9") == pytest.approx(0.874, abs=5e-4)
+    assert sglang.reserved_mib(a10, 1, 1, False, 2048, 24, "0.5.9") == pytest.approx(
+        512 + 3072 + 48 + 128)
+
+
 def test_cuda_graph_cap_and_chunk_defaults_per_release():
     cap = sglang.cuda_graph_max_bs
     g = {n: profiles.gpu(n) for n in ("H100", "H20", "H200", "B200", "A10")}
