@@ -150,21 +150,27 @@ def test_the_bootstrap_timeout_runs_only_while_the_room_is_bootstrapping():
     assert (req.status == "completed").all()
 
 
-def test_a_decode_abort_reaches_the_prefill_only_from_0_5_13():
-    """A waiting timeout: from 0.5.13 the prefill drops the room (no prefill, no transfer);
-    before, it prefills and writes the KV into pages the decode already freed."""
+def test_a_decode_abort_reaches_the_prefill_from_0_5_13_and_empties_its_queue_from_0_5_14():
+    """A waiting timeout. Before 0.5.13 the prefill is not told: it prefills and writes the KV
+    into pages the decode already freed. 0.5.13 sends ABORT (PR #27372): the room fails, the
+    transfer worker drops its chunks (no KV written), but the request still in the prefill's
+    waiting queue is prefilled all the same. 0.5.14 drops it from the waiting queue
+    (resolve_waiting_queue_bootstrap): only the chunks under way are computed."""
     d = small_fleet(horizon_s=100, transfer={"waiting_timeout_s": 0.1},
                     clients=[{"kind": "bench", "num_prompts": 30, "warmup_requests": 0,
                               "request_rate": 5.0,
                               "dataset": {"kind": "random", "input_len": 8000,
                                           "output_len": 16, "range_ratio": 1.0}}])
-    old = pdsim.run({**d, "engine": {"version": "0.5.12"}})
-    new = pdsim.run({**d, "engine": {"version": "0.5.13"}})
-    for res in (old, new):
-        assert res.summary["failed_by_reason"] == {"waiting_timeout": 30}
-    assert old.summary["kv_transferred_gb"] > 1 and new.summary["kv_transferred_gb"] == 0
-    # (0.5.13's prefill still finishes the chunk it is on: SGLang does not stop a forward)
-    assert old.summary["prefill_tokens_computed"] > 1.5 * new.summary["prefill_tokens_computed"]
+    runs = {v: pdsim.run({**d, "engine": {"version": v}}).summary
+            for v in ("0.5.12", "0.5.13", "0.5.14")}
+    for s in runs.values():
+        assert s["failed_by_reason"] == {"waiting_timeout": 30}
+    old, told, dropped = runs["0.5.12"], runs["0.5.13"], runs["0.5.14"]
+    assert old["kv_transferred_gb"] > 1
+    assert told["kv_transferred_gb"] == dropped["kv_transferred_gb"] == 0
+    assert told["prefill_tokens_computed"] == old["prefill_tokens_computed"]
+    # (0.5.14's prefill still finishes the chunk it is on: SGLang does not stop a forward)
+    assert told["prefill_tokens_computed"] > 1.5 * dropped["prefill_tokens_computed"]
 
 
 def _deferred(**pd) -> dict:

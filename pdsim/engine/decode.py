@@ -36,7 +36,15 @@ from pdsim.config.pd_paths import ARMED_REASONS as ARMED
 from pdsim.engine.clock import KeptDeadlines, call_later
 from pdsim.engine.decode_batch import CLIP_MAX_NEW_TOKENS, GROWTH_TOKENS, RunningBatch
 from pdsim.engine.log import EventLog
-from pdsim.engine.request import DECODE, FAILED, PREFILL, SUCCESS, WAITING_FOR_INPUT, Request
+from pdsim.engine.request import (
+    BY_PEER,
+    DECODE,
+    FAILED,
+    PREFILL,
+    SUCCESS,
+    WAITING_FOR_INPUT,
+    Request,
+)
 from pdsim.engine.stats import Stats
 from pdsim.model.predictor import Predictor
 
@@ -113,7 +121,7 @@ class DecodeRank(RunningBatch):
         # SGLang's PD paths as the scenario's release runs them (pdsim.config.pd_paths; the
         # fleet sets ``pd``), and what this rank reads of them per request
         self.pd: dict = {}
-        self.notify_prefill = PREFILL  # decode_abort_notifies_prefill: ABORT reaches prefill
+        self.notify_prefill = PREFILL | BY_PEER  # decode_abort_notifies_prefill: ABORT sent
         self.gate = True  # metadata_gate: a room whose aux never landed stays Transferring
         self.peers = None  # the decode's connections to prefills (pdsim.engine.peers), if kept
         self.dead = 0  # slots held now by rooms that cannot complete (dead rooms)
@@ -121,7 +129,7 @@ class DecodeRank(RunningBatch):
     def set_paths(self, pd: dict) -> None:
         """Take the scenario's PD paths (``Scenario.pd``)."""
         self.pd = pd
-        self.notify_prefill = PREFILL if pd["decode_abort_notifies_prefill"] else 0
+        self.notify_prefill = PREFILL | BY_PEER if pd["decode_abort_notifies_prefill"] else 0
         self.gate = pd["metadata_gate"]
 
     def forget_deadlines(self) -> None:

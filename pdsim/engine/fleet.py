@@ -22,7 +22,7 @@ from pdsim.engine.nic import NIC
 from pdsim.engine.peers import Peers
 from pdsim.engine.prefill import PrefillRank
 from pdsim.engine.recorder import Recorder
-from pdsim.engine.request import DECODE, PREFILL, Request, new_request
+from pdsim.engine.request import BY_PEER, DECODE, PREFILL, Request, new_request
 from pdsim.engine.router import MiniLB
 from pdsim.engine.server import Server
 from pdsim.engine.stats import Stats
@@ -135,6 +135,7 @@ class Fleet:
                                    sc.flush.semantics, self.log, self.stats, chunk)
                 rank.page_aligned_chunk = has(sc.engine.version, "page_aligned_chunk")
                 rank.chunk_capped_by_memory = has(sc.engine.version, "chunk_capped_by_memory")
+                rank.drops_failed_waiting = has(sc.engine.version, "prefill_drops_failed_waiting")
                 bl = blacklist.build(sc.blacklist, env, f"{rank.name}.r{r}", self.log)
                 bl.on_change = self._blacklist_changed
                 rank.engine = TransferEngine(env, rank.name, r, self.nics[-1], bl,
@@ -185,7 +186,8 @@ class Fleet:
         self.router = MiniLB(env, self.prefill_servers, self.decode_servers, sc.router,
                              self.rngs["routing"], self.log)
         self.router.notify_decode = DECODE if pd["prefill_abort_notifies_decode"] else 0
-        self.router.notify_prefill = PREFILL if pd["decode_abort_notifies_prefill"] else 0
+        self.router.notify_prefill = (PREFILL | BY_PEER if pd["decode_abort_notifies_prefill"]
+                                     else 0)
 
     def _build_colocated(self, recorder: Recorder | None) -> None:
         """Colocated servers (each rank prefilling and decoding, pdsim.engine.colocated) behind

@@ -13,8 +13,10 @@ requests whose KV is still held for their transfer: ``req_to_token_pool.availabl
 every finished chunk's KV goes to the transfer engine at once.
 After its last chunk the request sits in the in-flight queue until the transfer resolves, and
 then its KV is released (into the prefix cache on success). A room that fails while its prompt
-is mid-prefill still has its remaining chunks computed, as SGLang does; a failed room still in
-the waiting queue is dropped (SGLang's abort path removes aborted requests from it).
+is mid-prefill still has its remaining chunks computed, as SGLang does. A request the prefill
+aborts itself leaves the waiting queue (its abort path removes it); one whose room the decode's
+ABORT failed (0.5.13 on) leaves it from 0.5.14 (``resolve_waiting_queue_bootstrap``), and in
+0.5.13 is prefilled all the same, its chunks dropped.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class PrefillRank(Rank):
         # shrunk to the free memory (else it waits for the whole chunk's pages)
         self.page_aligned_chunk = True
         self.chunk_capped_by_memory = True
+        # 0.5.14 on (resolve_waiting_queue_bootstrap): a room the decode's ABORT failed leaves
+        # the waiting queue; before, the request is prefilled all the same (its chunks dropped)
+        self.drops_failed_waiting = True
         self.bootstrap_timeout = bootstrap_timeout_s
         self.engine: TransferEngine | None = None  # wired by the fleet
         self.bootstrap: dict[int, Request] = {}
@@ -149,9 +154,15 @@ class PrefillRank(Rank):
                 return True
         return False
 
+    def _kept(self, req: Request) -> bool:
+        """A failed room's request this prefill still prefills from its waiting queue: the
+        decode's ABORT failed it (``Room.by_peer``) and the release does not drop such rooms
+        from the waiting queue (before 0.5.14)."""
+        return req.room.by_peer and not self.drops_failed_waiting and req.rid in self._queued
+
     def room_done(self, req: Request) -> None:
         """The room resolved (pdsim.engine.request.Room)."""
-        if req.room.state == FAILED and self._prefilling(req):
+        if req.room.state == FAILED and (self._prefilling(req) or self._kept(req)):
             # SGLang does not stop a failed room's prefill: the scheduler keeps scheduling the
             # chunked request (disaggregation/prefill.py process_prefill_chunk and
             # process_batch_result_disagg_prefill never poll its sender), the transfer engine
@@ -198,8 +209,8 @@ class PrefillRank(Rank):
 
     def _stale(self, req: Request) -> bool:
         """A waiting-queue entry no longer waiting (its room resolved, or it left): dropped
-        when it reaches the head."""
-        return req.room.resolved or req.rid not in self._queued
+        when it reaches the head (unless ``_kept``)."""
+        return (req.room.resolved and not self._kept(req)) or req.rid not in self._queued
 
     def _form_batch(self) -> list[tuple[Request, int, bool]]:
         """The next forward's chunks: SGLang's ``PrefillAdder`` (:mod:`pdsim.engine.adder`,

@@ -27,6 +27,10 @@ FAILED, BOOTSTRAPPING, WAITING_FOR_INPUT, TRANSFERRING, SUCCESS = Poll
 
 # The sides of a room a conclusion reaches (``Room.fail``, ``Room.succeed``): a bit each.
 PREFILL, DECODE, BOTH = 1, 2, 3
+# (with PREFILL in a failure's sides: the prefill side concluded by the decode's ABORT message,
+# not by the prefill's own scheduler; a prefill before 0.5.14 leaves such a request in its
+# waiting queue, to be prefilled: Room.by_peer)
+BY_PEER = 4
 
 
 class Responder(Protocol):
@@ -88,7 +92,7 @@ class Room:
 
     __slots__ = ("id", "state", "resolved", "session", "port", "doomed", "reason", "env",
                  "req", "booted", "decode", "prefill", "_boot_link", "_boot_at", "d_state",
-                 "d_resolved", "d_reason", "_pend", "aux_lost", "stale", "ack")
+                 "d_resolved", "d_reason", "_pend", "aux_lost", "stale", "ack", "by_peer")
     # (the fields, as new_room sets them)
     id: int
     env: simpy.Environment
@@ -112,6 +116,7 @@ class Room:
     port: int
     doomed: str  # set when a flush freed pages under this transfer
     reason: str
+    by_peer: bool  # the prefill side failed on the decode's ABORT (BY_PEER)
 
     def bootstrap(self) -> None:
         """The decode holds KV pages for it: the prefill hears one zero-delay step later. A
@@ -204,6 +209,7 @@ class Room:
             self.state = FAILED
             self.resolved = True
             self.reason = reason
+            self.by_peer = bool(sides & BY_PEER)
             new = PREFILL
         if sides & DECODE and not self.d_resolved:
             self.d_state = FAILED
@@ -239,7 +245,7 @@ def new_room(env: simpy.Environment, room_id: int, req: Request | None = None) -
     room.decode = room.prefill = None
     room._boot_link, room._boot_at = False, -1.0
     room.session, room.port, room.doomed, room.reason = "", 0, "", ""
-    room.aux_lost, room.stale, room.ack = False, "", None
+    room.aux_lost, room.stale, room.ack, room.by_peer = False, "", None, False
     return room
 
 

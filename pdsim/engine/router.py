@@ -24,7 +24,7 @@ import simpy
 from pdsim.config.fleet import RouterConfig
 from pdsim.engine.clock import KeptDeadlines, call_later, later, urgent, urgent_pending
 from pdsim.engine.log import EventLog
-from pdsim.engine.request import DECODE, PREFILL, SUCCESS, Request, new_room
+from pdsim.engine.request import BY_PEER, DECODE, PREFILL, SUCCESS, Request, new_room
 from pdsim.engine.server import Server, refused
 
 
@@ -119,7 +119,7 @@ class MiniLB:
             self.set_ttft(cfg.ttft_timeout_s, cfg.ttft_timeout_cancels)
         # which sides hear an abort of one leg (pdsim.config.pd_paths; the fleet sets them)
         self.notify_decode = 0  # prefill_abort_notifies_decode
-        self.notify_prefill = PREFILL  # decode_abort_notifies_prefill
+        self.notify_prefill = PREFILL | BY_PEER  # decode_abort_notifies_prefill
         # the leg_failure fault: None, or a callable giving '' or the leg ('prefill',
         # 'decode') whose POST fails at transport level (pdsim.engine.faults_pd)
         self.leg_fault: Callable[[Request], str] | None = None
