@@ -107,14 +107,16 @@ def test_every_switch_is_in_the_schema_with_its_sglang_name():
 
 
 def _timeouts(**pd) -> dict:
-    """A decode window of 1 slot, a prefill bootstrap deadline shorter than a request."""
+    """A decode window of 1 slot (no pre-allocation slots beyond the running one: SGLang's
+    rule would add 2), a prefill bootstrap deadline shorter than a request."""
     return small_fleet(
         horizon_s=200,
         transfer={"bootstrap_timeout_s": 2.0, "waiting_timeout_s": 6.0},
         disaggregation=pd,
         fleet={"gpu": "H20", "model": "dsv3-ci-test",
-               "prefill": {"dp": 1, "tp": 2}, "decode": {"dp": 1, "tp": 2,
-                                                         "max_running_requests": 1}},
+               "prefill": {"dp": 1, "tp": 2},
+               "decode": {"dp": 1, "tp": 2, "max_running_requests": 1,
+                          "disaggregation_decode_extra_slots": 0}},
         clients=[{"kind": "bench", "num_prompts": 4, "warmup_requests": 0,
                   "dataset": {"kind": "random", "input_len": 512, "output_len": 1500,
                               "range_ratio": 1.0}}])

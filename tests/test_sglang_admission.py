@@ -92,6 +92,38 @@ def test_the_gate_keeps_room_for_the_running_request_that_needs_most():
     assert req.t_done["first"] > 10.0
 
 
+@pytest.mark.parametrize("running,extra,held", [(4, None, 12), (4, 0, 4), (40, None, 40)])
+def test_a_small_decode_batch_has_twice_its_slots_again_for_pre_allocation(
+        monkeypatch, running, extra, held):
+    """SGLang's DecodeReqToTokenPool has max_running_requests + pre_alloc_size slots,
+    pre_alloc_size = 2 x max_running_requests when that is <= 32, else 0 (every release;
+    0.5.23's --disaggregation-decode-extra-slots): pre-allocated, transferring, waiting and
+    running requests share them, the running batch alone stays within max_running_requests.
+    40 requests at once: a 4-request decode holds 12 (4 with no extra slots), a 40-request
+    one 40."""
+    most = {"held": 0}
+    orig = DecodeRank._try_prealloc
+
+    def tried(self):
+        orig(self)
+        most["held"] = max(most["held"],
+                           len(self.transfer) + len(self.waiting) + len(self.running))
+
+    monkeypatch.setattr(DecodeRank, "_try_prealloc", tried)
+    decode = {"max_running_requests": running}
+    if extra is not None:
+        decode["disaggregation_decode_extra_slots"] = extra
+    d = {"name": "slots", "seed": 1, "horizon_s": 600,
+         "fleet": {"gpu": "H100", "model": "llama-3.1-8b", "prefill": {}, "decode": decode},
+         "clients": [{"kind": "bench", "num_prompts": 40, "warmup_requests": 0,
+                      "dataset": {"kind": "random", "input_len": 256, "output_len": 256,
+                                  "range_ratio": 1.0}}]}
+    res = pdsim.run(d)
+    assert (res.requests.status == "completed").all()
+    assert most["held"] == held
+    assert res.timeseries.decode_running.max() == min(running, 40)
+
+
 def test_retraction_stops_by_the_release_rule():
     """SGLang before 0.5.2 retracts until 20 decode steps of every request left fit; from 0.5.2
     (PR #9989) only until the next step does: the older release retracts more per event."""

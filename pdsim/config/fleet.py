@@ -163,6 +163,21 @@ class DecodeConfig(RoleConfig):
         "pre-allocation takes the prompt's pages only, and admits a request only while the "
         "free tokens beyond every such reserve cover its prompt and its own reserve; "
         "DecodePreallocQueue._allocatable_tokens); default 512, as SGLang's")
+    disaggregation_decode_extra_slots: NonNegInt | None = Field(
+        None, le=MAX_RUNNING, description="Request slots each DP rank has beyond "
+        "max_running_requests for pre-allocated and transferring requests (SGLang's "
+        "DecodeReqToTokenPool pre_alloc_size; 0.5.23's --disaggregation-decode-extra-slots): "
+        "pre-allocation, transfers, waiting and running requests share max_running_requests + "
+        "these, the running batch alone is capped at max_running_requests. Default: SGLang's "
+        "rule in every release 0.5.1.post1-0.5.23, 2 x max_running_requests when that is at "
+        "most 32, else 0 (model_runner.py / model_runner_kv_cache_mixin.py)")
+
+    def extra_slots(self, max_running: int) -> int:
+        """The pre-allocation slots a DP rank running at most ``max_running`` requests has
+        beyond them (``disaggregation_decode_extra_slots``, or SGLang's rule)."""
+        if self.disaggregation_decode_extra_slots is not None:
+            return self.disaggregation_decode_extra_slots
+        return 2 * max_running if max_running <= 32 else 0
 
     @model_validator(mode="before")
     @classmethod

@@ -52,7 +52,7 @@ from pdsim.model.predictor import Predictor
 class DecodeRank(RunningBatch):
     role = "decode"
     SPANS = True
-    __slots__ = ("flush_dooms", "max_running", "reserve_tokens", "waiting_timeout", "port",
+    __slots__ = ("flush_dooms", "max_running", "slots", "reserve_tokens", "waiting_timeout", "port",
                  "session", "alive", "on_waiting_timeout", "prealloc", "transfer", "waiting",
                  "retracted", "running", "step", "ctx_sum", "_finish", "_grow", "_seq",
                  "growth_pages", "_block_tokens", "_lag", "_late", "bootstrap_s",
@@ -69,6 +69,9 @@ class DecodeRank(RunningBatch):
         # (cfg fields as plain attributes, read from here only: a pydantic model's are slow to
         # read per request; nothing changes them during a run)
         self.max_running = cfg.max_running_requests
+        # request slots (req_to_token_pool: max_running_requests + pre_alloc_size) that
+        # pre-allocated, transferring, waiting and running requests share; set by the fleet
+        self.slots = self.max_running + cfg.extra_slots(self.max_running)
         self.reserve_tokens = cfg.num_reserved_decode_tokens
         # what a running request needs to finish alone, as a max-heap of (-(prompt +
         # min(output, 4096)), seq, version, request): the gate's need_space_for_single_req
@@ -195,7 +198,7 @@ class DecodeRank(RunningBatch):
         prealloc = self.prealloc
         if not prealloc or self.halted or self.retracted:  # (pre-allocation runs in the
             return  # scheduler loop; retracted requests resume before new ones come in)
-        alloc, transfer, limit = self.alloc, self.transfer, self.max_running
+        alloc, transfer, limit = self.alloc, self.transfer, self.slots
         reserve = self.reserve_tokens
         allocatable = retractable = -1
         while prealloc:

@@ -157,7 +157,7 @@ class RunningBatch(Rank):
         req = self.retracted[0]
         alloc = self.alloc
         ctx = req.input_len + req.generated
-        return ((len(self.running) + len(self.transfer) + len(self.waiting)) < self.max_running
+        return ((len(self.running) + len(self.transfer) + len(self.waiting)) < self.slots
                 and ctx + self.reserve_tokens <= self._resumable()
                 and alloc.pages_for(ctx) <= alloc.capacity - alloc.used)
 
@@ -174,7 +174,7 @@ class RunningBatch(Rank):
             alloc, reserve, waiting = self.alloc, self.reserve_tokens, self.waiting
             allocatable = self._resumable()
             while retracted and (len(self.running) + len(self.transfer)
-                                 + len(waiting)) < limit:
+                                 + len(waiting)) < self.slots:  # (req_to_token_pool's)
                 req = retracted[0]
                 ctx = req.input_len + req.generated
                 if ctx + reserve > allocatable:

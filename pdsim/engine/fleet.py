@@ -101,6 +101,7 @@ class Fleet:
                 rank.tokenize_s_per_token = engine.tokenize_us_per_token * 1e-6
                 if d_pool.max_running is not None:  # a hybrid model's state pool caps it
                     rank.max_running = min(rank.max_running, d_pool.max_running)
+                rank.slots = rank.max_running + dc.extra_slots(rank.max_running)
                 ranks.append(rank)
                 self.decode_ranks.append(rank)
             self.decode_servers.append(Server(env, "decode", s, ranks, balance.build(dc.balance),

@@ -44,8 +44,9 @@ def dead_room_intervals(res: Result) -> pd.DataFrame:
 
 
 def _slots(res: Result) -> int:
+    """The decode fleet's request slots: running ones and the pre-allocation extras."""
     d = res.scenario.fleet.decode
-    return d.servers * d.dp * d.max_running_requests
+    return d.servers * d.dp * (d.max_running_requests + d.extra_slots(d.max_running_requests))
 
 
 def dead_slots(res: Result, ax: Axes | None = None) -> Axes:
@@ -56,7 +57,8 @@ def dead_slots(res: Result, ax: Axes | None = None) -> Axes:
     ts = res.timeseries
     ax.plot(ts.time, ts.decode_transfer + ts.decode_running, color=LIVE, lw=1.2,
             label="decode slots in use (awaiting KV + running)")
-    ax.axhline(_slots(res), color=LIVE, lw=0.8, ls=":", label="decode slots (max running)")
+    ax.axhline(_slots(res), color=LIVE, lw=0.8, ls=":",
+               label="decode slots (running + pre-allocation)")
     end = float(res.summary["simulated_s"])
     grid = np.asarray(ts.time, float) if len(ts) else np.array([0.0, end])
     causes = sorted(set(iv.cause)) if len(iv) else []
