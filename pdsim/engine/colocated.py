@@ -57,7 +57,7 @@ from pdsim.model.predictor import Predictor
 class ColocatedRank(RunningBatch):
     role = "colocated"
     SPANS = True
-    __slots__ = ("max_running", "reserve_tokens", "waiting", "retracted", "running", "step",
+    __slots__ = ("max_running", "waiting", "running", "step",
                  "ctx_sum", "_finish", "_grow", "_seq", "growth_pages", "_block_tokens", "_lag",
                  "_late", "_epoch", "_planned", "retract_20_steps", "port", "session",
                  "tokenize_s_per_token", "chunk_budget", "max_prefill", "cache", "chunked",
@@ -72,9 +72,9 @@ class ColocatedRank(RunningBatch):
         super().__init__(env, server, index, cfg, predictor, pool_pages, flush_semantics, log,
                          stats)
         self.max_running = cfg.max_running_requests
-        self.reserve_tokens = 0  # (a PD decode's; read by nothing here)
-        self.waiting: deque[Request] = deque()  # FCFS (--schedule-policy fcfs, the default)
-        self.retracted: deque[Request] = deque()  # (always empty: victims go to waiting)
+        # FCFS (--schedule-policy fcfs, the default); retracted requests come back here too
+        # (RunningBatch's PD-only parts, the retracted queue and its resumes, are not used)
+        self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}
         self.step = 0  # decode steps (a mixed step is one): the running batch's token clock
         self.ctx_sum = 0

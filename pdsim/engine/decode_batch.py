@@ -8,7 +8,9 @@ retraction under memory pressure (fewest generated tokens first, as SGLang's
 ``retract_decode``), and the spans of steps that cannot change the batch which the lockstep
 stepper (:mod:`pdsim.engine.lockstep`) takes in one go. The state it works on is set up by
 ``DecodeRank.__init__``; it calls back into the admission half for ``_respond`` and
-``_try_prealloc`` (a finished request frees pages a pre-allocation may take).
+``_try_prealloc`` (a finished request frees pages a pre-allocation may take). A colocated rank
+(:mod:`pdsim.engine.colocated`) runs the same batch, retraction and spans; the retracted queue
+and its resumes (``_admit``, ``_resume_ready``, ``_resumable``) are a PD decode's only.
 """
 
 from __future__ import annotations
