@@ -466,13 +466,20 @@ class DecodeRank(RunningBatch):
                 f"retracted={len(self.retracted)}")
 
     def unfit(self) -> tuple[int, int]:
-        """How many retracted requests the whole KV pool could never take back (``_admit``
-        resumes a request when its context and its reserve fit in the free tokens), and the
-        most tokens one of them needs: a run stalled on them says so (``pdsim.engine.sim``)."""
+        """How many requests the whole KV pool could never take, and the most tokens one of
+        them needs: a run stalled on them says so (``pdsim.engine.sim``). Retracted requests
+        (``_admit`` resumes one when its context and its reserve fit in the free tokens) and
+        requests waiting to pre-allocate (``_try_prealloc``'s gate: the prompt and the larger
+        of its reserve and its output clipped to 4,096 tokens; FIFO, so one such request at
+        the head holds back the queue behind it for ever, as SGLang's
+        ``pop_preallocated``)."""
         alloc, reserve = self.alloc, self.reserve_tokens
         pool = alloc.capacity * alloc.page_size
         need = [alloc.pages_for(r.input_len + r.generated) * alloc.page_size + reserve
                 for r in self.retracted]
+        need += [max(alloc.pages_for(r.input_len) * alloc.page_size,
+                     r.input_len + max(reserve, min(r.output_len, CLIP_MAX_NEW_TOKENS)))
+                 for r in self.prealloc if not r.room.d_resolved]
         big = [n for n in need if n > pool]
         return len(big), max(big, default=0)
 

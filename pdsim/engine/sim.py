@@ -92,7 +92,7 @@ def _stall_detail(fleet: Fleet, stuck: int) -> str:
         n, need = rank.unfit() if rank.role == "decode" else (0, 0)
         if n:
             pool = rank.alloc.capacity * rank.alloc.page_size
-            line += (f", of which {n} its whole KV pool of {pool:,} tokens cannot take back "
+            line += (f", of which {n} its whole KV pool of {pool:,} tokens can never take "
                      f"(one needs {need:,}): raise fleet.decode.kv_pool_tokens or "
                      f"mem_fraction_static, or shorten the requests")
         held = sum(int(t.partition("=")[2]) for t in queues)
