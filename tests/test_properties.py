@@ -307,8 +307,11 @@ def check_invariants(res: pdsim.Result) -> None:
     inc = s.get("incident")
     held_at_end = inc["dead_rooms_at_end"] if inc else 0
     dc = res.scenario.fleet.decode
-    slots = dc.max_running_requests + dc.extra_slots(dc.max_running_requests)
-    assert not inc or inc["dead_rooms_max"] <= dc.servers * dc.dp * slots
+    if inc and res.scenario.fleet.mode != "colocated":  # (no dead rooms there)
+        from pdsim.model.memory import running_limits
+
+        n = running_limits(res.scenario)["decode"]
+        assert inc["dead_rooms_max"] <= dc.servers * dc.dp * (n + dc.extra_slots(n))
     assert held_at_end == len(dead) - len(freed)
     if req.status.isin(["completed", "failed"]).all():
         # a failed room's prefill runs to its last chunk (SGLang does not stop it): one cut

@@ -71,7 +71,7 @@ class ColocatedRank(RunningBatch):
                  stats: Stats, chunk_budget: int, version_rules: dict[str, bool]) -> None:
         super().__init__(env, server, index, cfg, predictor, pool_pages, flush_semantics, log,
                          stats)
-        self.max_running = cfg.max_running_requests
+        self.max_running = cfg.max_running_requests or 1  # (the fleet sets it: its pool's)
         # FCFS (--schedule-policy fcfs, the default); retracted requests come back here too
         # (RunningBatch's PD-only parts, the retracted queue and its resumes, are not used)
         self.waiting: deque[Request] = deque()

@@ -68,7 +68,7 @@ class DecodeRank(RunningBatch):
         self.flush_dooms = flush_dooms  # scenario flush.dooms: which destinations a flush fails
         # (cfg fields as plain attributes, read from here only: a pydantic model's are slow to
         # read per request; nothing changes them during a run)
-        self.max_running = cfg.max_running_requests
+        self.max_running = cfg.max_running_requests or 1  # (the fleet sets it: its pool's)
         # request slots (req_to_token_pool: max_running_requests + pre_alloc_size) that
         # pre-allocated, transferring, waiting and running requests share; set by the fleet
         self.slots = self.max_running + cfg.extra_slots(self.max_running)

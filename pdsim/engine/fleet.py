@@ -28,7 +28,7 @@ from pdsim.engine.server import Server
 from pdsim.engine.stats import Stats
 from pdsim.engine.transfer import TransferEngine
 from pdsim.model import predictor, profiles, sglang
-from pdsim.model.memory import pool
+from pdsim.model.memory import max_running, pool
 from pdsim.util.rng import Streams
 
 
@@ -99,8 +99,7 @@ class Fleet:
                 rank.bootstrap_s = engine.bootstrap_ms / 1e3
                 rank.retract_20_steps = not has(sc.engine.version, "retract_until_next_step_fits")
                 rank.tokenize_s_per_token = engine.tokenize_us_per_token * 1e-6
-                if d_pool.max_running is not None:  # a hybrid model's state pool caps it
-                    rank.max_running = min(rank.max_running, d_pool.max_running)
+                rank.max_running = max_running(dc, d_pool, model)  # (given, or SGLang's)
                 rank.slots = rank.max_running + dc.extra_slots(rank.max_running)
                 ranks.append(rank)
                 self.decode_ranks.append(rank)
@@ -146,8 +145,7 @@ class Fleet:
                                              self.faults.write_error
                                              if self.faults.injects_errors else None)
                 bl.probe = rank.engine.probe  # probes cost what a small write on the path costs
-                if p_pool.max_running is not None:
-                    rank.max_running = min(rank.max_running, p_pool.max_running)
+                rank.max_running = max_running(pc, p_pool, model)
                 ranks.append(rank)
                 self.prefill_ranks.append(rank)
                 self.engines.append(rank.engine)
@@ -211,8 +209,7 @@ class Fleet:
                 rank = ColocatedRank(env, s, r, cc, pred, pages, sc.flush.semantics, self.log,
                                      self.stats, chunk, rules)
                 rank.tokenize_s_per_token = self.engine.tokenize_us_per_token * 1e-6
-                if c_pool.max_running is not None:  # a hybrid model's state pool caps it
-                    rank.max_running = min(rank.max_running, c_pool.max_running)
+                rank.max_running = max_running(cc, c_pool, self.model)
                 if together and cc.dp > 1:  # a lockstep group plans every step (no spans)
                     rank.spans = False
                 rank.recorder = recorder

@@ -50,7 +50,7 @@ class PrefillRank(Rank):
         self.kvb = kv_bytes_per_token
         self.chunk_budget = chunk_budget  # per rank, after SGLang's DP division (fleet.py)
         # (read per forward: a pydantic model's field is ~5x slower to read than an attribute)
-        self.max_running = cfg.max_running_requests
+        self.max_running = cfg.max_running_requests or 1  # (the fleet sets it: its pool's)
         self.max_prefill = cfg.max_prefill_tokens
         # SGLang releases (pdsim.config.engine_version; set by the fleet): a truncated
         # request's chunk page-aligned (else rem_chunk - page + 1), and a continuing chunk

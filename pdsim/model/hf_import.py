@@ -195,6 +195,28 @@ def _weights(r: _Reader, family: str) -> None:
                                 f"(fp8, fp8 block, mxfp4, modelopt NVFP4/FP8, gptq/awq 4-bit)")
 
 
+CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                       "max_position_embeddings")  # SGLang's order (hf_transformers_utils.py)
+
+
+def _context_len(r: _Reader) -> None:
+    """``context_len`` as SGLang's ``get_context_length`` reads it (utils/
+    hf_transformers_utils.py@0.5.9): the first context-length key, times the rope_scaling
+    factor unless the scaling names original_max_position_embeddings or is llama3."""
+    for key in CONTEXT_LENGTH_KEYS:
+        val = r.get(key)
+        if isinstance(val, int) and val > 0:
+            rope = r.get("rope_scaling")
+            factor = 1
+            if isinstance(rope, dict) and "original_max_position_embeddings" not in rope \
+                    and rope.get("rope_type") != "llama3":
+                factor = rope.get("factor", 1)
+            scaled = f" x rope_scaling.factor {factor}" if factor != 1 else ""
+            r.put("context_len", int(factor * val), f"{r.where(key)}{scaled} (SGLang's "
+                  f"get_context_length)")
+            return
+
+
 def profile_from_config(cfg: dict, source: str = "config.json") -> dict[str, dict[str, Any]]:
     """The model profile entry a ``config.json`` describes: ``{field: {value, source}}``."""
     r = _Reader(cfg, source)
@@ -230,6 +252,7 @@ def profile_from_config(cfg: dict, source: str = "config.json") -> dict[str, dic
         if ssm is not None:
             r.put("mamba_ssm_dtype", "bf16" if "bf" in str(ssm) else "fp32",
                   r.where("mamba_ssm_dtype"))
+    _context_len(r)
     vision = r.top.get("vision_config")
     if isinstance(vision, dict):
         depth = vision.get("depth", vision.get("num_hidden_layers"))

@@ -45,8 +45,11 @@ def dead_room_intervals(res: Result) -> pd.DataFrame:
 
 def _slots(res: Result) -> int:
     """The decode fleet's request slots: running ones and the pre-allocation extras."""
+    from pdsim.model.memory import running_limits
+
     d = res.scenario.fleet.decode
-    return d.servers * d.dp * (d.max_running_requests + d.extra_slots(d.max_running_requests))
+    n = running_limits(res.scenario)["decode"]
+    return d.servers * d.dp * (n + d.extra_slots(n))
 
 
 def dead_slots(res: Result, ax: Axes | None = None) -> Axes:
