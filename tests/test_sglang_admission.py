@@ -223,6 +223,7 @@ def test_the_last_running_request_is_never_retracted(mode):
     assert req.status == "failed" and req.reason == "decode_out_of_memory"
     assert req.input_len + req.generated == 6000  # (the pool: its last pages taken)
     assert "decode_out_of_memory" in set(res.events.event)
+    assert res.timeseries.failed.iloc[-1] == 1  # (counted once: by request.end)
 
 
 @pytest.mark.parametrize("pool,forwards", [(2050, 2), (2051, 1)])

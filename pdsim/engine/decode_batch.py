@@ -274,9 +274,8 @@ class RunningBatch(Rank):
                  value=req.generated, detail="out of memory even after retracting all other "
                  "requests in the decode batch (SGLang raises and its server exits; pdsim "
                  "fails this request only)")
-        if req.status == "unfinished":
-            self.stats.count_request_failure("decode_out_of_memory")
-            self._respond(req, "failed", "decode_out_of_memory", http_status=500)
+        # (counted for the time series by request.end, unless the request had already ended)
+        self._respond(req, "failed", "decode_out_of_memory", http_status=500)
         self._try_prealloc()
         self._maybe_idle()
         return 0
