@@ -164,6 +164,16 @@ def run_or_validate(args: argparse.Namespace) -> int:
                for role, cfg in sc.fleet.roles()}
         print("KV pool per DP rank (SGLang's max_total_num_tokens): " + ", ".join(
             f"{role} {p.tokens:,} tokens ({how[role]})" for role, p in roles.items()))
+        from pdsim.model.memory import running_limits
+
+        given = dict(sc.fleet.roles())
+        print("Running requests per DP rank (max_running_requests): " + ", ".join(
+            f"{role} {n:,} ("
+            + ("given" if given[role].max_running_requests is not None else
+               "SGLang's default for the pool: min(pool // 2, request slots)")
+            + (", capped by the recurrent-state pool" if roles[role].max_running is not None
+               and n == roles[role].max_running else "") + ")"
+            for role, n in running_limits(sc).items()))
         if sc.unknowns:  # each range end (or choice) was validated as a value of its own
             print(f"{len(sc.unknowns)} declared unknown(s); run uses the nominal, explore "
                   f"samples the range (validated at its ends, and at every value of a short "
