@@ -10,12 +10,12 @@ from pathlib import Path
 from pdsim.cli.common import (
     MAX_SEEDS,
     RAW,
+    Output,
     UsageError,
-    check_output_file,
+    check_outputs,
     check_worker_args,
     die,
     inputs,
-    no_overwrite,
     outside_flag,
 )
 from pdsim.util.backends import MAX_RUNS
@@ -206,8 +206,6 @@ def _check_sweep_args(args: argparse.Namespace, grid_points: int) -> None:
     if runs > MAX_RUNS:
         raise UsageError(f"the sweep has {runs:,} runs (grid points x seeds); at most "
                          f"{MAX_RUNS:,}")
-    if args.out:
-        check_output_file(args.out, "--out")
 
 
 def _check_explore_args(args: argparse.Namespace) -> None:
@@ -239,7 +237,7 @@ def sweep_cmd(args: argparse.Namespace) -> int:
         _check_sweep_args(args, points)
         data = loader.read_yaml(args.scenario, allow_outside_paths=args.allow_outside_paths)
         sc = loader.load(data, args.sets)
-        no_overwrite("--out", args.out, inputs(sc, *args.plugins))
+        check_outputs(inputs(sc, *args.plugins), Output("--out", args.out))
         benches = [c.name for c in sc.clients if c.kind == "bench"] or [sc.clients[-1].name]
         main_client = benches[-1] if args.client is None else args.client
         if main_client not in {c.name for c in sc.clients}:  # before the runs, not after
@@ -310,7 +308,8 @@ def explore_cmd(args: argparse.Namespace) -> int:
         name = sc.name
         # (a name is free text: its slashes must not lead the default directory elsewhere)
         out = Path(args.out or "explore-" + name.replace("/", "_").replace("\\", "_"))
-        no_overwrite("--out", str(out), inputs(sc, *args.plugins), WRITTEN)
+        check_outputs(inputs(sc, *args.plugins),
+                      Output("--out", str(out), tuple(WRITTEN)))
         ex = explore(data, args.samples, args.seeds, args.sets, args.design, args.design_seed,
                      out, args.backend, args.workers, args.address, progress=sys.stderr.isatty())
     except (units.ScenarioError, UsageError, ValueError) as err:
