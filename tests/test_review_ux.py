@@ -64,3 +64,64 @@ def test_compare_plot_never_replaces_a_file_of_a_run_directory_it_reads(tmp_path
     err = capsys.readouterr().err
     assert f"would replace {d}/rd/events.parquet, a file of the run directory {d}/rd" in err
     assert (d / "rd" / "events.parquet").read_bytes() == before
+
+
+# --- 2. hostile JSON and malformed run directories: one line, exit 2 ---------------------------
+
+
+@pytest.mark.parametrize("text, says", [
+    ('{"architectures": ["LlamaForCausalLM"], "num_hidden_layers": ' + "9" * 5000 + "}",
+     "cfg.json: an integer of 5,000 digits; at most 100"),
+    ('{"a":' * 40_000, "cfg.json: nested deeper than 50 levels"),  # (200 KB, under the 1 MB cap)
+    ('"' + '\\"' * 200_000, "cfg.json: not valid JSON"),  # (the nesting scan stays linear)
+], ids=["5000_digits", "deep", "open_string"])
+def test_profiles_import_reads_json_with_depth_and_integer_limits(tmp_path, capsys, text, says):
+    """A 5,000-digit integer was Python's ValueError past its 4,300-digit limit, 200 KB of
+    {"a": a RecursionError: internal errors, exit 70."""
+    (tmp_path / "cfg.json").write_text(text)
+    assert main(["profiles", "import", str(tmp_path / "cfg.json"), "--name", "v", "--out",
+                 str(tmp_path / "v.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err, err
+    assert not (tmp_path / "v.yaml").exists()
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    import pdsim
+
+    d = _scenario_dir(tmp_path_factory.mktemp("rd"))
+    out = d / "good"
+    pdsim.run(d / "s.yaml").write(out)
+    return out
+
+
+def _spoil(run_dir: Path, tmp_path: Path, name: str, text: str) -> Path:
+    bad = tmp_path / "bad"
+    shutil.copytree(run_dir, bad)
+    (bad / name).write_text(text)
+    return bad
+
+
+@pytest.mark.parametrize("name, text, says", [
+    ("summary.json", "[]", "bad: cannot read the run directory (summary.json holds list"),
+    ("summary.json", '{"a": ' * 60 + "1" + "}" * 60, "summary.json: nested deeper than 50"),
+    ("summary.json", "{}", "summary.json: 'simulated_s' must be a number, got nothing"),
+    ("requests.csv", "a,b\n1,2\n", "bad/requests.csv: not a run directory's requests table "
+                                   "(no column rid, client"),
+    ("timeseries.csv", None, "bad/timeseries.csv: column 'time' must hold numbers"),
+], ids=["list", "deep", "empty", "columns", "clock_of_words"])
+@pytest.mark.parametrize("plot", [False, True])
+def test_compare_refuses_a_malformed_run_directory_in_one_line(run_dir, tmp_path, capsys, name,
+                                                               text, says, plot):
+    """rd/summary.json of [] was an AttributeError (exit 70); requests.csv with other columns
+    an AttributeError with --plot and a table printed from the summary alone without it."""
+    if text is None:  # (the right columns, a clock of words)
+        lines = (run_dir / name).read_text().splitlines()
+        text = "\n".join([lines[0]] + ["soon" + x[x.index(","):] for x in lines[1:]]) + "\n"
+    bad = _spoil(run_dir, tmp_path, name, text)
+    more = ["--plot", str(tmp_path / "c.png")] if plot else []
+    assert main(["compare", str(run_dir), str(bad), *more]) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and says in err, err
+    assert not out and not (tmp_path / "c.png").exists()

@@ -28,7 +28,6 @@ modules outside ``modules_to_not_convert``: gpt-oss's experts), ``modelopt`` NVF
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -36,6 +35,7 @@ import yaml
 
 from pdsim.config.profile_schema import Model, ProfileError
 from pdsim.util.safeio import UserFileError, decode_utf8, echo, read_user_file, show_path
+from pdsim.util.safeyaml import YamlError, parse_json
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB
 
@@ -59,17 +59,17 @@ class ConfigImportError(ValueError):
 
 
 def read_config(path: str | os.PathLike) -> dict:
-    """A ``config.json`` read as user input (a regular file, at most 1 MB, strict UTF-8)."""
+    """A ``config.json`` read as user input (a regular file, at most 1 MB, strict UTF-8, JSON
+    nested at most 50 levels with integers of at most 100 digits)."""
     where = show_path(path)
     try:
         text = decode_utf8(read_user_file(path, "config.json", MAX_CONFIG_BYTES), where)
     except UserFileError as err:
         raise ConfigImportError(str(err)) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigImportError(f"{where}: not valid JSON (line {err.lineno}, column "
-                                f"{err.colno}: {err.msg})") from None
+    try:  # (bounded: nesting and integer digits, as a YAML file's)
+        data = parse_json(text, where)
+    except YamlError as err:
+        raise ConfigImportError(str(err)) from None
     if not isinstance(data, dict):
         raise ConfigImportError(f"{where}: a config.json is a JSON object")
     return data
