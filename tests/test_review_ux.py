@@ -125,3 +125,26 @@ def test_compare_refuses_a_malformed_run_directory_in_one_line(run_dir, tmp_path
     out, err = capsys.readouterr()
     assert err.count("\n") == 1 and says in err, err
     assert not out and not (tmp_path / "c.png").exists()
+
+
+# --- 3. the pair matrix counts every request that did not complete -----------------------------
+
+
+def test_the_pair_matrix_counts_timed_out_requests_as_rank_load_does():
+    """abort_storm's 6,946 failures are all gateway_ttft_timeout (status timed_out): the
+    matrix counted status == "failed" only and showed 0/1931 on every pair under a title of
+    6,946 failed."""
+    import matplotlib.pyplot as plt
+
+    import pdsim
+    from pdsim.output import plots
+
+    res = pdsim.run(ROOT / "scenarios" / "incidents" / "abort_storm.yaml", ["horizon_s=150"])
+    req = res.measured[res.measured.p_rank >= 0]
+    assert (req.status == "timed_out").sum() > 100 and not (req.status == "failed").any()
+    fig, ax = plt.subplots()
+    plots.pair_matrix(res, ax)
+    cells = [t.get_text().split("/") for t in ax.texts]
+    assert sum(int(a) for a, _ in cells) == (req.status != "completed").sum()
+    assert sum(int(b) for _, b in cells) == len(req)
+    plt.close(fig)
