@@ -148,11 +148,12 @@ OUTPUT = {"{c}.output_throughput_tok_s": "tok/s"}
 
 
 def is_incident(sc: object) -> bool:
-    """A scenario about an incident (faults, operator flushes or a client's flush), whose
-    sweep shows the incident's columns, rather than a capacity question."""
-    return bool(sc.faults or sc.operator_flushes
-                or any(getattr(c, "flush", None) is not None and c.flush.mode != "none"
-                       for c in sc.clients))
+    """A scenario about an incident, whose sweep shows the incident's columns, rather than a
+    capacity question: :func:`pdsim.engine.incident.is_incident`, the rule the run's figure
+    and report follow too."""
+    from pdsim.engine.incident import is_incident as rule
+
+    return rule(sc)
 
 
 def default_columns(sc: object, client: str) -> dict[str, str]:

@@ -227,10 +227,10 @@ def _plot(res: object, out: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pdsim.analysis.sweep import is_incident
+    from pdsim.engine.incident import is_incident
     from pdsim.output import plots, plots_capacity
 
-    fig = (plots.postmortem(res) if is_incident(res.scenario)
+    fig = (plots.postmortem(res) if is_incident(res.scenario, res.summary)
            else plots_capacity.capacity(res))
     try:
         fig.savefig(out, dpi=90)

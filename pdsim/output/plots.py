@@ -478,12 +478,16 @@ def postmortem(res: Result, title: str | None = None) -> plt.Figure:
         title = (f"{res.scenario.name}: colocated, {s['gpus']:,} GPUs: {s['failed']:,} failed "
                  f"requests, {s['retractions']:,} retractions")
     if title is None and inc and not real and not colocated:  # an incident on the paths of issue 26
-        rec = inc["recovery_s"]
+        rec, back = inc["recovery_s"], inc.get("goodput_recovery_s")
         after = ("" if inc["trigger_from_s"] is None or inc["base_goodput_tok_s"] is None
                  else f", recovered {rec:g} s after the trigger" if rec is not None
-                 else ", not recovered within the run")
-        title = (f"{res.scenario.name}: {s['failed']:,} failed requests, "
-                 f"{inc['dead_rooms']:,} dead rooms ({inc['dead_rooms_max']:,} slots at "
+                 else f", goodput back {back:g} s after the trigger but not recovered"
+                 if back is not None else ", not recovered within the run")
+        left = s.get("unfinished", 0)
+        never = ("can never finish" if inc.get("stuck_requests") else "unanswered at the end")
+        title = (f"{res.scenario.name}: {s['failed']:,} failed requests"
+                 + (f", {left:,} {never}" if left else "")
+                 + f", {inc['dead_rooms']:,} dead rooms ({inc['dead_rooms_max']:,} slots at "
                  f"once){after}")
     fig.suptitle(title or f"{res.scenario.name}: {real:,} flush-caused transfer failures → "
                  f"{s['failed']:,} failed requests, {s['blacklisted_pairs_max']:,} of "

@@ -416,6 +416,10 @@ def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 
 
 
 _MISSING = object()
+# what a null in the summary means, for the figures that have one
+_NULL_WHY = {"incident.recovery_s": "not recovered within the run",
+             "incident.goodput_recovery_s": "goodput not back within the run",
+             "incident.final_ratio": "no goodput before the trigger, or no load after it"}
 
 
 def _get(summary: dict, path: str, default: object = None) -> object:
@@ -471,13 +475,16 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
         out = [_head("Compared with the reported figures", "="),
                *(textwrap.wrap(AT_NOMINAL, 92) if at_nominal else []),
                f"{'figure':<52}{'simulated':>10}{'reported':>10}"]
-    missing, fits = [], []
+    missing, fits, nulls = [], [], []
     for r in refs:
         sim = _get(summary, r.metric, _MISSING) if r.metric else None
-        if sim is _MISSING or sim is not None and (isinstance(sim, bool)
-                                                   or not isinstance(sim, int | float)):
+        if isinstance(sim, bool):  # (a yes/no figure, e.g. incident.recovered: 1 or 0)
+            sim = int(sim)
+        if sim is _MISSING or sim is not None and not isinstance(sim, int | float):
             missing.append(r.metric)  # a misspelt path, a section or a name: not a figure
             sim = None
+        elif sim is None and r.metric:  # a key of the run with no value (e.g. no recovery)
+            nulls.append(r.metric)
         tol = band(r)
         ok = None if what_if else r.within(sim)
         verdict = "" if ok is None else ("within" if ok else "outside")
@@ -486,13 +493,17 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
             fits += [p for p in r.fitted_by if p not in fits]
         if r.metric in missing:
             verdict = "not a figure of the summary"
-        shown = "" if sim is None else f"{sim:,.3f}".rstrip("0").rstrip(".")
+        shown = ("none" if r.metric in nulls else "" if sim is None
+                 else f"{sim:,.3f}".rstrip("0").rstrip("."))
         label = r.label if len(r.label) <= 51 else r.label[:50] + "…"
         out.append(f"{label:<52}{shown:>10}{r.reported:>10,g}{tol:<7} {verdict}".rstrip())
     if fits:
         out += textwrap.wrap(f"(fitted): the nominal values of {', '.join(fits)} were chosen "
                              f"to give the figures marked so: their verdicts check that fit, "
                              f"they are not predictions.", 92)
+    if nulls:
+        out += textwrap.wrap("none: no value in this run's summary: " + "; ".join(
+            f"{m} ({_NULL_WHY.get(m, 'null')})" for m in nulls) + ".", 92)
     if missing:
         out.append(f"not a figure of this run's summary: {', '.join(missing)} (pdsim run "
                    f"--json lists its keys; a client's are under clients.<name>.)")
