@@ -229,3 +229,43 @@ def test_recovery_figures_read_the_summary_so_the_simulated_column_fills(name, m
     lines = report.reference_block(res.summary, res.scenario.reference, "", name)
     row = next(x for x in lines if x.startswith(ref.label[:40]))
     assert row[52:62].strip() in ("none", "0"), row
+
+
+# --- 5. a colocated fleet refuses what only a PD fleet has --------------------------------------
+
+
+@pytest.mark.parametrize("kv,key", [
+    ("transfer.waiting_timeout_s=60", "transfer.waiting_timeout_s"),
+    ("blacklist.policy=never", "blacklist.policy"),
+    ("blacklist.strikes=3", "blacklist.strikes"),
+    ("flush.dooms=source", "flush.dooms"),
+    ("router.ttft_timeout_cancels=prefill", "router.ttft_timeout_cancels"),
+])
+@pytest.mark.parametrize("cmd", ["validate", "run"])
+def test_a_colocated_fleet_refuses_a_pd_only_key_in_validate_and_run(tmp_path, capsys, kv, key,
+                                                                     cmd):
+    """They validated and ran (rc 0) though the colocated fleet ignores them."""
+    argv = [cmd, str(ROOT / "scenarios/capacity/colocated_8xh100.yaml"), "--set", kv,
+            "--set", "clients.0.num_prompts=20"]
+    assert main(argv + (["--out", str(tmp_path / "o")] if cmd == "run" else [])) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and f"'{key}'" in err and "PD fleet" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_colocated_fleet_reloaded_from_its_dump_is_still_accepted():
+    """By value, not by the keys the file wrote: a dump sets every key to its default."""
+    import pdsim
+
+    sc = pdsim.load(ROOT / "scenarios/capacity/colocated_8xh100.yaml")
+    again = pdsim.load(sc, ["seed=3"])
+    assert again.transfer.model_fields_set and again.fleet.mode == "colocated"
+    v23 = pdsim.load(ROOT / "scenarios/capacity/colocated_8xh100.yaml", ["engine.version=0.5.23"])
+    assert v23.blacklist.policy == "v0_5_23"  # the release's default policy is no one's choice
+
+
+def test_whatif_on_a_colocated_fleet_says_it_needs_a_pd_fleet(capsys):
+    """It said "invalid value at 'faults.0.kind': decode_unreachable", a key never written."""
+    assert main(["whatif", str(ROOT / "scenarios/capacity/colocated_8xh100.yaml")]) == 2
+    out, err = capsys.readouterr()
+    assert err.count("\n") <= 1 and "needs a PD fleet" in err and "faults.0" not in err, err
