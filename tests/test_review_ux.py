@@ -269,3 +269,31 @@ def test_whatif_on_a_colocated_fleet_says_it_needs_a_pd_fleet(capsys):
     assert main(["whatif", str(ROOT / "scenarios/capacity/colocated_8xh100.yaml")]) == 2
     out, err = capsys.readouterr()
     assert err.count("\n") <= 1 and "needs a PD fleet" in err and "faults.0" not in err, err
+
+
+# --- 7. a fixed twin's reported figures belong to the parent it extends ------------------------
+
+
+def test_a_fixed_twin_s_report_names_the_scenario_whose_figures_it_shows(tmp_path):
+    """Every _fixed twin said "the reported figures belong to the scenario 'abort_storm_fixed'
+    as shipped": they are its parent's (extends: abort_storm.yaml)."""
+    import pdsim
+    from pdsim.output import report
+
+    res = pdsim.run(ROOT / "scenarios/incidents/abort_storm_fixed.yaml", ["horizon_s=60"])
+    def said(r):  # (the note wraps)
+        return " ".join(report.render(r).split())
+
+    text = said(res)
+    assert "belong to the scenario 'abort_storm' as shipped" in text, text
+    assert "'abort_storm_fixed'" not in text
+    res.write(tmp_path / "rd")  # (and so does the run directory's report)
+    again = pdsim.Result.read(tmp_path / "rd")
+    assert "belong to the scenario 'abort_storm' as shipped" in said(again)
+    # a file declaring its own figures keeps its own name
+    (tmp_path / "own.yaml").write_text(
+        f"extends: {ROOT / 'scenarios/incidents/abort_storm.yaml'}\nname: mine\n"
+        "reference: [{label: failed, metric: failed, reported: 1, tolerance: 1}]\n")
+    own = pdsim.run(tmp_path / "own.yaml", ["horizon_s=60", "clients.0.request_rate=1"],
+                    allow_outside_paths=True)
+    assert "belong to the scenario 'mine' as shipped" in said(own)

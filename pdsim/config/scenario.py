@@ -233,6 +233,8 @@ class Scenario(Strict):
     _source: str | None = PrivateAttr(None)
     _overrides: tuple[str, ...] = PrivateAttr(())
     _inherits: str = PrivateAttr("")  # a dict's extends: whose reported figures it took
+    # the name of the extends: parent whose reference: figures these are ("": its own)
+    _reference_owner: str = PrivateAttr("")
 
     def input_files(self) -> dict[Path, str]:
         """Every file this scenario was read from, resolved, and what it is: the scenario

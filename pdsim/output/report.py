@@ -525,8 +525,8 @@ def render(res: Outcome, verbose: bool = False) -> str:
     lines += incident_report.block(s, _line)
     lines += timeline(told(res.event_rows()), pairs, verbose=verbose)
     lines += unknowns_block(res)
-    lines += reference_block(s, sc.reference, res.what_if, sc.name, bool(res.unknowns),
-                             frozenset(u.path for u in res.unknowns))
+    lines += reference_block(s, sc.reference, res.what_if, sc._reference_owner or sc.name,
+                             bool(res.unknowns), frozenset(u.path for u in res.unknowns))
     lines.append("=" * W)
     lines += horizon_warning(res)
     lines += not_reached_warning(res)

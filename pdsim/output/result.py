@@ -98,10 +98,13 @@ class Result(Outcome):
                              f"({clip(str(err), 300)})") from None
         try:  # (why the scenario's reported figures are not this run's, as it said)
             meta = _read_json(out / "run.json")
-            what_if = meta.get("what_if") if isinstance(meta, dict) else ""
-            what_if = what_if if isinstance(what_if, str) else ""
         except (OSError, ValueError):
-            what_if = ""
+            meta = {}
+        meta = meta if isinstance(meta, dict) else {}
+        what_if = meta.get("what_if") if isinstance(meta.get("what_if"), str) else ""
+        owner = meta.get("reference_from")
+        if isinstance(owner, str) and owner != sc.name:  # (whose reported figures they are)
+            sc._reference_owner = owner
         res = cls(sc, summary, what_if=what_if,
                   end_s=float(summary.get("simulated_s", float("nan"))))
         for name, path in tables.items():
@@ -155,6 +158,7 @@ class Result(Outcome):
                            "per subsystem (pdsim/util/rng.py); a seed under seeds: in the "
                            "scenario replaces the root seed for its subsystem",
                 "what_if": self.what_if or None,
+                "reference_from": sc._reference_owner or sc.name,
                 "rerun": rerun,
                 "files": {"requests": "one row per HTTP request", "events": "one row per event",
                           "timeseries": f"gauges every {sc.timeseries_interval_s:g} simulated s "
