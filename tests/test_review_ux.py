@@ -297,3 +297,32 @@ def test_a_fixed_twin_s_report_names_the_scenario_whose_figures_it_shows(tmp_pat
     own = pdsim.run(tmp_path / "own.yaml", ["horizon_s=60", "clients.0.request_rate=1"],
                     allow_outside_paths=True)
     assert "belong to the scenario 'mine' as shipped" in said(own)
+
+
+# --- 6. a sharegpt dataset of length pairs needs no timestamps ----------------------------------
+
+
+def test_a_sharegpt_file_of_length_pairs_without_timestamps_runs(tmp_path, capsys):
+    """docs/reference/scenario.md: "a JSONL file of input_length/output_length pairs (the
+    Mooncake trace format; timestamps are not used)"; such a file was refused ("'timestamp'
+    (ms) must be a number")."""
+    import json
+
+    import pdsim
+
+    rows = [{"input_length": 100 + 37 * i, "output_length": 20 + i} for i in range(40)]
+    (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sc = {"name": "pairs", "seed": 1, "horizon_s": 600,
+          "fleet": {"gpu": "H100", "model": "llama-3.1-8b"},
+          "clients": [{"kind": "bench", "num_prompts": 30, "request_rate": 5,
+                       "dataset": {"kind": "sharegpt", "path": "pairs.jsonl"}}]}
+    (tmp_path / "s.yaml").write_text(json.dumps(sc))
+    assert main(["validate", str(tmp_path / "s.yaml")]) == 0, capsys.readouterr().err
+    res = pdsim.run(tmp_path / "s.yaml")
+    assert res.summary["completed_requests"] == 30
+    assert set(res.measured.input_len) <= {r["input_length"] for r in rows}
+    # a trace still needs its timestamps (it replays them)
+    sc["clients"][0]["dataset"] = {"kind": "trace", "path": "pairs.jsonl"}
+    (tmp_path / "t.yaml").write_text(json.dumps(sc))
+    assert main(["validate", str(tmp_path / "t.yaml")]) == 2
+    assert "'timestamp' (ms) must be a number" in capsys.readouterr().err
