@@ -456,6 +456,17 @@ AT_NOMINAL = ("Simulated at the declared unknowns' nominal values (above): chose
               "what is known.")
 
 
+def _wrap_label(label: str, width: int = 51) -> list[str]:
+    """A reported figure's label in lines of at most ``width`` characters, none of them a
+    stub of a word or two (``"  s)"``)."""
+    best = textwrap.wrap(label, width, subsequent_indent="  ") or [""]
+    for w in range(width, width - 16, -1):
+        lines = textwrap.wrap(label, w, subsequent_indent="  ") or [""]
+        if len(lines) == 1 or len(lines[-1]) >= 12:
+            return lines
+    return best
+
+
 def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "",
                     scenario: str = "", at_nominal: bool = False,
                     declared: frozenset[str] = frozenset()) -> list[str]:
@@ -495,8 +506,11 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
             verdict = "not a figure of the summary"
         shown = ("none" if r.metric in nulls else "" if sim is None
                  else f"{sim:,.3f}".rstrip("0").rstrip("."))
-        label = r.label if len(r.label) <= 51 else r.label[:50] + "…"
+        # (a long label wraps, its first line beside the figures: cut at 51 characters,
+        # "..., for context" lost the words that say the figure is not judged)
+        label, *more = _wrap_label(r.label)
         out.append(f"{label:<52}{shown:>10}{r.reported:>10,g}{tol:<7} {verdict}".rstrip())
+        out += more
     if fits:
         out += textwrap.wrap(f"(fitted): the nominal values of {', '.join(fits)} were chosen "
                              f"to give the figures marked so: their verdicts check that fit, "
