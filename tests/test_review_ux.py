@@ -326,3 +326,13 @@ def test_a_sharegpt_file_of_length_pairs_without_timestamps_runs(tmp_path, capsy
     (tmp_path / "t.yaml").write_text(json.dumps(sc))
     assert main(["validate", str(tmp_path / "t.yaml")]) == 2
     assert "'timestamp' (ms) must be a number" in capsys.readouterr().err
+
+
+# --- 8. smaller items ---------------------------------------------------------------------------
+
+
+def test_compare_names_the_scenario_file_it_cannot_load(tmp_path, capsys):
+    (tmp_path / "bad.yaml").write_text("name: bad\nseed: x\n")
+    assert main(["compare", str(ROOT / "scenarios/healthy.yaml"), str(tmp_path / "bad.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad.yaml: invalid value at 'seed'" in err, err

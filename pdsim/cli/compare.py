@@ -89,8 +89,13 @@ def compare_cmd(args: argparse.Namespace) -> int:
                 dirs.append(p)
                 read.update(run_dir_inputs(p))
                 continue
-            sc = loader.load(given, [*sets, *per_run[i]],
-                             allow_outside_paths=args.allow_outside_paths)
+            try:
+                sc = loader.load(given, [*sets, *per_run[i]],
+                                 allow_outside_paths=args.allow_outside_paths)
+            except units.ScenarioError as err:  # (which of the runs it is)
+                msg = str(err)
+                raise units.ScenarioError(msg if show_path(given) in msg else
+                                          f"{show_path(given)}: {msg}") from None
             scenarios[i] = sc
             read.update(inputs(sc))
         if dirs and len(dirs) == len(args.runs) and sets:
