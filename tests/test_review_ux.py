@@ -336,3 +336,27 @@ def test_compare_names_the_scenario_file_it_cannot_load(tmp_path, capsys):
     assert main(["compare", str(ROOT / "scenarios/healthy.yaml"), str(tmp_path / "bad.yaml")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bad.yaml: invalid value at 'seed'" in err, err
+
+
+@pytest.mark.parametrize("base,over,says", [
+    ("Llama-3.1-8B", {"num_key_value_heads": 0}, "num_key_value_heads is 0"),  # (read as MHA)
+    ("Llama-3.1-8B", {"head_dim": 0}, "head_dim is 0"),  # (fell back to hidden / heads)
+    ("DeepSeek-R1", {"n_routed_experts": 0}, "n_routed_experts is 0"),  # (became dense)
+    ("DeepSeek-R1", {"first_k_dense_replace": 1000}, "first_k_dense_replace is 1000, more "
+                                                     "than num_hidden_layers (61)"),
+    ("Llama-3.1-8B", {"hidden_size": 10**9}, "cfg.json: hidden_size: Input should be"),
+])
+def test_profiles_import_refuses_nonsense_in_the_config_s_own_terms(tmp_path, capsys, base,
+                                                                    over, says):
+    """Each was accepted (written, exit 0) or said "huge_hidden.json: huge_hidden.json: invalid
+    value at 'models.t_huge_hidden.hidden_size'": the file twice, a key of pdsim's profile."""
+    import json
+
+    cfg = {**json.loads((ROOT / f"tests/hf_configs/{base}.json").read_text()), **over}
+    (tmp_path / "cfg.json").write_text(json.dumps(cfg))
+    argv = ["profiles", "import", str(tmp_path / "cfg.json"), "--name", "t_x", "--out",
+            str(tmp_path / "p.yaml")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and err.count("cfg.json") == 1, err
+    assert "models.t_x" not in err and not (tmp_path / "p.yaml").exists()
