@@ -360,3 +360,24 @@ def test_profiles_import_refuses_nonsense_in_the_config_s_own_terms(tmp_path, ca
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err and err.count("cfg.json") == 1, err
     assert "models.t_x" not in err and not (tmp_path / "p.yaml").exists()
+
+
+def test_shipped_scenarios_cite_pages_that_exist_and_figures_validate_prints(capsys):
+    """healthy.yaml's "(README, step-time model)" (printed by every drop_timeout report) and
+    trace_replay.yaml's README sections pointed at a README that no longer holds them; and
+    llama70b_h100.yaml said "~45 GB for KV at mem_fraction_static 0.8" where validate prints
+    0.824 and 429,601 tokens (~35 GB/GPU)."""
+    import re
+
+    for p in sorted((ROOT / "scenarios").rglob("*.yaml")):
+        text = p.read_text()
+        bare = [m.group(0) for m in re.finditer(r"(?<![/\w])README(?!\.md)\W{0,3}\w*", text)]
+        assert not bare, (p.name, bare)
+        for page in re.findall(r"\b(docs/[\w/.-]+\.md)", text):
+            assert (ROOT / page).is_file(), (p.name, page)
+    path = ROOT / "scenarios/capacity/llama70b_h100.yaml"
+    assert main(["validate", str(path)]) == 0
+    said = capsys.readouterr().out
+    pool, frac = re.search(r"prefill ([\d,]+) tokens \(mem_fraction_static ([\d.]+)", said).groups()
+    text = path.read_text()
+    assert pool in text and f"mem_fraction_static {frac}" in text and "45 GB" not in text
