@@ -11,8 +11,9 @@ incident's own behaviour and under its _fixed twin, with the replay at the nomin
 so a rerun resumes) and keeps a compact copy (the unknowns' values, the seed, the figures) in
 reports/incidents_runs/<name>.csv, which is committed; the tables are recomputed from those
 CSVs with ``pdsim.analysis.explore.analyse``, the code ``pdsim explore`` prints them with. The
-whole of incidents.md is generated. On a shared 2-core host ``--explore`` takes about 6
-minutes (768 runs, two workers); the tables and replays alone about 15 s.
+whole of incidents.md is generated. On a shared 2-core host ``--explore`` takes 6-12 minutes
+(768 runs, two workers; 11.4 minutes under ``nice -n 10`` beside other jobs on 2026-12-07);
+the tables and replays alone about 10 s.
 """
 
 from __future__ import annotations
@@ -239,7 +240,7 @@ def render(replay: bool) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--explore", action="store_true", help="explore every incident and twin "
-                    "first (resumable; ~6 minutes on 2 cores)")
+                    "first (resumable; 6-12 minutes on 2 cores)")
     ap.add_argument("--no-replay", action="store_true", help="no run at the nominal values")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
