@@ -381,3 +381,30 @@ def test_shipped_scenarios_cite_pages_that_exist_and_figures_validate_prints(cap
     pool, frac = re.search(r"prefill ([\d,]+) tokens \(mem_fraction_static ([\d.]+)", said).groups()
     text = path.read_text()
     assert pool in text and f"mem_fraction_static {frac}" in text and "45 GB" not in text
+
+
+def test_latency_cdf_tick_labels_do_not_overlap():
+    """abort_storm's TTFT spans 0.13-6 s: matplotlib labelled the minor ticks (2x10^-1,
+    3x10^-1, ...) on top of each other."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from conftest import run_cached
+
+    from pdsim.output import plots
+
+    res = run_cached("incidents/abort_storm")
+    for metric in ("ttft", "e2e"):
+        fig, ax = plt.subplots(figsize=(5, 2.5))
+        plots.latency_cdf(res, ax, metric)
+        fig.canvas.draw()
+        r = fig.canvas.get_renderer()
+        lo, hi = ax.get_xlim()
+        boxes = sorted((t.get_window_extent(r) for t in
+                        ax.xaxis.get_majorticklabels() + ax.xaxis.get_minorticklabels()
+                        if t.get_text() and t.get_visible() and lo <= t.get_position()[0] <= hi),
+                       key=lambda b: b.x0)
+        assert len(boxes) >= 2, metric
+        assert all(a.x1 <= b.x0 for a, b in zip(boxes[:-1], boxes[1:], strict=True)), metric
+        plt.close(fig)

@@ -16,6 +16,8 @@ pending (harmless); clients in shades of purple; prefill teal, decode brown.
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -369,6 +371,21 @@ def rank_load(res: Result, ax: Axes | None = None) -> Axes:
     return ax
 
 
+def _log_ticks(ax: Axes) -> None:
+    """Readable ticks on a log x axis: matplotlib labels the minor ticks of a span under about
+    a decade and a half (2x10^-1, 3x10^-1, ...), which overlapped on abort_storm's TTFT CDF
+    (0.13-6 s). Labels only at 1, 2, 5 x 10^k over at most two decades, at the decades
+    otherwise, written as plain numbers (0.2, 5, 100)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    lo, hi = ax.get_xlim()
+    decades = math.log10(hi / lo) if lo > 0 and hi > lo else 0
+    subs = (1.0, 2.0, 5.0) if decades <= 2 else (1.0,)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def latency_cdf(res: Result, ax: Axes | None = None, metric: str = "ttft") -> Axes:
     """CDF per client of TTFT (requests that got a token) or E2E latency (completed solid,
     failed dashed), log time axis in seconds."""
@@ -391,6 +408,7 @@ def latency_cdf(res: Result, ax: Axes | None = None, metric: str = "ttft") -> Ax
             ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", color=color, ls=ls,
                     lw=1.4, label=f"{c.name}{suffix} (n={len(x)})")
     ax.set_xscale("log")
+    _log_ticks(ax)
     ax.set_ylim(0, 1.02)
     ax.set_xlabel(f"{'TTFT' if metric == 'ttft' else 'end-to-end latency'} (s, log)")
     ax.set_ylabel("share of requests")
