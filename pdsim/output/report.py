@@ -121,10 +121,20 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
     if cfg.kind == "bench":  # (an eval is a closed loop: no offered rate to keep up with)
         out += steady_block(m.get("steady"))
     out += slo_block(m.get("slo"))
+    slots = getattr(cfg, "max_concurrency", None)
+    if m.get("slo") and slots and slots < (getattr(cfg, "num_prompts", None) or slots + 1):
+        # (the SLO follows bench_serving's TTFT: from the send, after the wait for a slot)
+        behind = (m.get("steady") or {}).get("keeps_up") is False
+        out += _define(SLO_FROM_SEND.format(slots=slots) + (SLO_BEHIND if behind else "."))
     streamed = cfg.kind == "bench" and cfg.stream
     for title, key, name in LATENCIES:
         out.append(_head(title))
         out += [_line(f"{p} {name} (ms):", m[f"{k}_{key}_ms"]) for p, k in PERCENTILE_LINES]
+        if key == "ttft" and streamed and streamed_aborts > 0:
+            done = m.get("completed_mean_ttft_ms")
+            out += _define(ABORT_TTFT.format(n=streamed_aborts) + (
+                f"; the completed requests' mean TTFT is {done:.2f} ms "
+                f"(completed_mean_ttft_ms)." if done is not None else "."))
     out += _define(ITL_NOTE if streamed else NOT_STREAMED.format(
         what="stream: false" if cfg.kind == "bench" else "an eval's requests"))
     return out
@@ -140,6 +150,14 @@ NOT_STREAMED = ("Not streamed ({what}): a response is one chunk, so TTFT is its 
                 "and there is no TPOT or ITL to measure (n/a; null in the JSON; "
                 "bench_serving prints 0 for them). The server-side TPOT of completed requests "
                 "is completed_mean_tpot_ms in the JSON.")
+SLO_FROM_SEND = ("SLO measured from each request's send, as bench_serving measures TTFT: a "
+                 "prompt's wait for one of the {slots} concurrency slots (max_concurrency) is "
+                 "not in it")
+SLO_BEHIND = ("; the fleet falls behind the offered rate, so the backlog waits for a slot in the "
+              "client, where neither the SLO nor the latencies below see it.")
+ABORT_TTFT = ("TTFT counts the {n:,} streamed aborts as bench_serving does: an abort's one chunk "
+              "has no text, so its TTFT stays 0 (a median of 0.00 ms when half the responses "
+              "or more are aborts)")
 ITL_NOTE = ("ITL percentiles: each request's gaps at its mean gap (no per-token times are "
             "kept; the mean is exact).")
 
