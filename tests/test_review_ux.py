@@ -467,3 +467,26 @@ def test_drop_timeout_s_median_ttft_of_zero_is_explained_beside_it():
         break
     else:
         raise AssertionError("no streamed aborts in drop_timeout")
+
+
+# --- 9. the guide says what a whatif matrix costs -----------------------------------------------
+
+
+def test_the_incident_guide_says_what_a_whatif_matrix_costs_and_its_counts_are_the_code_s():
+    import re
+
+    import pdsim
+    from pdsim.analysis import whatif
+
+    text = " ".join((ROOT / "docs/guides/incident-library.md").read_text().split())
+    said = re.search(r"What a matrix costs: .*?all (\d+) by default.*?up to 1 \+ (\d) × \(1 \+ "
+                     r"(\d+)\) = (\d+) runs of `whatif_base` \(([\d,]+) prompts", text)
+    assert said, "the guide does not say what a whatif matrix costs"
+    faults, pols, faults2, runs, prompts = said.groups()
+    n_faults = len(whatif.expand_faults(None))
+    n_pols = len(whatif.expand_policies(("permanent", "never")))
+    assert int(faults) == int(faults2) == n_faults and int(pols) == n_pols
+    assert int(runs) == 1 + n_pols * (1 + n_faults)
+    base = pdsim.load(ROOT / "scenarios/whatif_base.yaml")
+    assert int(prompts.replace(",", "")) == base.clients[0].num_prompts
+    assert "301 s" in text
