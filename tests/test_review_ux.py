@@ -490,3 +490,26 @@ def test_the_incident_guide_says_what_a_whatif_matrix_costs_and_its_counts_are_t
     base = pdsim.load(ROOT / "scenarios/whatif_base.yaml")
     assert int(prompts.replace(",", "")) == base.clients[0].num_prompts
     assert "301 s" in text
+
+
+def test_the_capacity_figure_spreads_requests_that_arrived_at_once_and_says_why_no_tpot():
+    """small_decode_window's eval sends its questions at once: its TTFT panel drew every point
+    on the y axis (by arrival, all at 0 s) and looked empty; its TPOT panel said "no streamed
+    response" without saying that an eval's responses are not streamed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from conftest import run_cached
+
+    from pdsim.output import plots_capacity
+
+    res = run_cached("incidents/small_decode_window")
+    fig = plots_capacity.capacity(res)
+    ttft = next(a for a in fig.axes if a.get_title(loc="left").startswith("time to first"))
+    xs = ttft.collections[0].get_offsets()[:, 0]
+    assert xs.max() - xs.min() > 0.02 * res.summary["simulated_s"], xs
+    assert ttft.get_xlabel().startswith("finish time")
+    tpot = next(a for a in fig.axes if a.get_title(loc="left").startswith("time per output"))
+    assert any("not streamed" in t.get_text() and "eval" in t.get_text() for t in tpot.texts)
+    plt.close(fig)
