@@ -513,3 +513,16 @@ def test_the_capacity_figure_spreads_requests_that_arrived_at_once_and_says_why_
     tpot = next(a for a in fig.axes if a.get_title(loc="left").startswith("time per output"))
     assert any("not streamed" in t.get_text() and "eval" in t.get_text() for t in tpot.texts)
     plt.close(fig)
+
+
+def test_the_capacity_figure_s_headline_says_its_slo_is_measured_from_the_send():
+    from conftest import run_cached
+
+    from pdsim.output import plots_capacity
+
+    sets = ("clients.0.num_prompts=300", "clients.0.request_rate=40")
+    res = run_cached("capacity/llama70b_h100", *sets, "clients.0.max_concurrency=8")
+    line = plots_capacity._headline(res)
+    assert "falls behind" in line and "meet the SLO (target 90%, from the send: 8 slots)" in line
+    assert "from the send" not in plots_capacity._headline(run_cached("capacity/llama70b_h100",
+                                                                         *sets))

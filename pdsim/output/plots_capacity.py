@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -165,7 +167,11 @@ def _headline(res: Result) -> str:
     slo = s.get("slo")
     if slo and slo.get("attainment") is not None:
         line += (f"; {100 * slo['attainment']:.0f}% meet the SLO "
-                 f"(target {100 * slo['attainment_target']:g}%)")
+                 f"(target {100 * slo['attainment_target']:g}%")
+        slots = [c.max_concurrency for c in res.scenario.clients if c.kind == "bench"
+                 and c.max_concurrency and c.max_concurrency < (c.num_prompts or math.inf)]
+        # (measured from the send, as bench_serving: a prompt's wait for a slot is not in it)
+        line += f", from the send: {min(slots)} slots)" if slots else ")"
     return line
 
 
