@@ -526,3 +526,14 @@ def test_the_capacity_figure_s_headline_says_its_slo_is_measured_from_the_send()
     assert "falls behind" in line and "meet the SLO (target 90%, from the send: 8 slots)" in line
     assert "from the send" not in plots_capacity._headline(run_cached("capacity/llama70b_h100",
                                                                          *sets))
+
+
+def test_an_incident_sweep_shows_unanswered_requests_beside_failed():
+    from conftest import run_cached
+
+    from pdsim.analysis import sweep
+
+    res = run_cached("incidents/stuck_transferring")
+    cols = list(sweep.default_columns(res.scenario, res.scenario.clients[0].name))
+    assert cols[cols.index("failed") + 1] == "unfinished"
+    assert res.summary["failed"] == 0 and res.summary["unfinished"] == 46

@@ -28,6 +28,9 @@ INCIDENT_COLUMNS = {
               "one-strike blacklist each one blacklists its (prefill rank, decode session) pair",
     "pairs": "most pairs blacklisted at once (blacklisted_pairs_max)",
     "failed": "requests of all clients answered with a 5xx or an abort (failed)",
+    "unanswered": "requests of all clients with no answer when the run ended (unfinished): "
+                  "in flight at the horizon, or stuck for ever where the run stalled "
+                  "(incident.stuck_requests); a run that leaves requests stuck fails fewer",
     "empty": "share of --client's requests that got no token (<client>.empty_share)",
     "gen tok/s": "--client's generated tokens per second, aborts counting 0, unlike "
                  "bench_serving's printed figure (<client>.true_output_throughput_tok_s)",
@@ -70,7 +73,8 @@ def legend(columns: dict[str, str], shown: list[str] | None = None, client: str 
 
 SWEEP_COLUMNS = f"""\
 table columns (median over the seeds of each grid point; which ones fits the scenario):
-an incident (faults:, operator_flushes: or a client's flush:) shows
+an incident (faults:, operator_flushes:, a client's flush:, or reported figures read from
+the incident block: pdsim.engine.incident.is_incident) shows
 {legend(INCIDENT_COLUMNS)}
 a capacity question (anything else) shows
 {legend(CAPACITY_COLUMNS)}
