@@ -432,26 +432,12 @@ def test_a_run_directory_lists_what_it_writes():
     res = _run("min_eval_unsent_counts_in_flight")
     assert set(res.describe()) | {"summary.json"} == set(RUN_DIR_FILES)
     assert "answers.parquet" in run_dir_names("parquet")
-    # (the --plot check's list of a run directory's files is the same)
+    # (compare reads a run directory's files by the same names: its --plot must not
+    # replace one)
     from pdsim.cli import common
 
-    assert set(common.RUN_DIR_FILES) == {*run_dir_names("csv"), *run_dir_names("parquet")}
-    # (the --plot check's list of a run directory's files is the same)
-    from pdsim.cli import common
-
-    assert set(common.RUN_DIR_FILES) == {*run_dir_names("csv"), *run_dir_names("parquet")}
-    # (the --plot check's list of a run directory's files is the same)
-    from pdsim.cli import common
-
-    assert set(common.RUN_DIR_FILES) == {*run_dir_names("csv"), *run_dir_names("parquet")}
-    # (the --plot check's list of a run directory's files is the same)
-    from pdsim.cli import common
-
-    assert set(common.RUN_DIR_FILES) == {*run_dir_names("csv"), *run_dir_names("parquet")}
-    # (the --plot check's list of a run directory's files is the same)
-    from pdsim.cli import common
-
-    assert set(common.RUN_DIR_FILES) == {*run_dir_names("csv"), *run_dir_names("parquet")}
+    assert {p.name for p in common.run_dir_inputs("d")} == {*run_dir_names("csv"),
+                                                          *run_dir_names("parquet")}
 
 
 # --- 9. explore's resume cache: content-keyed, and only rows that verify ------------------------
