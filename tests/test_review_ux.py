@@ -106,7 +106,8 @@ def _spoil(run_dir: Path, tmp_path: Path, name: str, text: str) -> Path:
 @pytest.mark.parametrize("name, text, says", [
     ("summary.json", "[]", "bad: cannot read the run directory (summary.json holds list"),
     ("summary.json", '{"a": ' * 60 + "1" + "}" * 60, "summary.json: nested deeper than 50"),
-    ("summary.json", "{}", "summary.json: 'simulated_s' must be a number, got nothing"),
+    ("summary.json", "{}", "summary.json: 'simulated_s' must be a finite number of at least "
+                           "0, got nothing"),
     ("requests.csv", "a,b\n1,2\n", "bad/requests.csv: not a run directory's requests table "
                                    "(no column rid, client"),
     ("timeseries.csv", None, "bad/timeseries.csv: column 'time' must hold numbers"),

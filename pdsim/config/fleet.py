@@ -222,10 +222,19 @@ class ColocatedConfig(PrefillConfig):
         "which the ratio falls linearly from its initial value to its floor; default 600")
 
 
+# Defaults a scenario written out by an earlier pdsim holds in every section (a run
+# directory's scenario.yaml has all three): max_running_requests was 256 until SGLang's own
+# derivation became the default. In the section of the mode not in use they are no edit.
+EARLIER_DEFAULTS = {"max_running_requests": 256}
+
+
 def _changed(fleet: Strict, key: str) -> bool:
-    """Whether the fleet's section ``key`` was given with a value other than its defaults."""
-    section = getattr(fleet, key)
-    return key in fleet.model_fields_set and section != type(section)()
+    """Whether the fleet's section ``key`` was given with a value other than its defaults (or
+    an earlier pdsim's: :data:`EARLIER_DEFAULTS`)."""
+    if key not in fleet.model_fields_set:
+        return False
+    given = getattr(fleet, key).model_dump(exclude_defaults=True)
+    return any(EARLIER_DEFAULTS.get(k, object()) != v for k, v in given.items())
 
 
 class FleetConfig(Strict):

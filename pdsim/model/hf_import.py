@@ -28,6 +28,8 @@ modules outside ``modules_to_not_convert``: gpt-oss's experts), ``modelopt`` NVF
 
 from __future__ import annotations
 
+import math
+
 import os
 import re
 from typing import Any
@@ -218,17 +220,24 @@ def _context_len(r: _Reader) -> None:
     hf_transformers_utils.py@0.5.9): the first context-length key, times the rope_scaling
     factor unless the scaling names original_max_position_embeddings or is llama3."""
     for key in CONTEXT_LENGTH_KEYS:
-        val = r.get(key)
-        if isinstance(val, int) and val > 0:
-            rope = r.get("rope_scaling")
-            factor = 1
-            if isinstance(rope, dict) and "original_max_position_embeddings" not in rope \
-                    and rope.get("rope_type") != "llama3":
-                factor = rope.get("factor", 1)
-            scaled = f" x rope_scaling.factor {factor}" if factor != 1 else ""
-            r.put("context_len", int(factor * val), f"{r.where(key)}{scaled} (SGLang's "
-                  f"get_context_length)")
-            return
+        if r.get(key) is None:
+            continue
+        val = r.positive(key, "the context length SGLang reads from the first of "
+                         f"{', '.join(CONTEXT_LENGTH_KEYS)} that is set")
+        rope = r.get("rope_scaling")
+        factor: float = 1
+        if isinstance(rope, dict) and "original_max_position_embeddings" not in rope \
+                and rope.get("rope_type") != "llama3":
+            factor = rope.get("factor", 1)
+            if (isinstance(factor, bool) or not isinstance(factor, int | float)
+                    or not math.isfinite(factor) or not 0 < factor <= 1024):
+                raise ConfigImportError(f"{r.where('rope_scaling')}.factor is "
+                                        f"{echo(factor)}: give a number in (0, 1024] (it "
+                                        f"scales {key} {val})")
+        scaled = f" x rope_scaling.factor {factor}" if factor != 1 else ""
+        r.put("context_len", int(factor * val), f"{r.where(key)}{scaled} (SGLang's "
+              f"get_context_length)")
+        return
 
 
 def profile_from_config(cfg: dict, source: str = "config.json") -> dict[str, dict[str, Any]]:

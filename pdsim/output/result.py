@@ -8,6 +8,8 @@ circle ``sim`` <-> ``report`` this layout removed).
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 
 from pdsim.config import loader
@@ -180,6 +182,7 @@ MAX_RUN_JSON_BYTES = 64 << 20  # summary.json and run.json (a summary is a few k
 _SUMMARY_NUMBERS = ("simulated_s", "requests", "completed_requests", "failed",
                     "transfer_failures", "request_throughput_req_s", "output_throughput_tok_s",
                     "duration_s")
+_SUMMARY_COUNTS = ("requests", "completed_requests", "failed", "transfer_failures")
 _SUMMARY_OBJECTS = ("clients", "failed_by_reason", "transfer_failures_by_reason", "flushes")
 _SUMMARY_SECTIONS = ("slo", "steady", "incident")  # objects when present
 # a key named for a unit holds a number (or null), at any depth
@@ -205,9 +208,13 @@ def _check_summary(s: object) -> None:
         raise ValueError(f"summary.json holds {type(s).__name__ if s is not None else 'null'}"
                          f", not the run's summary (a JSON object)")
     for key in _SUMMARY_NUMBERS:
-        if not _number(s.get(key)):
-            raise ValueError(f"summary.json: '{key}' must be a number, got "
-                             f"{echo(s.get(key)) if key in s else 'nothing'}")
+        v = s.get(key)
+        count = key in _SUMMARY_COUNTS
+        if not _number(v) or not math.isfinite(v) or not 0 <= v <= 1e15 or (
+                count and v != int(v)):
+            raise ValueError(f"summary.json: '{key}' must be "
+                             f"{'a count' if count else 'a finite number'} of at least 0, got "
+                             f"{echo(v) if key in s else 'nothing'}")
     for key in (*_SUMMARY_OBJECTS, *_SUMMARY_SECTIONS):
         if (key in _SUMMARY_OBJECTS or s.get(key) is not None) and not isinstance(s.get(key),
                                                                                dict):
