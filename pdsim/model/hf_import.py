@@ -29,7 +29,6 @@ modules outside ``modules_to_not_convert``: gpt-oss's experts), ``modelopt`` NVF
 from __future__ import annotations
 
 import math
-
 import os
 import re
 from typing import Any

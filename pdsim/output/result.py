@@ -9,7 +9,6 @@ circle ``sim`` <-> ``report`` this layout removed).
 from __future__ import annotations
 
 import math
-
 from pathlib import Path
 
 from pdsim.config import loader
