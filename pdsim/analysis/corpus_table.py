@@ -1,0 +1,176 @@
+"""The corpus's tables: per (GPU, model, mode) medians and shares, every skipped row with its
+reason, the fitted parameter sets, and the README block ``pdsim validate-model
+--write-readme`` fills (between ``<!-- validate-corpus:begin -->`` and ``end``).
+
+In-sample figures are the shipped (fitted) values' errors on the rows they were fitted on;
+the cross-validated ones (``validation/corpus/fits.yaml``, written by ``pdsim validate-model
+--fit``) are each row predicted by a refit that did not see its group. Only point predictions
+(mean TTFT, mean TPOT) are counted.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from pdsim.analysis import corpus, corpus_run
+
+FITS = corpus.ROOT / "fits.yaml"
+BEGIN = "<!-- validate-corpus:begin -->"
+END = "<!-- validate-corpus:end -->"
+
+
+def load_fits(path: Path = FITS) -> dict[str, Any]:
+    """The committed fit record (empty when there is none)."""
+    if not path.is_file():
+        return {}
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def with_cv(df: pd.DataFrame, fits: dict[str, Any]) -> pd.DataFrame:
+    """``df`` with the cross-validated predictions of the fit record (``cv_ttft_error``,
+    ``cv_tpot_error``; a repeated row takes the prediction of the row it repeats) and which
+    parameter set each row was fitted in (``fitted_in``)."""
+    pred: dict[str, list[float]] = {}
+    fitted_in: dict[str, str] = {}
+    for s in fits.get("sets", []):
+        for rid in s.get("rows", []):
+            fitted_in[rid] = s["name"]
+        for rid, p in (s.get("cv") or {}).get("predictions", {}).items():
+            pred[rid] = p
+        for rid, orig in (s.get("duplicates") or {}).items():
+            fitted_in[rid] = s["name"]
+            if orig in (s.get("cv") or {}).get("predictions", {}):
+                pred[rid] = s["cv"]["predictions"][orig]
+    out = df.copy()
+    cv_t, cv_p = [], []
+    for r in out.itertuples(index=False):
+        p = pred.get(r.id)
+        cv_t.append(p[0] / r.measured_ttft_ms - 1 if p else float("nan"))
+        cv_p.append(p[1] / r.measured_tpot_ms - 1 if p else float("nan"))
+    out["cv_ttft_error"], out["cv_tpot_error"] = cv_t, cv_p
+    out["fitted_in"] = [fitted_in.get(i, "") for i in out.id]
+    return out
+
+
+def _pct(x: float) -> str:
+    return "—" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1%}"
+
+
+def _median_abs(errs: Any) -> float:
+    e = [abs(x) for x in errs if isinstance(x, float) and math.isfinite(x)]
+    return statistics.median(e) if e else float("nan")
+
+
+def group_table(df: pd.DataFrame) -> str:
+    """The per-(GPU, model, mode) Markdown table, in-sample and cross-validated."""
+    g = corpus_run.groups(df)
+    cv = "cv_ttft_error" in df
+    head = ("| GPU | model | mode | rows | ran | TTFT median \\|err\\| | TTFT ±10% | TTFT ±25% "
+            "| TPOT median \\|err\\| | TPOT ±10% | TPOT ±25% |")
+    rule = "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    if cv:
+        head += " TTFT cross-validated | TPOT cross-validated |"
+        rule += "---:|---:|"
+    lines = [head, rule]
+    for r in g.itertuples(index=False):
+        sel = df if r.gpu == "all" else df[(df.gpu == r.gpu) & (df.model == r.model)
+                                           & (df["mode"] == r.mode)]
+        name = "**all**" if r.gpu == "all" else f"{r.gpu} | {r.model} | {r.mode}"
+        if r.gpu == "all":
+            name += " | |"
+        line = (f"| {name} | {r.rows} | {r.ran} | {_pct(r.ttft_median_abs)} | "
+                f"{_pct(r.ttft_within_10)} | {_pct(r.ttft_within_25)} | "
+                f"{_pct(r.tpot_median_abs)} | {_pct(r.tpot_within_10)} | "
+                f"{_pct(r.tpot_within_25)} |")
+        if cv:
+            line += (f" {_pct(_median_abs(sel.cv_ttft_error))} | "
+                     f"{_pct(_median_abs(sel.cv_tpot_error))} |")
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def skipped_lines(df: pd.DataFrame) -> list[str]:
+    """Every skipped row with its reason, grouped by reason."""
+    if "skipped" not in df:
+        return []
+    sk = df[df.skipped.notna()]
+    out = []
+    for reason, rows in sk.groupby("skipped", sort=True):
+        out.append(f"- {reason} ({len(rows)} rows): " + ", ".join(f"`{i}`" for i in rows.id))
+    return out
+
+
+def sets_table(fits: dict[str, Any]) -> str:
+    """The fitted parameter sets: value, start (as shipped), bound, rows."""
+    from pdsim.analysis.corpus_fit import BOUNDS
+
+    lines = ["| parameter set | value | fitted | start (shipped) | bound | rows |",
+             "|---|---|---:|---:|---|---:|"]
+    for s in fits.get("sets", []):
+        for k, v in s["values"].items():
+            lo, hi = BOUNDS[k]
+            at = s.get("at_bound", {}).get(k, "")
+            lines.append(f"| {s['name']} | `{k}` | {v:g} | {s['start'][k]:g} | "
+                         f"[{lo:g}, {hi:g}]{' (at ' + at + ')' if at else ''} | "
+                         f"{len(s['rows'])} (+{len(s.get('duplicates') or {})} repeats) |")
+    return "\n".join(lines)
+
+
+def markdown(df: pd.DataFrame, fits: dict[str, Any], in_sample: bool = True) -> str:
+    """The README block: the group table, the totals, the skipped rows, the parameter sets
+    (``fits``: the record, for the cross-validated columns; ``in_sample``: the rows are the
+    training split the shipped sets were fitted on)."""
+    df = with_cv(df, fits) if fits else df
+    if "skipped" not in df:
+        df = df.assign(skipped=None)
+    ran = df[df.skipped.isna()]
+    n, total = len(ran), len(df)
+    lines = [group_table(df), ""]
+    errs = (f"median |error| TTFT {_pct(_median_abs(ran.ttft_error))}, TPOT "
+            f"{_pct(_median_abs(ran.tpot_error))}")
+    lines.append(f"{n} of {total} rows run ({n / total:.1%}); every figure is a point prediction "
+                 f"of a mean (TTFT, TPOT). " + (
+                     f"**In-sample**: the shipped parameter sets were fitted on these very rows "
+                     f"({errs})." if in_sample else f"With the shipped profiles: {errs}."))
+    if fits:
+        lines.append(f"**Cross-validated** (each row predicted by a refit that did not see its "
+                     f"group: {fits.get('cv_rule', '')}): TTFT "
+                     f"{_pct(_median_abs(ran.cv_ttft_error))}, TPOT "
+                     f"{_pct(_median_abs(ran.cv_tpot_error))} over "
+                     f"{int(ran.cv_ttft_error.notna().sum())} rows. "
+                     f"{fits.get('in_view', '')}")
+    sk = skipped_lines(df)
+    if sk:
+        lines += ["", "Rows pdsim does not run, by reason:", "", *sk]
+    if fits:
+        lines += ["", "Parameter sets (`validation/corpus/fits.yaml` lists each set's rows):", "",
+                  sets_table(fits)]
+    return "\n".join(lines)
+
+
+SETS_BEGIN = "<!-- validate-corpus-sets:begin -->"
+SETS_END = "<!-- validate-corpus-sets:end -->"
+
+
+def _replace(path: Path, begin: str, end: str, body: str) -> None:
+    text = path.read_text()
+    if begin not in text or end not in text:
+        raise ValueError(f"{path}: no {begin} ... {end} block to replace")
+    head, rest = text.split(begin, 1)
+    _old, tail = rest.split(end, 1)
+    path.write_text(f"{head}{begin}\n{body}\n{end}{tail}")
+
+
+def write_readme(df: pd.DataFrame, fits: dict[str, Any], readme: Path,
+                 corpus_readme: Path | None = None) -> None:
+    """The corpus block of ``readme``, and (``corpus_readme``) the parameter sets' block of
+    validation/corpus/README.md."""
+    _replace(readme, BEGIN, END, markdown(df, fits))
+    if corpus_readme is not None and fits:
+        _replace(corpus_readme, SETS_BEGIN, SETS_END, sets_table(fits))
