@@ -107,6 +107,7 @@ def run_matrix(name: str, workers: int | None) -> None:
     m = MATRICES[name]
     w = whatif(ROOT / BASE, m["policies"], m["faults"], range(1, SEEDS + 1), workers,
                progress=True, sets=m["sets"], command=command(name))
+    w.base = BASE  # columns.json names the base as the command does, not where this checkout is
     out = DATA / name
     if out.exists():
         shutil.rmtree(out)

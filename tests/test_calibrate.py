@@ -179,9 +179,10 @@ def test_calibrate_output_paths_are_checked_before_the_fit(tmp_path, capsys, opt
 
 
 def test_calibrate_table_limits_are_the_documented_ones(capsys):
-    """--help and the README state them; the CLI does not import calibrate (pandas) to say so."""
+    """--help and the calibrating guide state them; the CLI does not import calibrate (pandas)
+    to say so."""
     said = f"{calibrate.MAX_TABLE_BYTES >> 20} MB and {calibrate.MAX_TABLE_ROWS:,} rows"
-    assert said in " ".join((ROOT / "README.md").read_text().split())
+    assert said in " ".join((ROOT / "docs" / "guides" / "calibrating.md").read_text().split())
     with pytest.raises(SystemExit):
         main(["calibrate", "--help"])
     assert said in " ".join(capsys.readouterr().out.split())

@@ -86,9 +86,10 @@ def test_shipped_editor_schema_is_current():
     shipped = json.loads((SCENARIOS / "scenario.schema.json").read_text())
     assert shipped == json_schema(), "regenerate: pdsim schema > scenarios/scenario.schema.json"
     assert "extends" in shipped["properties"]
-    for path in SCENARIOS.glob("*.yaml"):
+    for path in SCENARIOS.rglob("*.yaml"):
+        up = "../" * (len(path.relative_to(SCENARIOS).parts) - 1) or "./"
         assert path.read_text().startswith(
-            "# yaml-language-server: $schema=./scenario.schema.json"), path.name
+            f"# yaml-language-server: $schema={up}scenario.schema.json"), path.name
 
 
 def test_every_schema_field_is_described():
@@ -182,7 +183,7 @@ def test_run_progress_draws_its_bar_on_a_terminal_of_unknown_size():
     """`run --progress` shares the runs bar's terminal handling (validate-model and holdout
     use it too): on a 0x0 terminal tqdm alone drew nothing."""
     drawn = _stderr_on_a_sizeless_tty(["run", "scenarios/healthy.yaml", "--progress", *SMALL])
-    assert "/1800 [" in drawn and "sim s/s]" in drawn, drawn
+    assert "/60 [" in drawn and "req/s" in drawn and "60/60 [" in drawn, drawn
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
@@ -226,7 +227,7 @@ def test_transfer_failures_tell_failed_writes_from_blacklist_fast_fails():
 
 
 def test_run_json_names_the_seed_of_every_stream():
-    """run.json's seeds listed only the overrides ({} for most runs) where the README promises
+    """run.json's seeds listed only the overrides ({} for most runs) where the docs promise
     per-subsystem seeds: it now gives each stream's starting seed, an override where set."""
     import pdsim
 
@@ -252,3 +253,17 @@ def test_validate_prints_the_kv_pool_each_rank_gets(capsys):
                     f"{prefill:,} tokens (mem_fraction_static 0.759 after weights (SGLang "
                     f"0.5.9's default for H20 at tp 4, dp 4 with dp attention), in whole "
                     f"64-token pages), decode 123,456 tokens (kv_pool_tokens)")
+
+
+def test_what_the_cli_writes_at_its_example_names_is_ignored_by_git():
+    """`pdsim run --perfetto X.perfetto.json`, `--plot FILE.png` at the top, `pdsim calibrate`'s
+    DATA.profile.yaml and DATA.residuals.png, run directories: left untracked by .gitignore,
+    and no tracked file is ignored."""
+    outputs = ["drop.perfetto.json", "x.perfetto.json.gz", "steps.profile.yaml",
+               "steps.residuals.png", "postmortem.png", "runs/dt/summary.json"]
+    got = subprocess.run(["git", "check-ignore", "--no-index", *outputs], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert got.stdout.split() == outputs, got.stderr
+    tracked = subprocess.run(["git", "ls-files", "-ci", "--exclude-standard"], cwd=ROOT,
+                             capture_output=True, text=True, check=True)
+    assert tracked.stdout == ""

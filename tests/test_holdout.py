@@ -1,5 +1,6 @@
 """validate-model --holdout: each split's refit sees only its training rows, every published
-row is marked in-sample or out-of-sample, and the held-out columns reach the CLI and README."""
+row is marked in-sample or out-of-sample, and the held-out columns reach the CLI and the docs'
+validation page (``--write-docs``)."""
 
 from __future__ import annotations
 
@@ -140,11 +141,11 @@ def test_a_bad_holdout_spec_is_one_line(tmp_path):
         holdout.splits(pub, ps)
 
 
-def test_cli_holdout_prints_both_errors_and_writes_the_readme(capsys, tmp_path):
+def test_cli_holdout_prints_both_errors_and_writes_the_docs_page(capsys, tmp_path):
     cases = ["--case", "lmsys_dsv3_h100_decode", "--case", "lmsys_dsv3_h100_decode_no_tbo"]
-    readme = tmp_path / "README.md"
+    readme = tmp_path / "validation.md"
     readme.write_text(f"intro\n{validation.README_BEGIN}\nold\n{validation.README_END}\nend\n")
-    assert main(["validate-model", *cases, "--write-readme", str(readme)]) == 0
+    assert main(["validate-model", *cases, "--write-docs", str(readme)]) == 0
     out = capsys.readouterr().out
     assert "held_out_error" in out and "in-sample" in out
     assert "the same rows held out of the refit (held-out)" in out

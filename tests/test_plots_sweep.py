@@ -50,7 +50,7 @@ def test_sweep_cli(capsys, tmp_path):
                  "--seeds", "1", "--workers", "1", "--out", str(out)])
     assert code == 0
     text = capsys.readouterr().out
-    assert "clients.0.num_prompts" in text and "gen tok/s" in text
+    assert "clients.0.num_prompts" in text and "TTFT p99" in text
     assert out.read_text().count("\n") == 3
     assert main(["sweep", "scenarios/healthy.yaml", "--vary", "nokey"]) == 2
     capsys.readouterr()

@@ -182,7 +182,7 @@ def test_v0_5_23_probe_backs_off_and_caps():
 
 
 def test_an_entry_idle_dropped_before_its_probe_starts_does_not_crash():
-    """Fuzz-found (shared/fuzz-found/min_blacklist_probe_keyerror*.yaml): an idle drop in the
+    """Fuzz-found (tests/fuzz_found/min_blacklist_probe_keyerror*.yaml): an idle drop in the
     instant between the add and the probe process's first step raised KeyError."""
     env = simpy.Environment()
 
@@ -351,15 +351,16 @@ def test_user_policy_from_a_plugin_file_on_the_cli(tmp_path, capsys):
     assert main(["validate", "--plugin", str(tmp_path / "nope.py"), str(sc)]) == 2
 
 
-def test_readme_recipe_for_a_new_policy_works_as_written(tmp_path):
+def test_the_docs_recipe_for_a_new_policy_works_as_written(tmp_path):
+    """The recipe of docs/guides/plugins.md, run as the page shows it."""
     from conftest import ROOT
 
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "guides" / "plugins.md").read_text()
     block = text.split("<!-- recipe: blacklist policy")[1].split("```python\n", 1)[1]
     block = block.split("```", 1)[0]
     try:
         # as a file of its own would run it: without this module's __future__ imports
-        exec(compile(block, "README.md", "exec", dont_inherit=True),
+        exec(compile(block, "docs/guides/plugins.md", "exec", dont_inherit=True),
              {"__name__": "readme_recipe"})
         d = small_fleet(blacklist={"policy": "quarantine", "hold_s": 5},
                         faults=[{"kind": "transfer_errors", "probability": 0.2, "from_s": 2,

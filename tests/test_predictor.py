@@ -230,9 +230,10 @@ def test_a_decode_series_is_decode_step_by_step_to_the_bit(pred):
 
 
 def test_tp_is_the_servers_gpus_with_dp_attention_and_each_ranks_without():
-    """What the schema and README say tp means: with dp_attention the server has tp GPUs and
-    each of its dp ranks runs attention over tp/dp of them; without it each DP rank has tp GPUs
-    of its own (SGLang's --dp N --tp M: N*M GPUs), so adding ranks changes no rank's layout."""
+    """What the schema and the docs (writing-scenarios) say tp means: with dp_attention the
+    server has tp GPUs and each of its dp ranks runs attention over tp/dp of them; without it
+    each DP rank has tp GPUs of its own (SGLang's --dp N --tp M: N*M GPUs), so adding ranks
+    changes no rank's layout."""
     from pdsim.config.fleet import DecodeConfig
     from pdsim.model.memory import pool_pages
 

@@ -1,7 +1,8 @@
 """Property-based tests: random valid scenarios keep the model's invariants.
 
 Hypothesis draws small scenarios over the whole format (fleets, KV pools small enough to
-retract, blacklist policies, faults, flushes, both clients) and checks, for each run: one
+retract, blacklist policies, faults, flushes, both clients, SGLang releases and the PD path
+switches, router dispatches and gateway timeouts, SDK retries) and checks, for each run: one
 terminal bucket per request, generated <= output_len, KV within capacity and nothing left
 allocated once every request resolved, monotone time, token sums that agree between the summary,
 the records and the fleet counter, and that a progress bar changes nothing. The examples are
@@ -57,7 +58,9 @@ def bench(draw, name: str) -> dict:
          "request_rate": draw(st.sampled_from(["inf", 5.0, 50.0])),
          "max_concurrency": draw(st.sampled_from([None, 1, 8])),
          "warmup_requests": draw(st.integers(0, 2)),
-         "stream": draw(st.booleans())}
+         "stream": draw(st.booleans()),
+         "sdk_retries": draw(st.sampled_from([0, 0, 1, 2])),
+         "sdk_backoff_s": draw(st.sampled_from([0.0, 0.5]))}
     mode = draw(st.sampled_from(["none", "none", "bare", "timeout", "raise_for_status"]))
     c["flush"] = {"mode": mode, "timeout_s": draw(st.sampled_from([0.5, 60.0]))}
     return c
@@ -73,12 +76,19 @@ def evals(draw, name: str) -> dict:
 
 
 @st.composite
-def faults(draw, decode_ranks: int, prefill_servers: int, decode_servers: int) -> list:
+def faults(draw, decode_ranks: int, prefill_servers: int, decode_servers: int,
+           spiky: bool = False) -> list:
+    """``spiky``: client 0 takes a load spike (an open loop, or a closed loop with a limit)."""
     out = []
     for _ in range(draw(st.integers(0, 2))):
         kind = draw(st.sampled_from(["transfer_errors", "decode_unreachable", "partition",
                                      "decode_crash", "decode_hang", "nic_flaps",
-                                     "nic_degraded", "flush_race"]))
+                                     "nic_degraded", "flush_race",
+                                     # the faults of PD's timeout and abort paths (issue 26)
+                                     "load_spike", "gateway_timeout", "lost_done",
+                                     "prefill_restart", "leg_failure"]))
+        if kind == "load_spike" and not spiky:
+            kind = "gateway_timeout"
         at = draw(st.sampled_from([0.0, 1.0, 5.0]))
         dur = draw(st.sampled_from([0.5, 10.0, 60.0]))
         p = draw(st.integers(0, prefill_servers - 1))
@@ -105,8 +115,50 @@ def faults(draw, decode_ranks: int, prefill_servers: int, decode_servers: int) -
         elif kind == "nic_degraded":
             out.append({"kind": kind, "prefill_server": p, "at_s": at, "duration_s": dur,
                         "bandwidth_fraction": draw(st.sampled_from([1e-6, 0.1]))})
+        elif kind == "load_spike":
+            out.append({"kind": kind, "client": 0, "at_s": at, "duration_s": dur,
+                        "factor": draw(st.sampled_from([2.0, 10.0]))})
+        elif kind == "gateway_timeout":
+            out.append({"kind": kind, "at_s": at,
+                        "ttft_timeout_s": draw(st.sampled_from([None, 0.05, 1.0])),
+                        "cancels": draw(st.sampled_from([None, "both", "prefill"])),
+                        "duration_s": draw(st.sampled_from([None, dur]))})
+        elif kind == "lost_done":
+            out.append({"kind": kind, "probability": draw(st.sampled_from([0.2, 1.0])),
+                        "what": draw(st.sampled_from(["status", "aux"])), "from_s": at,
+                        "to_s": at + dur})
+        elif kind == "prefill_restart":
+            out.append({"kind": kind, "prefill_server": p, "at_s": at,
+                        "down_s": draw(st.sampled_from([0.5, 12.0]))})
+        elif kind == "leg_failure":
+            out.append({"kind": kind, "leg": draw(st.sampled_from(["decode", "prefill"])),
+                        "probability": draw(st.sampled_from([0.3, 1.0])), "from_s": at,
+                        "to_s": at + dur})
         else:
             out.append({"kind": kind, "at_s": at})
+    return out
+
+
+VERSIONS = ["0.5.1.post1", "0.5.2", "0.5.9", "0.5.12", "0.5.13", "0.5.16", "0.5.17", "0.5.19",
+            "0.5.21", "0.5.22", "0.5.23"]
+
+
+@st.composite
+def pd_paths(draw) -> dict:
+    """Some switches of disaggregation: set (the rest take the release's values)."""
+    out: dict = {}
+    for name in ("prefill_abort_notifies_decode", "decode_abort_notifies_prefill",
+                 "metadata_gate", "waiting_timeout_in_transferring",
+                 "waiting_timeout_invalidates_peer_cache", "deferred_decode_kv_release",
+                 "ack_after_drain", "heartbeat_instance_id"):
+        if draw(st.integers(0, 2)) == 0:
+            out[name] = draw(st.booleans())
+    if draw(st.booleans()):
+        out["deferred_release_timeout_s"] = draw(st.sampled_from([0.5, 30.0]))
+    if draw(st.booleans()):
+        out["heartbeat_interval_s"] = draw(st.sampled_from([2.0, 5.0]))
+    if draw(st.booleans()):
+        out["zmq_send_timeout_s"] = draw(st.sampled_from([None, 0.2]))
     return out
 
 
@@ -152,10 +204,23 @@ def scenarios(draw) -> dict:
         "clients": clients,
         "operator_flushes": [{"at_s": draw(st.sampled_from([0.5, 3.0, 8.0]))}
                              for _ in range(draw(st.integers(0, 1)))],
-        "faults": draw(faults(dec["servers"] * dec["dp"], pre["servers"], dec["servers"])),
+        "engine": {"version": draw(st.sampled_from(VERSIONS))},
+        "disaggregation": draw(pd_paths()),
     }
+    b0 = clients[0]
+    spiky = b0["request_rate"] != "inf" or b0["max_concurrency"] is not None
+    d["faults"] = draw(faults(dec["servers"] * dec["dp"], pre["servers"], dec["servers"],
+                              spiky))
+    d["router"]["dispatch"] = draw(st.sampled_from(
+        ["mini_lb_gather", "smg_join", "smg_cancel_on_prefill_fail", "smg_cancel_both"]))
     if draw(st.booleans()):
         d["router"]["request_timeout_s"] = draw(st.sampled_from([5.0, 60.0]))
+    if draw(st.integers(0, 2)) == 0:
+        d["router"]["ttft_timeout_s"] = draw(st.sampled_from([0.05, 2.0]))
+        d["router"]["ttft_timeout_cancels"] = draw(st.sampled_from(["both", "prefill"]))
+    if (d["engine"]["version"] in ("0.5.21", "0.5.22", "0.5.23")
+            and draw(st.integers(0, 3)) == 0):
+        d["disaggregation"]["req_waiting_timeout_s"] = draw(st.sampled_from([0.5, 5.0]))
     return d
 
 
@@ -228,6 +293,20 @@ def check_invariants(res: pdsim.Result) -> None:
     # KV pages within capacity; nothing held once every request has resolved
     for name, pool in res.kv_pools.items():
         assert 0 <= pool["used"] <= pool["capacity"] and pool["peak"] <= pool["capacity"], name
+    # dead rooms (decode slots held by rooms that cannot complete, issue 26): each freed at
+    # most once, never more at once than the decode slots, and what is held at the end is
+    # what the summary says is held
+    ev = res.events
+    dead, freed = ev[ev.event == "dead_room"], ev[ev.event == "dead_room_freed"]
+    assert not dead.duplicated(["component", "rank", "rid"]).any()
+    assert not freed.duplicated(["component", "rank", "rid"]).any()
+    assert set(zip(freed.component, freed["rank"], freed.rid, strict=True)) <= set(
+        zip(dead.component, dead["rank"], dead.rid, strict=True))
+    inc = s.get("incident")
+    held_at_end = inc["dead_rooms_at_end"] if inc else 0
+    dc = res.scenario.fleet.decode
+    assert not inc or inc["dead_rooms_max"] <= dc.servers * dc.dp * dc.max_running_requests
+    assert held_at_end == len(dead) - len(freed)
     if req.status.isin(["completed", "failed"]).all():
         # a failed room's prefill runs to its last chunk (SGLang does not stop it): one cut
         # by the end of the run still holds its pages; prefix-cache blocks may stay too. A
@@ -242,7 +321,9 @@ def check_invariants(res: pdsim.Result) -> None:
         # a colocated rank holds nothing but its radix cache's blocks
         held = fleet.mode == "colocated" and not fleet.colocated.prefix_cache
         for name, pool in res.kv_pools.items():
-            if name.startswith("decode") or quiet or held:
+            # (a dead room still held at the end, a deferred release waiting for its
+            # ABORT_ACK, keeps its pages)
+            if (name.startswith("decode") and not held_at_end) or quiet or held:
                 assert pool["used"] == 0, (name, pool)
     ts = res.timeseries
     for col in ("prefill_kv_used", "decode_kv_used"):

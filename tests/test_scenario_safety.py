@@ -384,8 +384,8 @@ def test_a_dict_extends_a_file_as_a_file_does_relative_to_where_its_paths_resolv
 
 
 def test_limits_lists_every_reader_and_fan_out_limit():
-    """``loader.limits()`` is the README's table of limits: the trace, profile, path, YAML
-    and run-count bounds too, not only the scenario module's own."""
+    """``loader.limits()`` is the docs' table of limits (docs/reference/scenario.md): the
+    trace, profile, path, YAML and run-count bounds too, not only the scenario module's own."""
     from pdsim.config import trace
     from pdsim.config.loader import limits
     from pdsim.model import profiles

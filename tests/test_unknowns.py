@@ -198,4 +198,4 @@ def test_a_short_integer_range_is_validated_at_every_value(tmp_path, capsys):
     d["model"]["kv_heads"] = {"choice": [4, 8], "nominal": 8, "why": "not known"}
     (tmp_path / "s.yaml").write_text(json.dumps(d))
     assert main(["validate", str(tmp_path / "s.yaml")]) == 0
-    assert MAX_CHECKED_INTS == 64  # (the README says so)
+    assert MAX_CHECKED_INTS == 64  # (docs/guides/exploring-unknowns.md says so)

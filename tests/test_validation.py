@@ -43,9 +43,10 @@ def test_cli_validate_model_prints_rows(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("args, says", [
-    (["--write-readme", "{tmp}/missing.md"], "--write-readme {tmp}/missing.md: not a file"),
-    (["--write-readme", "{tmp}"], "not a file"),
-    (["--write-readme", "{tmp}/plain.md"], "no <!-- validate-model:begin -->"),
+    (["--write-docs", "{tmp}/missing.md"], "--write-docs {tmp}/missing.md: not a file"),
+    (["--write-docs", "{tmp}"], "not a file"),
+    (["--write-docs", "{tmp}/plain.md"], "no <!-- validate-model:begin -->"),
+    (["--write-readme", "{tmp}/plain.md"], "no <!-- validate-model:begin -->"),  # the old name
     (["--csv", "{tmp}/nodir/x.csv"], "--csv {tmp}/nodir/x.csv: directory"),
     (["--csv", "{tmp}"], "--csv {tmp}: is a directory"),
 ])
@@ -59,7 +60,7 @@ def test_validate_model_checks_its_output_paths_before_the_refit(tmp_path, monke
 
     monkeypatch.setattr(holdout, "run", no_refit)
     monkeypatch.setattr(validation, "validate", no_refit)
-    (tmp_path / "plain.md").write_text("# a README without the markers\n")
+    (tmp_path / "plain.md").write_text("# a page without the markers\n")
     tmp = str(tmp_path)
     assert main(["validate-model", *[a.format(tmp=tmp) for a in args]]) == 2
     err = capsys.readouterr().err

@@ -101,18 +101,31 @@ def figures_vs_unknowns(ex: Exploration) -> plt.Figure:
 
 def accepted_pairs(ex: Exploration) -> plt.Figure:
     """Pair plot of the unknowns: every run in grey, the runs within every band in green;
-    histograms of each unknown (all vs accepted) on the diagonal."""
+    histograms of each unknown (all vs accepted) on the diagonal. When no run is within every
+    band (the figure was all grey), the runs are coloured by how many of the reported figures
+    they reproduce and the best ones stand out, so the figure still shows where the closest
+    runs are, and its title says that none reproduces them all."""
     unk = ex.unknowns
     d = len(unk)
     runs = ex.runs
-    joint = np.ones(len(runs), dtype=bool)
+    k = len(ex.figures)
+    fits = np.zeros(len(runs), dtype=int)
     for r in ex.figures:
-        joint &= _within(runs, r).to_numpy()
-    if not ex.figures:
-        joint[:] = False
+        fits += _within(runs, r).to_numpy().astype(int)
+    joint = fits == k if k else np.zeros(len(runs), dtype=bool)
+    n = int(joint.sum())
+    best = int(fits.max()) if len(fits) else 0
+    closest = (not n) and k and best > 0  # none accepted: show the runs that come closest
+    shown = joint if n else fits == best if closest else joint
+    label = "accepted" if n else f"closest: {best} of {k} figures" if closest else "accepted"
     fig, axes = plt.subplots(d, d, figsize=(max(5.5, 2.6 * d + 0.8), 2.6 * d + 1.0),
                              squeeze=False, layout="constrained")
     xs = [_as_number(runs, u).to_numpy() for u in unk]
+    from matplotlib.colors import BoundaryNorm, ListedColormap
+
+    # one shade per count of figures reproduced, 0 (palest) to k
+    cmap = ListedColormap(plt.get_cmap("Greens")(np.linspace(0.15, 0.85, k + 1)))
+    norm = BoundaryNorm(np.arange(-0.5, k + 1), k + 1)
     for i in range(d):
         for j in range(d):
             ax = axes[i][j]
@@ -122,22 +135,37 @@ def accepted_pairs(ex: Exploration) -> plt.Figure:
                     np.geomspace(u.low, u.high, 11) if u.dist == "loguniform"
                     else np.linspace(u.low, u.high, 11))
                 ax.hist(xs[i], bins=bins, color=OUT, label="all runs")
-                ax.hist(xs[i][joint], bins=bins, color=IN, label="accepted")
+                ax.hist(xs[i][shown], bins=bins, color=IN if n else ONE, label=label)
                 _axis(ax, ex, i)
             else:
                 x, y = _jitter(xs[j], unk[j], 1), _jitter(xs[i], unk[i], 2)
-                ax.scatter(x, y, s=8, color=OUT)
-                ax.scatter(x[joint], y[joint], s=12, color=IN)
+                if closest:  # each run by how many figures it reproduces
+                    ax.scatter(x, y, s=8, c=fits, cmap=cmap, norm=norm,
+                               edgecolors=OUT, linewidths=0.3)
+                    ax.scatter(x[shown], y[shown], s=14, color=ONE, edgecolors="black",
+                               linewidths=0.4)
+                else:
+                    ax.scatter(x, y, s=8, color=OUT)
+                    ax.scatter(x[joint], y[joint], s=12, color=IN)
                 _axis(ax, ex, j)
                 _axis(ax, ex, i, "y")
             if i == d - 1:
                 ax.set_xlabel(unk[j].path, fontsize=8)
             if j == (1 if i == 0 else 0) and i != j:  # row 0's first scatter is column 1
                 ax.set_ylabel(unk[i].path, fontsize=8)
-    n = int(joint.sum())
-    title = (f"{ex.scenario.name}: {n} of {len(runs)} runs\nreproduce every reported figure"
-             if n else f"{ex.scenario.name}:\nno run reproduces every reported figure")
+    if n:
+        title = f"{ex.scenario.name}: {n} of {len(runs)} runs\nreproduce every reported figure"
+    elif not k:
+        title = f"{ex.scenario.name}:\nno reported figures to accept runs by"
+    else:
+        title = (f"{ex.scenario.name}: no run reproduces every reported figure\n"
+                 f"(best: {best} of {k}; blue: those runs, the rest shaded by how many "
+                 f"they reproduce)")
     fig.suptitle(title, fontsize=10)
+    if closest:
+        sm = plt.cm.ScalarMappable(cmap=cmap, norm=norm)
+        fig.colorbar(sm, ax=axes, shrink=0.6, ticks=range(k + 1),
+                     label=f"reported figures within their band (of {k})")
     fig.legend(*axes[0][0].get_legend_handles_labels(), loc="outside lower center", ncol=2,
                fontsize=7, frameon=False)  # (on the first histogram it covered its bars)
     return fig

@@ -28,14 +28,24 @@ SKIP = {"flushes", "clients", "transfer_failures_by_reason", "failed_by_reason",
 
 
 def _flatten(summary: dict) -> dict:
-    row = {k: v for k, v in summary.items() if k not in SKIP}
+    """A run's summary as one row: scalars by name, a block's (``steady``, ``slo``) as
+    ``block.key``, a client's as ``<client>.<key>`` (``<client>.steady.keeps_up``)."""
+    row = _scalars({k: v for k, v in summary.items() if k not in SKIP}, "")
     for reason, n in summary["transfer_failures_by_reason"].items():
         row[f"transfer_failures.{reason}"] = n
     for client, metrics in summary["clients"].items():
-        for k, v in metrics.items():
-            if not isinstance(v, dict):
-                row[f"{client}.{k}"] = v
+        row.update(_scalars(metrics, f"{client}."))
     return row
+
+
+def _scalars(d: dict, prefix: str) -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_scalars(v, f"{prefix}{k}."))
+        elif not isinstance(v, list):
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def _one(args: tuple[dict, list[str], dict]) -> dict:
@@ -116,3 +126,145 @@ def sweep(scenario: str | Path | dict, vary: dict[str, Iterable], seeds: Iterabl
                     f"value once validated; give it once")
     tasks = [(data, run_sets, labels) for run_sets, labels in jobs]
     return pd.DataFrame(backends.run_all(_one, tasks, workers, progress, backend, address))
+
+
+# --- what the table shows ---------------------------------------------------------------------
+
+# an incident's columns: what the flush did to the KV transfers and the blacklist, and what the
+# client saw ({c}: the client the table is about)
+INCIDENT = {"transfer_failures.flush_freed_pages": "ret!=0", "blacklisted_pairs_max": "pairs",
+            "failed": "failed", "{c}.empty_share": "empty",
+            "{c}.true_output_throughput_tok_s": "gen tok/s", "blacklisted_pairs_final": "pairs end"}
+# a capacity sweep's: whether the client's offered load is kept up with, latency percentiles,
+# then goodput under the scenario's SLO (or output throughput without one)
+KEEPS_UP = {"{c}.steady.offered_req_s": "offered/s", "{c}.steady.completed_req_s": "done/s",
+            "{c}.steady.keeps_up": "keeps up"}
+THROUGHPUT = {"{c}.request_throughput_req_s": "req/s"}
+LATENCY = {"{c}.median_ttft_ms": "TTFT p50", "{c}.p99_ttft_ms": "TTFT p99",
+           "{c}.median_tpot_ms": "TPOT p50", "{c}.p99_tpot_ms": "TPOT p99",
+           "{c}.p99_e2e_ms": "E2E p99"}
+GOODPUT = {"{c}.slo.attainment": "SLO met", "{c}.slo.goodput_req_s": "goodput/s"}
+OUTPUT = {"{c}.output_throughput_tok_s": "tok/s"}
+
+
+def is_incident(sc: object) -> bool:
+    """A scenario about an incident (faults, operator flushes or a client's flush), whose
+    sweep shows the incident's columns, rather than a capacity question."""
+    return bool(sc.faults or sc.operator_flushes
+                or any(getattr(c, "flush", None) is not None and c.flush.mode != "none"
+                       for c in sc.clients))
+
+
+def default_columns(sc: object, client: str) -> dict[str, str]:
+    """The columns that fit the scenario (``pdsim sweep`` without ``--metrics``), name ->
+    header: :data:`INCIDENT` for an incident (:func:`is_incident`); for a capacity sweep,
+    :data:`KEEPS_UP` (an open-loop client) or :data:`THROUGHPUT` (everything at once or a
+    closed loop), :data:`LATENCY`, and :data:`GOODPUT` with an SLO, else :data:`OUTPUT`. The
+    scenario's reported figures' metrics follow, each under its own name."""
+    if is_incident(sc):
+        cols = dict(INCIDENT)
+    else:
+        cfg = next(c for c in sc.clients if c.name == client)
+        rate = getattr(cfg, "request_rate", None)
+        open_loop = rate == "trace" or isinstance(rate, float) and rate != float("inf")
+        cols = {**(KEEPS_UP if open_loop else THROUGHPUT), **LATENCY,
+                **(GOODPUT if sc.slo.active else OUTPUT)}
+    cols = {k.format(c=client): v for k, v in cols.items()}
+    for r in sc.reference:
+        name = reference_column(r.metric)
+        if name and name not in cols:
+            cols[name] = name
+    return cols
+
+
+def reference_column(metric: str | None) -> str | None:
+    """A reported figure's summary path as a sweep row names it (``clients.X.m`` -> ``X.m``,
+    ``transfer_failures_by_reason.r`` -> ``transfer_failures.r``)."""
+    if not metric:
+        return None
+    if metric.startswith("clients."):
+        return metric.removeprefix("clients.")
+    if metric.startswith("transfer_failures_by_reason."):
+        return "transfer_failures." + metric.split(".", 1)[1]
+    return metric
+
+
+# the summary's fleet-wide keys beside the request metrics (pdsim.engine.sim._summary), and a
+# client's own beside them: with the request metrics (pdsim.engine.summary.metrics) and the
+# blocks' keys, the names --metrics can give before a sweep runs (tests/test_sweep_metrics.py
+# checks a run's rows hold no other)
+FLEET = ("transfer_failures", "flush_doomed_transfers", "blacklisted_pairs_max",
+         "blacklisted_pairs_final", "dead_peer_writes", "dead_peer_write_s", "blacklist_probes",
+         "wasted_prefill_tokens", "stale_page_requests", "retractions", "kv_transferred_gb",
+         "prefill_tokens_computed", "chunked_prefill_size_per_rank", "tokens_generated_fleet",
+         "events", "logged_events", "decode_steps", "prefill_steps", "simulated_s",
+         "stopped_at_horizon", "stalled_at_s", "fleet_mode", "gpus",
+         "gpus_by_role.prefill", "gpus_by_role.decode", "gpus_by_role.colocated")
+CLIENT = ("kind", "aborted", "unsent", "finished", "trace_rows_replayed", "trace_rows",
+          "questions", "empty_answers")
+
+
+def metric_names(sc: object) -> list[str]:
+    """Every metric a sweep of ``sc`` can have in its rows, by the name a row gives it."""
+    import numpy as np
+
+    from pdsim.engine import slo, steady, summary
+
+    empty = {k: np.empty(0, dtype=t or float)
+             for k, t in {**summary.COLUMNS, "status": int}.items()}
+    request = list(summary.metrics(empty, 0.0))
+    blocks = [f"steady.{k}" for k in steady.KEYS]
+    if sc.slo.active:
+        blocks += [f"slo.{k}" for k in slo.summary(empty, sc.slo, 0.0, 0.0)]
+    names = [*request, *FLEET, *blocks,
+             *(f"transfer_failures.{r}" for r in summary.FLUSH_REASONS)]
+    for c in sc.clients:
+        names += [f"{c.name}.{k}" for k in (*request, *CLIENT, *blocks)]
+    return names
+
+
+def check_metrics(names: Sequence[str], sc: object) -> None:
+    """``--metrics`` names, each a metric of the sweep's rows (:func:`metric_names`; any
+    ``transfer_failures.<reason>``); raises ValueError in one line, naming close matches and
+    listing the metrics, for one that is not."""
+    import difflib
+
+    have = metric_names(sc)
+    clients = [c.name for c in sc.clients]
+    for n in names:
+        if n in have or n.startswith("transfer_failures."):
+            continue
+        close = difflib.get_close_matches(n, have, 3, 0.7)
+        own = [k for k in have if k.split(".", 1)[0] not in clients]
+        raise ValueError(
+            f"--metrics {echo(n)}: not a metric of this scenario's runs"
+            + (f"; did you mean {' or '.join(close)}?" if close else "")
+            + f"; there are {', '.join(own)}, transfer_failures.<reason>, and a client's own "
+            f"as <client>.<metric> (clients: {', '.join(clients)}; pdsim sweep --json shows "
+            f"every value)")
+
+
+def table(df: pd.DataFrame, keys: list[str], columns: dict[str, str]) -> pd.DataFrame:
+    """One row per grid point: the median over its seeds of each numeric column, the share
+    of seeds that kept up for a keeps-up column ("2/3"; n/a for runs without a verdict), the
+    value itself for a column that is the same for every seed; headers from ``columns``."""
+    g = df.groupby(keys, sort=False)
+    out = {}
+    for name, header in columns.items():
+        if name not in df:
+            out[header] = g[keys[0]].agg(lambda _: None)
+            continue
+        col = df[name]
+        if name.endswith("keeps_up"):
+            out[header] = g[name].agg(_kept)
+        elif pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
+            out[header] = g[name].median()
+        else:
+            out[header] = g[name].agg(lambda v: v.iloc[0] if v.nunique(dropna=False) == 1
+                                      else "/".join(map(str, v)))
+    return pd.DataFrame(out)
+
+
+def _kept(v: pd.Series) -> str:
+    known = [x for x in v if x is not None and x == x]
+    return "n/a" if not known else f"{sum(bool(x) for x in known)}/{len(known)}"

@@ -4,7 +4,8 @@
 sources and setups); ``validation/cases.yaml`` says how each case is reproduced: a scenario
 (the setup), and a measure (a full simulation, or one forward of the role's ranks for the
 per-node throughputs that were measured at a fixed batch). ``validate()`` returns published vs
-simulated vs error per row; ``pdsim validate-model`` prints it and can write it into the README.
+simulated vs error per row; ``pdsim validate-model`` prints it and can write it into the docs
+(``--write-docs docs/validation.md``).
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import yaml
 from pdsim.util.backends import progress_bar
 
 ROOT = Path(__file__).resolve().parents[2] / "validation"
-README_BEGIN = "<!-- validate-model:begin -->"
-README_END = "<!-- validate-model:end -->"
+README_BEGIN = "<!-- validate-model:begin -->"  # the block --write-docs replaces (the names
+README_END = "<!-- validate-model:end -->"  # are from when that block was in the README)
 
 
 def _load_cases(root: Path) -> dict[str, dict]:

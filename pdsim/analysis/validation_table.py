@@ -1,5 +1,5 @@
-"""The validation table as Markdown, and the README block it fills (``pdsim validate-model
---write-readme``): :func:`pdsim.analysis.validation.validate`'s rows, with
+"""The validation table as Markdown, and the docs block it fills (``pdsim validate-model
+--write-docs docs/validation.md``): :func:`pdsim.analysis.validation.validate`'s rows, with
 :mod:`pdsim.analysis.holdout`'s columns and medians when present. Apart from both, which it
 reads: validation runs the rows, holdout refits on them (and imports validation)."""
 
@@ -57,11 +57,11 @@ def markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def write_readme(df: pd.DataFrame, readme: Path) -> None:
-    """Replace the table between the validate-model markers in ``readme``."""
-    text = readme.read_text()
+def write_table(df: pd.DataFrame, page: Path) -> None:
+    """Replace the table between the validate-model markers in ``page`` (docs/validation.md)."""
+    text = page.read_text()
     if README_BEGIN not in text or README_END not in text:
-        raise ValueError(f"{readme}: no {README_BEGIN} ... {README_END} block to replace")
+        raise ValueError(f"{page}: no {README_BEGIN} ... {README_END} block to replace")
     head, rest = text.split(README_BEGIN, 1)
     _old, tail = rest.split(README_END, 1)
-    readme.write_text(f"{head}{README_BEGIN}\n{markdown(df)}\n{README_END}{tail}")
+    page.write_text(f"{head}{README_BEGIN}\n{markdown(df)}\n{README_END}{tail}")

@@ -337,19 +337,24 @@ class WhatIf:
 
         if fault not in self.faults:
             raise ValueError(f"no fault {fault!r} in this matrix: {', '.join(self.faults)}")
-        ax = ax or plt.subplots(figsize=(9, 4), constrained_layout=True)[1]
+        ax = ax or plt.subplots(figsize=(10, 4.5), constrained_layout=True)[1]
         runs = self.runs[self.runs.fault == fault]
-        for lbl in policies or [lbl for lbl, _ in self.policies]:
-            g = runs[runs.policy == lbl]
-            if len(g):
-                ax.plot(_median_series(g.series, smooth_s), lw=1.4, label=lbl)
+        curves = [(lbl, _median_series(g.series, smooth_s))
+                  for lbl in policies or [lbl for lbl, _ in self.policies]
+                  if len(g := runs[runs.policy == lbl])]
+        groups = _identical(curves)  # one line per distinct curve, named by all it stands for
+        lines = []
+        for labels, curve in groups:
+            line = ax.plot(curve, lw=1.4, label=" = ".join(labels))[0]
+            lines.append((labels, line))
         h = self.healthy
         if len(h) and "policy" in h:  # each policy's own healthy runs, in its colour
-            for line in list(ax.get_lines()):
-                g = h[h.policy == line.get_label()]
-                if len(g):
-                    ax.plot(_median_series(g.series, smooth_s), color=line.get_color(), lw=0.8,
-                            ls="--", label=f"{line.get_label()}, healthy")
+            for labels, line in lines:
+                mine = [(lbl, _median_series(g.series, smooth_s)) for lbl in labels
+                        if len(g := h[h.policy == lbl])]
+                for same, curve in _identical(mine):
+                    ax.plot(curve, color=line.get_color(), lw=0.8, ls="--",
+                            label=f"{' = '.join(same)}, healthy")
         elif len(h):
             ax.plot(_median_series(h.series, smooth_s), color="black", lw=1, ls="--",
                     label="healthy")
@@ -360,8 +365,11 @@ class WhatIf:
         ax.set_xlabel("time (s)")
         ax.set_ylabel(f"goodput, tok/s ({smooth_s} s mean)")
         ax.set_ylim(bottom=0)
-        ax.set_title(f"recovery under {fault}")
-        ax.legend(fontsize=7, ncol=2)
+        n = len(curves)
+        same = (f": {len(groups)} distinct curves among {n} policies (a = b: identical, one "
+                f"line)" if len(groups) < n else "")
+        ax.set_title(f"recovery under {fault}{same}", fontsize=10)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
         return ax
 
     def vs_param(self, param: str, policy: str | None = None, ax: Any = None,
@@ -401,6 +409,20 @@ class WhatIf:
         ax.set_title(f"{metric} vs {param} ({rows[0][1]['policy']})")
         ax.legend(fontsize=7)
         return ax
+
+
+def _identical(curves: list[tuple[str, np.ndarray]]) -> list[tuple[list[str], np.ndarray]]:
+    """Curves grouped where they are the same (to 1e-9): drawn once, each would hide the
+    others (a policy that never acts under a fault runs exactly as another)."""
+    groups: list[tuple[list[str], np.ndarray]] = []
+    for lbl, c in curves:
+        for labels, g in groups:
+            if len(g) == len(c) and np.allclose(g, c, rtol=1e-9, atol=1e-9):
+                labels.append(lbl)
+                break
+        else:
+            groups.append(([lbl], c))
+    return groups
 
 
 def _median_series(series: Iterable[Sequence[float]], smooth_s: int) -> np.ndarray:

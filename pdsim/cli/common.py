@@ -57,6 +57,63 @@ def check_output_file(out: str, option: str) -> None:
                          f"not exist")
 
 
+def check_plot_file(out: str, inputs: list[Path], run_dirs: list[Path] = (),
+                    option: str = "--plot") -> None:
+    """A figure's output file: a name whose extension matplotlib writes (.png, .svg, .pdf,
+    ...), in an existing directory, and none of the run's own files (``inputs``: the files it
+    reads; ``run_dirs``: the run directories it reads or writes, whose files it must not
+    replace)."""
+    p = Path(out).resolve()
+    if p.parent not in [Path(d).resolve() for d in run_dirs]:  # (--out DIR: made by the run)
+        check_output_file(out, option)
+    for given in [*inputs, *run_dirs]:
+        src = Path(given).resolve()
+        if p == src or (given in run_dirs and p.parent == src and p.name in RUN_DIR_FILES):
+            raise UsageError(f"{option} {show_path(out)}: would overwrite a file the run "
+                             f"reads or writes ({show_path(given)}); give another file name")
+    from matplotlib.figure import Figure
+
+    kinds = Figure().canvas.get_supported_filetypes()
+    ext = p.suffix.lower().lstrip(".")
+    if ext not in kinds:
+        raise UsageError(f"{option} {show_path(out)}: {('.' + ext) if ext else 'no extension'}"
+                         f" is not an image format; end the name with one of "
+                         f"{', '.join('.' + k for k in sorted(kinds))}")
+
+
+# what a run directory holds (pdsim.output.result.Result.write)
+RUN_DIR_FILES = ("requests.csv", "requests.parquet", "events.csv", "events.parquet",
+                 "timeseries.csv", "timeseries.parquet", "answers.csv", "answers.parquet",
+                 "summary.json", "report.txt", "scenario.yaml", "run.json")
+
+
+def scenario_inputs(path: str | Path, sc: Scenario | None = None) -> list[Path]:
+    """The files a scenario reads: itself, the files it extends (``extends:``, followed as
+    far as they can be read), its trace or dataset files and its profile files."""
+    from pdsim.config import loader
+    from pdsim.util.safeio import UserFileError, decode_utf8, read_user_file
+
+    files = []
+    p: Path | None = Path(path)
+    while p is not None and p.is_file() and p.resolve() not in files and len(files) < 64:
+        files.append(p.resolve())
+        try:
+            data = loader.parse_yaml(decode_utf8(read_user_file(p, "scenario file", 1 << 24),
+                                                 str(p)), str(p))
+        except (UserFileError, ValueError):
+            break
+        parent = data.get("extends") if isinstance(data, dict) else None
+        p = (p.parent / parent) if isinstance(parent, str) else None
+    if sc is not None:
+        for c in sc.clients:
+            ds = getattr(c, "dataset", None)
+            if getattr(ds, "kind", "") in ("trace", "sharegpt"):
+                files.append(ds.resolved_path.resolve())
+        if sc._context is not None:
+            files += [sc._context.resolve(rel, "profiles").resolve() for rel in sc.profiles]
+    return files
+
+
 def prepare_out_dir(out: str) -> None:
     """``run --out DIR``: an existing directory or one we can create, before the run."""
     p = Path(out)

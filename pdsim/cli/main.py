@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from pdsim.cli import model, run, sweep, whatif
+from pdsim.cli import compare, model, run, sweep, whatif
 from pdsim.cli.common import RAW, die, plugin_flag
 from pdsim.util.safeio import clip
 
@@ -29,6 +29,8 @@ TOP_EPILOG = """\
 examples:
   pdsim run scenarios/drop_timeout.yaml               the incident, bench_serving-style report
   pdsim run scenarios/drop_timeout.yaml --set blacklist.policy=probe
+  pdsim run scenarios/drop_timeout.yaml --plot postmortem.png    the postmortem figure
+  pdsim compare runs/a runs/b --plot a_vs_b.png      two runs side by side (pdsim run --out)
   pdsim sweep scenarios/drop_timeout.yaml --vary blacklist.policy=permanent,probe,v0_5_23
   pdsim whatif scenarios/whatif_base.yaml --seeds 3   blacklist policies x fault library
   pdsim validate my.yaml                              check a scenario before running it
@@ -39,15 +41,21 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pdsim", description=TOP, epilog=TOP_EPILOG,
                                 formatter_class=RAW)
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
-    reading = [run.add_run(sub), run.add_validate(sub), sweep.add_sweep(sub),
-               sweep.add_explore(sub), run.add_schema(sub), whatif.add_whatif(sub),
-               whatif.add_faults(sub)]
+    reading = [run.add_run(sub), run.add_validate(sub), compare.add_compare(sub),
+               sweep.add_sweep(sub), sweep.add_explore(sub), run.add_schema(sub),
+               whatif.add_whatif(sub), whatif.add_faults(sub)]
     for sp in reading:
         plugin_flag(sp)
     model.add_profiles(sub)
     model.add_calibrate(sub)
     model.add_validate_model(sub)
     return p
+
+
+def parser() -> argparse.ArgumentParser:
+    """The parser ``pdsim`` parses with (the docs' command reference is generated from it:
+    docs/gen/reference.py)."""
+    return _parser()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,7 +99,7 @@ def _interrupted(err: BaseException) -> bool:
     return False
 
 
-_NOT_EMPTY = ("out", "perfetto", "csv", "plot", "write_readme", "faults_file", "scenario",
+_NOT_EMPTY = ("out", "perfetto", "csv", "plot", "write_docs", "faults_file", "scenario",
               "timeline", "param", "format", "address", "fit")
 
 def _main(argv: list[str] | None) -> int:
@@ -111,7 +119,8 @@ def _main(argv: list[str] | None) -> int:
     if args.cmd == "schema":
         print(json.dumps(loader.json_schema(), indent=2))
         return 0
-    handlers = {"sweep": sweep.sweep_cmd, "explore": sweep.explore_cmd,
+    handlers = {"compare": compare.compare_cmd, "sweep": sweep.sweep_cmd,
+                "explore": sweep.explore_cmd,
                 "whatif": whatif.whatif_cmd, "faults": whatif.faults_cmd,
                 "profiles": model.profiles_cmd, "calibrate": model.calibrate_cmd,
                 "validate-model": model.validate_model_cmd}

@@ -96,9 +96,11 @@ def add_validate_model(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
     vm.add_argument("--holdout", action="store_true", help="also refit each shipped parameter "
                     "set without some of its rows (validation/holdout.yaml, pdsim calibrate's "
                     "fit) and print every row's held-out error next to its in-sample one")
-    vm.add_argument("--write-readme", metavar="README", help="replace the tables between the "
-                    "validate-model and validate-corpus markers in this file (implies --holdout; "
-                    "the corpus's cross-validation comes from validation/corpus/fits.yaml)")
+    vm.add_argument("--write-docs", dest="write_docs", metavar="PAGE", help="replace the tables "
+                    "between the validate-model and validate-corpus markers in this page, e.g. "
+                    "docs/validation.md (implies --holdout; the corpus's cross-validation comes "
+                    "from validation/corpus/fits.yaml)")
+    vm.add_argument("--write-readme", dest="write_docs", help=argparse.SUPPRESS)  # (old name)
     corpus.add_args(vm)
     return vm
 
@@ -286,7 +288,7 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
 
     if corpus.wanted(args):
         bad = [o for o, v in (("--case", args.case), ("--holdout", args.holdout),
-                              ("--write-readme", args.write_readme)) if v]
+                              ("--write-docs", args.write_docs)) if v]
         if bad:
             return die(f"{bad[0]} belongs to the published cases; the corpus flags (--corpus, "
                        f"--quick, --json, --explain, --fit) run the corpus only")
@@ -306,21 +308,21 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
             return code
         except (CorpusError, UsageError, units.ScenarioError, ValueError) as err:
             return die(str(err))
-    do_holdout = args.holdout or bool(args.write_readme)
+    do_holdout = args.holdout or bool(args.write_docs)
     if do_holdout and args.sets:
-        return die("--holdout (and --write-readme) refit the shipped parameter sets; they do "
+        return die("--holdout (and --write-docs) refit the shipped parameter sets; they do "
                    "not take --set")
     try:  # the output paths are checked before the refit, not after it
         if args.csv:
             check_output_file(args.csv, "--csv")
-        if args.write_readme:
-            _check_readme(args.write_readme)
+        if args.write_docs:
+            _check_page(args.write_docs)
     except UsageError as err:
         return die(str(err))
     try:
         if do_holdout:
-            if args.write_readme and not args.holdout:
-                print("--write-readme: refitting for the held-out columns (--holdout)",
+            if args.write_docs and not args.holdout:
+                print("--write-docs: refitting for the held-out columns (--holdout)",
                       file=sys.stderr)
             ho = holdout.run(args.case or None, progress=sys.stderr.isatty())
             df = ho.table
@@ -351,7 +353,7 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
         print("\nrefitted with pdsim calibrate on each split's rows (shipped -> refitted):")
         print(holdout.fits_text(ho.splits))
     cdf = None
-    if not args.case and (not args.holdout or args.write_readme):  # then the training corpus
+    if not args.case and (not args.holdout or args.write_docs):  # then the training corpus
         print("\nmeasured corpus (validation/corpus/aic_sglang_hopper_train.csv), one "
               "generated scenario per row:\n")
         try:
@@ -362,36 +364,36 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
         if args.csv:
             df.to_csv(args.csv, index=False)
             print(f"wrote {show_path(args.csv)}", file=sys.stderr)
-        if args.write_readme:
-            validation_table.write_readme(df, Path(args.write_readme))
+        if args.write_docs:
+            validation_table.write_table(df, Path(args.write_docs))
             if cdf is not None:
                 from pdsim.analysis import corpus_table
                 from pdsim.analysis.corpus import ROOT
 
-                ours = Path(args.write_readme).resolve() == ROOT.parents[1] / "README.md"
-                corpus_table.write_readme(cdf, corpus_table.load_fits(),
-                                          Path(args.write_readme),
+                ours = Path(args.write_docs).resolve() == ROOT.parents[1] / "docs" / \
+                    "validation.md"
+                corpus_table.write_readme(cdf, corpus_table.load_fits(), Path(args.write_docs),
                                           ROOT / "README.md" if ours else None)
-            print(f"wrote the tables into {show_path(args.write_readme)}", file=sys.stderr)
+            print(f"wrote the tables into {show_path(args.write_docs)}", file=sys.stderr)
     except OSError as err:
         return die(f"cannot write ({err.strerror or type(err).__name__}): "
-                   f"{show_path(err.filename or args.csv or args.write_readme)}")
+                   f"{show_path(err.filename or args.csv or args.write_docs)}")
     return 0
 
 
-def _check_readme(path: str) -> None:
-    """``validate-model --write-readme FILE``: a file holding the validate-model markers."""
+def _check_page(path: str) -> None:
+    """``validate-model --write-docs FILE``: a file holding the validate-model markers."""
     from pdsim.analysis import validation
 
     p = Path(path)
     if not p.is_file():
-        raise UsageError(f"--write-readme {show_path(path)}: not a file; give the README whose "
-                         f"table to refresh")
+        raise UsageError(f"--write-docs {show_path(path)}: not a file; give the page whose "
+                         f"table to refresh (docs/validation.md)")
     try:
-        text = read_user_file(p, "--write-readme", max_bytes=4 << 20).decode("utf-8", "replace")
+        text = read_user_file(p, "--write-docs", max_bytes=4 << 20).decode("utf-8", "replace")
     except UserFileError as err:
         raise UsageError(str(err)) from None
     if validation.README_BEGIN not in text or validation.README_END not in text:
-        raise UsageError(f"--write-readme {show_path(path)}: no {validation.README_BEGIN} ... "
+        raise UsageError(f"--write-docs {show_path(path)}: no {validation.README_BEGIN} ... "
                          f"{validation.README_END} block to replace (add the two markers "
                          f"where the table goes)")

@@ -6,16 +6,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from pdsim.cli.common import (
     PROGRESS_AFTER_S,
     RAW,
     UsageError,
     check_output_file,
+    check_plot_file,
     die,
     load_scenario,
     outside_flag,
     prepare_out_dir,
+    scenario_inputs,
 )
 from pdsim.util.safeio import show_path
 
@@ -34,7 +37,14 @@ DIR/scenario.yaml) and run.json (pdsim version, seeds, overrides).
 --perfetto FILE writes the run as Chrome trace-event JSON: a track per DP rank (a slice per
 batch step) and per NIC transfer queue (a slice per KV write), instants for flushes, transfer
 failures and blacklist changes, counters for KV use and queues. Recording the steps is off
-otherwise and costs nothing then."""
+otherwise and costs nothing then.
+
+--plot FILE draws the run's figure (.png, .svg, .pdf, ...): for an incident (a scenario with
+faults:, operator_flushes: or a client's flush:) the postmortem (throughput per client with
+the flushes, outcomes, blacklisted pairs, KV use, queues, failures per pair, load per rank,
+latency CDFs); for anything else the capacity figure (requests sent vs completed, requests in
+the system with the steady window's trend, TTFT and TPOT by arrival against the SLO, queue
+depth per stage, KV use), its title the verdict."""
 
 
 RUN_EPILOG = """\
@@ -45,7 +55,9 @@ examples:
   pdsim run scenarios/drop_timeout.yaml --seed 3 --out runs/dt3
   pdsim run scenarios/drop_timeout.yaml --set flush.semantics=reject_if_busy
   pdsim run scenarios/trace_replay.yaml --set clients.0.num_prompts=2000 --progress
-  pdsim run scenarios/drop_timeout.yaml --perfetto drop.json   then open it in ui.perfetto.dev"""
+  pdsim run scenarios/drop_timeout.yaml --perfetto drop.perfetto.json  open in ui.perfetto.dev
+  pdsim run scenarios/drop_timeout.yaml --plot postmortem.png    the incident at a glance
+  pdsim run scenarios/capacity/llama70b_h100.yaml --plot capacity.png   keeps up? how fast?"""
 
 
 VALIDATE = """\
@@ -83,12 +95,15 @@ def add_run(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                    help="timeline in full: every ret != 0 failure and blacklisted pair")
     bar = r.add_mutually_exclusive_group()
     bar.add_argument("--progress", action="store_true",
-                     help="a bar of simulated seconds on stderr from the start (on a terminal "
-                     "one shows anyway once a run has taken 2 s)")
+                     help="a bar of the requests answered (of all the clients will send) and the "
+                     "simulated time, on stderr from the start (on a terminal one shows anyway "
+                     "once a run has taken 2 s)")
     bar.add_argument("--no-progress", action="store_true", help="no bar, even on a terminal")
     outside_flag(r)
     r.add_argument("--perfetto", metavar="FILE", help="record every batch step and KV write and "
                    "write a Chrome trace-event JSON to FILE: open it in https://ui.perfetto.dev")
+    r.add_argument("--plot", metavar="FILE", help="draw the run's figure to FILE (.png, .svg, "
+                   ".pdf, ...): the postmortem for an incident, the capacity figure otherwise")
     return r
 
 
@@ -120,6 +135,10 @@ def run_or_validate(args: argparse.Namespace) -> int:
         if args.cmd == "run" and args.format and not args.out:  # not silently ignored
             raise UsageError("--format picks the table format of --out DIR; add --out")
         sc = load_scenario(args)
+        if args.cmd == "run" and args.plot:
+            own = scenario_inputs(args.scenario, sc) + (
+                [Path(args.perfetto)] if args.perfetto else [])
+            check_plot_file(args.plot, own, [Path(args.out)] if args.out else [])
         if args.cmd == "run" and args.out:
             prepare_out_dir(args.out)
         if args.cmd == "run" and args.perfetto:
@@ -176,6 +195,13 @@ def run_or_validate(args: argparse.Namespace) -> int:
             return die(f"--perfetto {show_path(args.perfetto)}: cannot write "
                        f"({err.strerror or type(err).__name__})")
         print(f"wrote {show_path(path)} (open it in https://ui.perfetto.dev)", file=sys.stderr)
+    if args.plot:
+        try:
+            path = _plot(res, args.plot)
+        except OSError as err:
+            return die(f"--plot {show_path(args.plot)}: cannot write "
+                       f"({err.strerror or type(err).__name__})")
+        print(f"wrote {show_path(path)}", file=sys.stderr)
     summary = res.summary  # (stdout is the same bytes for the same scenario and seed: the
     # wall time goes to stderr, as summary.json leaves it out)
     if args.json:
@@ -191,3 +217,23 @@ def run_or_validate(args: argparse.Namespace) -> int:
           f"({res.scheduled} scheduled entries, of which {summary['events']} SimPy "
           f"events)", file=sys.stderr)
     return 0
+
+
+def _plot(res: object, out: str) -> str:
+    """The run's figure to ``out``: the postmortem for an incident, the capacity figure for
+    anything else (``pdsim run --help``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pdsim.analysis.sweep import is_incident
+    from pdsim.output import plots, plots_capacity
+
+    fig = (plots.postmortem(res) if is_incident(res.scenario)
+           else plots_capacity.capacity(res))
+    try:
+        fig.savefig(out, dpi=90)
+    finally:
+        plt.close(fig)
+    return out

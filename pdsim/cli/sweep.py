@@ -19,17 +19,62 @@ from pdsim.cli.common import (
 from pdsim.util.backends import MAX_RUNS
 from pdsim.util.safeio import clip, echo, show_path
 
-SWEEP_COLUMNS = """\
-table columns (median over the seeds of each grid point):
-  ret!=0      transfers that failed with ret != 0 because a flush freed pages under them
-              (summary key transfer_failures_by_reason.flush_freed_pages); under the
-              one-strike blacklist each one blacklists its (prefill rank, decode session) pair
-  pairs       most pairs blacklisted at once (blacklisted_pairs_max)
-  failed      requests of all clients answered with a 5xx or an abort (failed)
-  empty       share of --client's requests that got no token (<client>.empty_share)
-  gen tok/s   --client's generated tokens per second, aborts counting 0, unlike
-              bench_serving's printed figure (<client>.true_output_throughput_tok_s)
-  pairs end   pairs still blacklisted when the run ended (blacklisted_pairs_final)
+# what each column of the table means, by header (the help shows all; a sweep, its own)
+INCIDENT_COLUMNS = {
+    "ret!=0": "transfers that failed with ret != 0 because a flush freed pages under them "
+              "(summary key transfer_failures_by_reason.flush_freed_pages); under the "
+              "one-strike blacklist each one blacklists its (prefill rank, decode session) pair",
+    "pairs": "most pairs blacklisted at once (blacklisted_pairs_max)",
+    "failed": "requests of all clients answered with a 5xx or an abort (failed)",
+    "empty": "share of --client's requests that got no token (<client>.empty_share)",
+    "gen tok/s": "--client's generated tokens per second, aborts counting 0, unlike "
+                 "bench_serving's printed figure (<client>.true_output_throughput_tok_s)",
+    "pairs end": "pairs still blacklisted when the run ended (blacklisted_pairs_final)",
+}
+CAPACITY_COLUMNS = {
+    "offered/s": "--client's offered requests per second over the steady window (the second "
+                 "half of its arrivals, no drain tail; <client>.steady.offered_req_s)",
+    "done/s": "of them, completed per second (<client>.steady.completed_req_s)",
+    "keeps up": "seeds whose fleet kept up with the offered load: its queue did not grow "
+                "(<client>.steady.keeps_up; pdsim run explains the verdict)",
+    "req/s": "--client's completed requests per second over the run (request_rate inf or a "
+             "closed loop: no offered rate)",
+    "TTFT p50": "--client's median time to first token, ms (<client>.median_ttft_ms)",
+    "TTFT p99": "its 99th percentile (<client>.p99_ttft_ms)",
+    "TPOT p50": "--client's median time per output token, ms (<client>.median_tpot_ms)",
+    "TPOT p99": "its 99th percentile (<client>.p99_tpot_ms)",
+    "E2E p99": "--client's 99th percentile end-to-end latency, ms (<client>.p99_e2e_ms)",
+    "SLO met": "share of --client's requests that met the scenario's slo: "
+               "(<client>.slo.attainment)",
+    "goodput/s": "of them, completed per second (<client>.slo.goodput_req_s)",
+    "tok/s": "--client's output tokens per second (without an slo:)",
+}
+
+
+def legend(columns: dict[str, str], shown: list[str] | None = None, client: str = "") -> str:
+    """The meaning of each column (of those ``shown``), wrapped as the help prints it."""
+    import textwrap
+
+    out = []
+    for header, text in columns.items():
+        if shown is not None and header not in shown:
+            continue
+        if client:
+            text = text.replace("--client's", f"{client}'s").replace("<client>", client)
+        out += textwrap.wrap(text, 90, initial_indent=f"  {header:<11} ", break_on_hyphens=False,
+                             subsequent_indent=" " * 14)
+    return "\n".join(out)
+
+
+SWEEP_COLUMNS = f"""\
+table columns (median over the seeds of each grid point; which ones fits the scenario):
+an incident (faults:, operator_flushes: or a client's flush:) shows
+{legend(INCIDENT_COLUMNS)}
+a capacity question (anything else) shows
+{legend(CAPACITY_COLUMNS)}
+then each of the scenario's reported figures (reference:) under its metric's name.
+--metrics NAME,... shows those summary metrics instead (names as --json gives them; a
+client's as <client>.<name>: bench.p99_ttft_ms, bench.steady.keeps_up).
 --out FILE and --json give every summary metric per run, not just these."""
 
 
@@ -45,7 +90,10 @@ examples:
   pdsim sweep scenarios/drop_timeout.yaml --vary blacklist.strikes=1,2,3 \\
       --vary flush.semantics=skip_idle_check,reject_if_busy --out rows.csv
   pdsim sweep scenarios/healthy.yaml --set predictor.kind=roofline \\
-      --vary predictor.prefill_mfu=0.25,0.35,0.5 --seeds 1"""
+      --vary predictor.prefill_mfu=0.25,0.35,0.5 --seeds 1
+  pdsim sweep scenarios/capacity/llama70b_h100.yaml --vary clients.0.request_rate=12,16,20,24
+  pdsim sweep scenarios/capacity/llama70b_h100.yaml --vary fleet.decode.servers=1,2,3 \\
+      --metrics bench.p90_ttft_ms,bench.p90_tpot_ms,bench.slo.attainment"""
 
 
 EXPLORE_EPILOG = """\
@@ -71,8 +119,11 @@ def add_sweep(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     sw.add_argument("--workers", type=int, help="processes (default: one per core)")
     sw.add_argument("--out", metavar="FILE", help="write every run's row (CSV)")
     sw.add_argument("--json", action="store_true", help="print the rows as JSON records")
-    sw.add_argument("--client", help="client whose empty share and throughput the table shows "
-                    "(default: the last bench client)")
+    sw.add_argument("--client", help="client whose metrics the table shows (default: the "
+                    "last bench client)")
+    sw.add_argument("--metrics", metavar="NAME,...", help="show these summary metrics "
+                    "instead of the columns that fit the scenario, e.g. "
+                    "bench.p99_ttft_ms,bench.steady.keeps_up (names as --json gives them)")
     outside_flag(sw)
 
     sw.add_argument("--backend", choices=["process", "ray"], default="process",
@@ -175,7 +226,7 @@ def _check_explore_args(args: argparse.Namespace) -> None:
 def sweep_cmd(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from pdsim.analysis.sweep import sweep
+    from pdsim.analysis.sweep import check_metrics, default_columns, is_incident, sweep, table
     from pdsim.config import loader, units
 
     try:
@@ -191,6 +242,18 @@ def sweep_cmd(args: argparse.Namespace) -> int:
         if main_client not in {c.name for c in sc.clients}:  # before the runs, not after
             raise UsageError(f"--client {echo(main_client)}: no such client; the scenario has "
                              f"{', '.join(c.name for c in sc.clients)}")
+        if args.metrics is not None:
+            names = [n.strip() for n in args.metrics.split(",")]
+            if not all(names):
+                raise UsageError(f"--metrics {echo(args.metrics)}: an empty name; give "
+                                 f"NAME,NAME,... (pdsim sweep --help)")
+            try:
+                check_metrics(names, sc)
+            except ValueError as err:
+                raise UsageError(str(err)) from None
+            columns = {n: n for n in names}
+        else:
+            columns = default_columns(sc, main_client)
         df = sweep(data, vary, range(1, args.seeds + 1), args.workers,
                    progress=sys.stderr.isatty(), backend=args.backend, address=args.address,
                    sets=args.sets)
@@ -206,21 +269,23 @@ def sweep_cmd(args: argparse.Namespace) -> int:
     if args.json:
         print(df.to_json(orient="records", indent=2))
         return 0
-    cols = {"transfer_failures.flush_freed_pages": "ret!=0", "blacklisted_pairs_max": "pairs",
-            "failed": "failed", f"{main_client}.empty_share": "empty",
-            f"{main_client}.true_output_throughput_tok_s": "gen tok/s",
-            "blacklisted_pairs_final": "pairs end"}
     keys = list(vary) or ["seed"]
-    table = df.groupby(keys, sort=False)[list(cols)].median().rename(columns=cols)
+    shown = table(df, keys, columns)
     nominal = [u for u in sc.unknowns if u.path not in vary]
-    with pd.option_context("display.width", 160, "display.max_columns", 20):
+    with pd.option_context("display.width", 160, "display.max_columns", 30):
         if nominal:
             print("at nominal (declared unknowns not varied): " + "; ".join(
                 f"{u.path}={u.nominal} ({u.describe()})" for u in nominal))
-        print(f"median over {args.seeds} seed(s); empty and gen tok/s are {main_client}'s")
-        print(table.round(3).to_string())
-    print("\n" + SWEEP_COLUMNS.replace("--client's", f"{main_client}'s")
-          .replace("--client", main_client).split("\n--out")[0])
+        if args.metrics is not None:
+            print(f"median over {args.seeds} seed(s)")
+        else:
+            print(f"median over {args.seeds} seed(s); "
+                  f"{'an incident' if is_incident(sc) else 'a capacity sweep'}: "
+                  f"{main_client}'s metrics (--metrics NAME,... for others)")
+        print(shown.round(3).to_string())
+    if args.metrics is None:
+        print("\n" + legend(INCIDENT_COLUMNS if is_incident(sc) else CAPACITY_COLUMNS,
+                            list(shown.columns), main_client))
     return 0
 
 

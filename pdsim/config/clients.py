@@ -15,7 +15,7 @@ from pydantic import (
     model_validator,
 )
 
-from pdsim.config import trace
+from pdsim.config import datasets, trace
 from pdsim.config.units import (
     _NUM,
     MAX_REQUESTS,
@@ -55,11 +55,33 @@ class RandomDataset(Strict):
         "output_len (memoryless, for queueing checks)")
 
 
+DatasetName = Literal[tuple(datasets.DATASETS)]  # type: ignore[valid-type]
+
+
+def _one_source(ds: Strict) -> None:
+    """``path`` or ``name``, not both (pydantic has set the defaults: a name left out is
+    not one given)."""
+    if ds.path is not None and "name" in ds.model_fields_set and ds.name is not None:
+        raise ValueError("give path (a file of yours) or name (a shipped dataset), not both")
+
+
+def _resolve(ds: Strict, ctx: Context) -> Path:
+    """The dataset's file: the user's ``path`` (confined to the scenario's tree) or the
+    shipped ``name``'s."""
+    if ds.path is not None:
+        return ctx.resolve(ds.path, "trace file" if ds.kind == "trace" else "dataset file")
+    return datasets.path(ds.name or datasets.DEFAULT)
+
+
 class TraceDataset(Strict):
     kind: Literal["trace"] = Field(description="trace: replay a Mooncake trace file "
-                                   "(bench_serving --dataset-name mooncake)")
-    path: str = Field(description="Mooncake-format JSONL (timestamp ms, input/output_length), "
-                      "relative to the scenario file; must stay in its directory tree")
+                                   "(bench_serving --dataset-name mooncake), or a shipped "
+                                   "dataset (name) at its own arrival times")
+    path: str | None = Field(None, description="Mooncake-format JSONL (timestamp ms, "
+                             "input/output_length), relative to the scenario file; must stay "
+                             "in its directory tree; give this or name")
+    name: DatasetName | None = Field(None, description="A trace shipped with pdsim instead of "
+                                     "a path: " + datasets.describe())
     limit: PosInt | None = Field(None, le=MAX_REQUESTS,
                                  description="Replay only the trace's first rows (with "
                                  "num_prompts, the smaller wins); default: every row")
@@ -70,13 +92,77 @@ class TraceDataset(Strict):
     _resolved: Path | None = PrivateAttr(None)
     _rows: int | None = PrivateAttr(None)
 
+    @model_validator(mode="after")
+    def _source(self) -> TraceDataset:
+        _one_source(self)
+        if self.path is None and self.name is None:
+            raise ValueError("give path (a Mooncake-format trace file) or name (a shipped "
+                             f"one: {', '.join(datasets.DATASETS)})")
+        return self
+
     @property
     def resolved_path(self) -> Path:
         """The trace file, resolved against the scenario's directory at load time."""
-        return self._resolved if self._resolved is not None else Path(self.path)
+        if self._resolved is not None:
+            return self._resolved
+        return Path(self.path) if self.path is not None else datasets.path(self.name)
 
 
-Dataset = Annotated[RandomDataset | TraceDataset, Field(discriminator="kind")]
+class ShareGPTDataset(Strict):
+    kind: Literal["sharegpt"] = Field(
+        description="sharegpt: prompt/output length pairs sampled as bench_serving's "
+        "--dataset-name sharegpt samples ShareGPT (shuffled with the seed; pairs with a "
+        "prompt or output under 2 tokens, or longer than context_len, left out; each pair's "
+        "own output length unless output_len), from a conversation-length dataset shipped "
+        "with pdsim (name; ShareGPT itself is not shipped: pdsim/config/datasets.py says "
+        "why) or a file of yours (path). Arrivals follow request_rate")
+    name: DatasetName | None = Field(None, description="Shipped length pairs (default "
+                                     f"{datasets.DEFAULT}): " + datasets.describe())
+    path: str | None = Field(None, description="Instead of name: a JSONL file of "
+                             "input_length/output_length pairs (the Mooncake trace format; "
+                             "timestamps are not used), relative to the scenario file")
+    output_len: Tokens | None = Field(None, ge=4, description="Every output this many tokens "
+                                      "(bench_serving --sharegpt-output-len, at least 4); "
+                                      "default: each pair's own")
+    context_len: Tokens | None = Field(None, description="Leave out pairs whose prompt + output "
+                                       "exceed this (bench_serving --sharegpt-context-len); "
+                                       "default: keep every length")
+    _resolved: Path | None = PrivateAttr(None)
+    _usable: int | None = PrivateAttr(None)  # pairs left after the filters
+    _longest: int = PrivateAttr(0)  # longest prompt among them
+
+    @model_validator(mode="after")
+    def _source(self) -> ShareGPTDataset:
+        _one_source(self)
+        return self
+
+    @property
+    def resolved_path(self) -> Path:
+        """The length-pair file, resolved at load time (a shipped name's by default)."""
+        if self._resolved is not None:
+            return self._resolved
+        return Path(self.path) if self.path is not None else datasets.path(
+            self.name or datasets.DEFAULT)
+
+    @property
+    def label(self) -> str:
+        """What the report says was sampled."""
+        return self.path if self.path is not None else (self.name or datasets.DEFAULT)
+
+
+Dataset = Annotated[RandomDataset | TraceDataset | ShareGPTDataset, Field(discriminator="kind")]
+
+
+def sharegpt_usable(ins: int, out: int, output_len: int | None,
+                    context_len: int | None) -> bool:
+    """Whether bench_serving's ShareGPT sampling keeps a pair of ``ins`` prompt and ``out``
+    output tokens: prompt and output (``output_len`` when fixed) at least 2 tokens, and their
+    sum at most ``context_len`` when set (sgl-project/sglang
+    python/sglang/benchmark/datasets/sharegpt.py, sample_sharegpt_requests; before the
+    benchmark package, python/sglang/bench_serving.py)."""
+    if output_len is not None:
+        out = output_len
+    return ins >= 2 and out >= 2 and not (context_len and ins + out > context_len)
 
 
 class ClientFlush(Strict):
@@ -98,12 +184,14 @@ class BenchClientConfig(Strict):
     start_s: Instant = Field(0.0, description="Simulated time the client starts (its warmup) "
                              "at; default 0")
     dataset: Dataset = Field(RandomDataset(), description="Prompt lengths: random "
-                             "(bench_serving's random dataset) or trace (a Mooncake trace); "
-                             "default random")
+                             "(bench_serving's random dataset), sharegpt (conversation length "
+                             "pairs, sampled as bench_serving samples ShareGPT) or trace (a "
+                             "Mooncake trace); default random")
     num_prompts: PosInt | None = Field(
         None, le=MAX_REQUESTS,
-        description="Prompts to send; default: 1000 for a random dataset (bench_serving's "
-        "default), every row of a trace (a smaller value replays the trace's first rows)")
+        description="Prompts to send; default: 1000 for a random or sharegpt dataset "
+        "(bench_serving's default), every row of a trace (a smaller value replays the "
+        "trace's first rows)")
     request_rate: Annotated[float, _NUM] | Literal["inf", "trace"] | None = Field(
         None, description="req/s, inf or trace (a trace's own timestamps); default: trace for "
         "a trace dataset (bench_serving replays a Mooncake trace by its timestamps whatever "
@@ -121,6 +209,14 @@ class BenchClientConfig(Strict):
                                "default none")
     stream: bool = Field(True, description="Streamed responses (false: bench_serving "
                          "--disable-stream); default true")
+    sdk_retries: NonNegInt = Field(
+        0, le=MAX_TRIES, description="Retries of a request answered 408, 429 or >= 500 (a "
+        "router's 502, a gateway's 504, a non-streamed 500), each a new request on a new pair, "
+        "as an OpenAI SDK client's max_retries; a streamed abort is an HTTP 200 and is not "
+        "retried. bench_serving has none; default 0")
+    sdk_backoff_s: Annotated[float, Field(ge=0, le=MAX_TIME_S, allow_inf_nan=False), _NUM] = Field(
+        0.5, description="Wait before the first retry, doubled per retry up to 8 s (the OpenAI "
+        "SDK's INITIAL_RETRY_DELAY and MAX_RETRY_DELAY, without its jitter); default 0.5 s")
 
     @field_validator("request_rate")
     @classmethod
@@ -131,7 +227,7 @@ class BenchClientConfig(Strict):
 
     @model_validator(mode="after")
     def _default_prompts(self) -> BenchClientConfig:
-        if self.num_prompts is None and self.dataset.kind == "random":
+        if self.num_prompts is None and self.dataset.kind != "trace":
             self.num_prompts = 1000
         if self.request_rate is None:
             self.request_rate = "trace" if self.dataset.kind == "trace" else "inf"
@@ -146,21 +242,38 @@ class BenchClientConfig(Strict):
 
     def most_requests(self) -> int:
         prompts = self.num_prompts or getattr(self.dataset, "_rows", None) or 0
-        return prompts + self.warmup_requests
+        return prompts * (self.sdk_retries + 1) + self.warmup_requests
 
     def check(self, ctx: Context) -> None:
         ds = self.dataset
         if self.request_rate == "trace" and ds.kind != "trace":
             raise Invalid("request_rate", "'trace' needs dataset.kind: trace", "trace")
+        where = "dataset.path" if getattr(ds, "path", None) is not None else "dataset.name"
         if ds.kind == "trace":
             try:
-                p = ctx.resolve(ds.path, "trace file")
+                p = _resolve(ds, ctx)
                 rows = trace.check_trace(p, self.trace_limit())  # the client reads them later
             except (UserFileError, trace.TraceError) as err:
-                raise Invalid("dataset.path", str(err)) from None
+                raise Invalid(where, str(err)) from None
             if not rows:
-                raise Invalid("dataset.path", "the trace file holds no requests")
+                raise Invalid(where, "the trace file holds no requests")
             ds._resolved, ds._rows = p, rows
+        elif ds.kind == "sharegpt":
+            try:
+                p = _resolve(ds, ctx)
+                rows = trace.read_rows(p)  # (the client samples the same rows, cached)
+            except (UserFileError, trace.TraceError) as err:
+                raise Invalid(where, str(err)) from None
+            usable = [r[1] for r in rows
+                      if sharegpt_usable(r[1], r[2], ds.output_len, ds.context_len)]
+            if len(usable) < self.num_prompts:
+                raise Invalid("num_prompts", f"{self.num_prompts:,} prompts, but {ds.label} "
+                              f"holds {len(usable):,} usable pairs (of {len(rows):,}: prompt "
+                              f"and output at least 2 tokens"
+                              + (f", prompt + output <= context_len {ds.context_len:,}"
+                                 if ds.context_len else "") + "); send fewer",
+                              self.num_prompts)
+            ds._resolved, ds._usable, ds._longest = p, len(usable), max(usable)
 
 
 class EvalClientConfig(Strict):

@@ -6,8 +6,10 @@ of known releases (:data:`SGLANG_VERSIONS`) and one table of the behaviours keye
 (:data:`RULES`: the first release that has each, and where that was read). The engine asks
 :func:`has` (``has(version, "retract_until_next_step_fits")``); nothing else compares versions.
 
-The releases were read from their PyPI wheels (``sglang==0.5.1.post1``, ``0.5.6.post2``,
-``0.5.8.post1``, ``0.5.9``, ``0.5.23``: ``python/sglang/srt/...`` of each release); a behaviour's
+The scheduler's behaviours were read from PyPI wheels (``sglang==0.5.1.post1``, ``0.5.6.post2``,
+``0.5.8.post1``, ``0.5.9``, ``0.5.23``: ``python/sglang/srt/...`` of each release), the PD
+timeout and abort paths' (:mod:`pdsim.config.pd_paths`) from every wheel 0.5.2-0.5.23
+(docs/pd_paths.md, which also gives each release's approximate build date); a behaviour's
 "first release" is the first of those wheels that has it unless a PR dates it (then the PR's
 first release), so a release between two wheels gets the older wheel's behaviour unless noted.
 """
@@ -24,12 +26,36 @@ SGLANG_VERSIONS: dict[str, str] = {
     "0.5.1.post1": "retraction frees 20 decode steps of headroom per remaining request; "
                    "chunks truncated to rem_chunk - page + 1",
     "0.5.2": "first release with PR #9989: retraction stops once the next decode step fits",
+    "0.5.3": "as 0.5.2",
+    "0.5.4": "as 0.5.2",
+    "0.5.5": "as 0.5.2",
+    "0.5.6": "as 0.5.2 (the chunk rules are first read in 0.5.6.post2)",
     "0.5.6.post2": "page-aligned chunks; a continuing chunk capped by free memory",
+    "0.5.7": "as 0.5.6.post2",
+    "0.5.8": "as 0.5.6.post2",
     "0.5.8.post1": "as 0.5.6.post2 for pdsim's purposes",
     "0.5.9": "as 0.5.6.post2 for pdsim's purposes (pdsim's default)",
+    "0.5.10": "scheduler as 0.5.9",
+    "0.5.11": "scheduler as 0.5.9",
+    "0.5.12": "scheduler as 0.5.9; a prefill abort marks its room Failed (pdsim always did)",
+    "0.5.13": "scheduler as 0.5.9; PD: a decode abort or waiting timeout sends ABORT to the "
+              "prefill (PR #27372), the metadata gate, the failed-session probe's variable "
+              "(off)",
+    "0.5.14": "scheduler as 0.5.9; PD paths as 0.5.13",
+    "0.5.15": "scheduler as 0.5.9; PD paths as 0.5.13",
+    "0.5.16": "scheduler as 0.5.9; PD paths as 0.5.13",
+    "0.5.17": "scheduler as 0.5.9; PD: a 1 s ZMQ send timeout (PR #31144)",
+    "0.5.18": "scheduler as 0.5.9; PD paths as 0.5.17",
+    "0.5.19": "scheduler as 0.5.9; PD: a waiting timeout or failed send drops the cached "
+              "prefill connection (PR #36029); deferred KV release's variable (off)",
+    "0.5.20": "scheduler as 0.5.9; PD: SGLANG_REQ_WAITING_TIMEOUT checked by PD schedulers",
+    "0.5.21": "scheduler as 0.5.9; PD: deferred decode KV release on (PR #35049), ABORT_ACK "
+              "after the write drains (PR #40645)",
+    "0.5.22": "scheduler as 0.5.9; PD paths as 0.5.21",
     "0.5.23": "as 0.5.9 for pdsim's purposes (--retraction-policy defaults to the legacy "
               "length order; its memory defaults (arg_groups/memory_hook.py: a prefill "
-              "CUDA-graph reserve, 2 GiB for DeepEP buffers) are not modelled: 0.5.9's apply)",
+              "CUDA-graph reserve, 2 GiB for DeepEP buffers) are not modelled: 0.5.9's apply); "
+              "PD: the failed-session probe on by default (blacklist v0_5_23)",
     "glm5-hopper": "the image lmsysorg/sglang:glm5-hopper (InferenceX perf-changelog PR #914), "
                    "whose code base is not published: taken as 0.5.9 (GLM-5 support first "
                    "appears in the 0.5.9 release)",
@@ -78,6 +104,12 @@ def parse(version: str) -> tuple[int, ...]:
 def has(version: str, rule: str) -> bool:
     """Whether SGLang ``version`` has the behaviour ``rule`` (a key of :data:`RULES`)."""
     return parse(version) >= parse(RULES[rule][0])
+
+
+def at_least(version: str, floor: str) -> bool:
+    """Whether ``version`` is release ``floor`` or a later one (the PD paths' defaults,
+    pdsim.config.pd_paths, key off this; their facts: docs/pd_paths.md)."""
+    return parse(version) >= parse(floor)
 
 
 

@@ -272,6 +272,29 @@ class RouterConfig(Strict):
     request_timeout_s: Seconds = Field(
         1800.0, description="How long the router waits for a request's response before "
         "failing it; default 1800 s")
+    dispatch: Literal["mini_lb_gather", "smg_join", "smg_cancel_on_prefill_fail",
+                      "smg_cancel_both"] = Field(
+        "mini_lb_gather", description="How the router waits on a request's two legs (POSTs to "
+        "the prefill and the decode) and what it does when one fails (docs/pd_paths.md, "
+        "'Router'). mini_lb_gather: sglang-router 0.3.2's mini_lb (asyncio.gather): the "
+        "decode's answer goes back at once, the prefill leg's outcome is ignored, neither leg "
+        "is cancelled. smg_join: sgl-model-gateway's old tokio::join! (pd_router.rs @004dcda): "
+        "the answer waits for both legs; a decode leg that failed at transport level waits for "
+        "the prefill leg's bootstrap timeout (PR #29482's hang). smg_cancel_on_prefill_fail: "
+        "PR #29017: a failed prefill leg drops the decode leg (the decode aborts its copy) and "
+        "answers 502 at once; a decode failing first still waits for the prefill. "
+        "smg_cancel_both: dispatch.rs @03744db (what PR #29482 asked for): either leg failing "
+        "first drops the other and answers 502 at once; default mini_lb_gather")
+    ttft_timeout_s: Seconds | None = Field(
+        None, description="A gateway in front of the router gives up on a request without a "
+        "first token after this many seconds (HTTP 504; an external gateway's first-byte "
+        "timeout: neither mini_lb nor sgl-model-gateway has one); the gateway_timeout fault "
+        "changes it during a run; default null: none")
+    ttft_timeout_cancels: Literal["both", "prefill"] = Field(
+        "both", description="What a TTFT timeout cancels: both (the gateway closes its "
+        "connection, the router drops both legs, each server aborts its own copy) or prefill "
+        "(only the prefill leg is aborted: PR #28651's route, where the decode is not told "
+        "unless disaggregation.prefill_abort_notifies_decode); default both")
     fanout_concurrency: PosInt = Field(32, le=MAX_COUNT,
                                        description="Rust routers: concurrent flush fan-out")
     worker_timeout_s: Seconds = Field(5.0, description="sgl-model-gateway per-worker timeout")
@@ -287,11 +310,14 @@ class RouterConfig(Strict):
 class TransferConfig(Strict):
     queues_per_rank: PosInt = Field(4, le=MAX_QUEUES,
                                     description="Mooncake transfer queues per prefill rank")
-    call_latency_ms: Millis = Field(1.6, description="Fixed cost per batch write (ref 6)")
+    call_latency_ms: Millis = Field(1.6, description="Fixed cost per batch write (fitted upstream "
+                                    "on Mooncake + SGLang transfer measurements: "
+                                    "docs/model/transfer.md)")
     nic_gbps: PosFloat | None = Field(None, ge=1e-3, le=1e6,
                                       description="NIC line rate; default from GPU profile")
     gpus_per_nic: PosInt | None = Field(None, le=MAX_TP, description="Default from GPU profile")
-    peak_utilisation: Fraction = Field(0.84, description="168 GB/s over 4x400 GbE (ref 6)")
+    peak_utilisation: Fraction = Field(0.84, description="168 GB/s over 4x400 GbE (the same "
+                                       "fit: docs/model/transfer.md)")
     min_utilisation: Fraction = Field(0.12, description="Utilisation floor for small writes")
     saturation_mb: PosFloat = Field(100.0, le=1e6,
                                     description="Write size reaching peak utilisation")

@@ -10,7 +10,7 @@ exactly what ``pdsim run`` runs, so a scenario that validates does not fail at r
 2. apply ``--set`` overrides (:func:`apply_overrides`), parsed with the same loader;
 3. pydantic validation (:func:`pdsim.config.scenario.from_dict`): types, and documented bounds
    on every size and interval (the ``MAX_*``/``MIN_*`` constants of :mod:`pdsim.config.units`,
-   shown in the JSON Schema and the README);
+   shown in the JSON Schema and the docs);
 4. cross-field checks: each section may define ``check(self, ctx)``, called after validation
    with the validated scenario in ``ctx.scenario``; it raises
    :class:`~pdsim.config.units.Invalid` with a key relative to the section
@@ -361,15 +361,20 @@ def load(source: str | Path | dict | Scenario, sets: list[str] | None = None, *,
     return sc
 
 
-def limits() -> dict[str, float]:
-    """The documented limits, by name (the README's table): the scenario's
-    (:mod:`pdsim.config.units`), and those of the modules that read files (YAML, traces,
-    profiles, paths) or fan runs out."""
+def limit_modules() -> tuple:
+    """The modules whose ``MAX_*``/``MIN_*`` constants are the documented limits."""
     from pdsim.config import profile_schema, units
     from pdsim.util import backends, safeio
 
+    return units, safeyaml, trace, profile_schema, safeio, backends
+
+
+def limits() -> dict[str, float]:
+    """The documented limits, by name (the docs' table, docs/reference/scenario.md, is
+    generated from it): the scenario's (:mod:`pdsim.config.units`), and those of the modules
+    that read files (YAML, traces, profiles, paths) or fan runs out."""
     out = {}
-    for space in (vars(m) for m in (units, safeyaml, trace, profile_schema, safeio, backends)):
+    for space in (vars(m) for m in limit_modules()):
         out.update((k, v) for k, v in space.items()
                    if k.startswith(("MAX_", "MIN_")) and isinstance(v, (int, float)))
     return out

@@ -402,7 +402,7 @@ class Model(_Profile):
 
         MLA has one latent head, and DP attention keeps a request on one GPU: no replication.
         GQA under TP splits KV heads over ranks; when tp > kv_heads the heads are replicated and
-        every replica is sent (reference section 6): factor ``max(1, tp / kv_heads)``.
+        every replica is sent (docs/model/transfer.md): factor ``max(1, tp / kv_heads)``.
         """
         base = self.kv_bytes_per_token
         if self.attention == "mla" or dp_attention:

@@ -9,9 +9,11 @@ a built-in one does:
 - the JSON Schema (``pdsim schema``), built from the entries registered when it is asked for;
 - construction (``REGISTRY.get(name).impl``).
 
-Kinds: ``BLACKLIST_POLICIES`` (``blacklist:``), ``FAULTS`` (items of ``faults:``). Built-in
-entries register when their module (``pdsim.engine.blacklist``, ``pdsim.engine.faults``) is
-imported.
+Kinds: ``BLACKLIST_POLICIES`` (``blacklist:``), ``FAULTS`` (items of ``faults:``), and the
+switches of ``disaggregation:`` (``PD_PATHS``, a :class:`SwitchRegistry`: every switch is set
+at once, each defaulting to the value of the release in ``engine.version``). Built-in entries
+register when their module (``pdsim.engine.blacklist``, ``pdsim.engine.faults`` with
+``pdsim.engine.faults_pd``, ``pdsim.config.pd_paths``) is imported.
 
     from pdsim.config.registry import BLACKLIST_POLICIES
     from pdsim.config.units import Seconds
@@ -312,7 +314,131 @@ def hoist(schema: dict) -> dict:
 
 BLACKLIST_POLICIES = Registry("blacklist policy", "policy", default="permanent",
                               builtins="pdsim.engine.blacklist", owner_hint=True)
-FAULTS = Registry("fault kind", "kind", builtins="pdsim.engine.faults")
+FAULTS = Registry("fault kind", "kind", builtins="pdsim.engine.faults_pd")  # (and .faults)
+
+
+# --- switches: behaviours that changed across releases, each its own key -----------------------
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One registered switch: its value type, its default per release, and where it comes from
+    (``sglang``: the SGLang flag, environment variable or PR it stands for)."""
+
+    name: str
+    annotation: Any
+    default: Callable[[str], Any]  # release (pdsim.config.engine_version) -> its default
+    description: str
+    sglang: str
+    by_version: str  # the defaults across releases, as the schema and the report say them
+
+
+class SwitchRegistry:
+    """Switches of one section, all set at once (unlike a :class:`Registry`, whose entries are
+    alternatives): each a key of the section whose default depends on the release
+    (``engine.version``). A scenario sets the ones it wants; the rest take the release's value
+    (:meth:`resolve`). Registering drives validation and the JSON Schema, as for the other
+    registries: the section's model is built from the entries registered when it is needed.
+    """
+
+    def __init__(self, kind: str, section: str, builtins: str | None = None) -> None:
+        self.kind = kind
+        self.section = section
+        self.builtins = builtins
+        self._entries: dict[str, Switch] = {}
+        self._model: tuple[tuple[str, ...], type[Params]] | None = None
+
+    def _ensure(self) -> None:
+        if self.builtins is not None:
+            module, self.builtins = self.builtins, None
+            importlib.import_module(module)
+
+    def register(self, name: str, annotation: Any, default: Callable[[str], Any],
+                 description: str, sglang: str, by_version: str) -> None:
+        """Add (or replace) switch ``name``; ``default(version)`` gives its value in a release."""
+        self._entries[name] = Switch(name, annotation, default, description, sglang,
+                                     by_version)
+        self._model = None
+
+    def entries(self) -> list[Switch]:
+        self._ensure()
+        return list(self._entries.values())
+
+    def model(self) -> type[Params]:
+        """The section's model: every switch optional (None: the release's default)."""
+        self._ensure()
+        names = tuple(self._entries)
+        if self._model is None or self._model[0] != names:
+            fields = {s.name: (s.annotation | None, Field(
+                None, description=f"{s.description} SGLang: {s.sglang}. Default by "
+                f"engine.version: {s.by_version}")) for s in self._entries.values()}
+            model = create_model(f"{self.section.title()}Switches", __base__=Params,
+                                 __doc__=f"{self.kind}: each key unset takes the value of the "
+                                 f"release in engine.version", **fields)
+            model.check = lambda self, ctx: None  # (a section: pdsim.config.scenario.check)
+            model._pdsim_kind = self.section
+            model.__reduce__ = _reduce_switches  # (pickle by registry, not module attribute)
+            self._model = (names, model)
+        return self._model[1]
+
+    def validate(self, data: Any) -> Params:
+        model = self.model()
+        if isinstance(data, model):
+            return data
+        if isinstance(data, BaseModel):
+            data = data.model_dump()
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise PydanticCustomError("mapping", "must be a mapping of switches")
+        return model.model_validate(data)
+
+    def resolve(self, section: Any, version: str) -> dict[str, Any]:
+        """Every switch's value in release ``version``, the section's own where it sets one."""
+        out = {}
+        for s in self.entries():
+            v = getattr(section, s.name, None) if section is not None else None
+            out[s.name] = s.default(version) if v is None else v
+        return out
+
+    def field(self) -> Any:
+        """An annotation marker: a pydantic field validated and described by this registry."""
+        registry = self
+
+        class _Field:
+            @classmethod
+            def __get_pydantic_core_schema__(cls, _source: Any, _handler: Any) -> Any:
+                return core_schema.no_info_plain_validator_function(
+                    registry.validate,
+                    serialization=core_schema.plain_serializer_function_ser_schema(
+                        lambda v: v.model_dump(mode="json", exclude_none=True),
+                        when_used="always"))
+
+            @classmethod
+            def __get_pydantic_json_schema__(cls, _core: Any, handler: Any) -> dict:
+                model = registry.model()
+                ref = handler(model.__pydantic_core_schema__)
+                return handler.resolve_ref_schema(ref) if "$ref" in ref else ref
+
+        return _Field
+
+
+_SWITCHES: dict[str, SwitchRegistry] = {}  # section -> its registry, for unpickling
+
+
+def _switches(section: str) -> Params:
+    """A bare instance of ``section``'s switch model (as :func:`_registered`)."""
+    model = _SWITCHES[section].model()
+    return model.__new__(model)
+
+
+def _reduce_switches(self: Params) -> tuple:
+    return _switches, (type(self)._pdsim_kind,), self.__getstate__()
+
+
+PD_PATHS = SwitchRegistry("PD timeout and abort paths", "disaggregation",
+                          builtins="pdsim.config.pd_paths")
+_SWITCHES[PD_PATHS.section] = PD_PATHS
 
 
 def load_plugin(spec: str) -> None:

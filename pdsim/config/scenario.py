@@ -18,11 +18,12 @@ from pydantic import (
     PrivateAttr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from pdsim.config import registry, unknowns
 from pdsim.config.clients import ClientConfig
-from pdsim.config.engine_version import EngineSection
+from pdsim.config.engine_version import SGLANG_VERSIONS, EngineSection, at_least
 from pdsim.config.fleet import (
     BlacklistConfig,
     FleetConfig,
@@ -32,7 +33,7 @@ from pdsim.config.fleet import (
     TransferConfig,
 )
 from pdsim.config.profile_schema import GPUOverrides, ModelOverrides
-from pdsim.config.registry import BLACKLIST_POLICIES, FAULTS
+from pdsim.config.registry import BLACKLIST_POLICIES, FAULTS, PD_PATHS
 from pdsim.config.units import (
     _NOTHING,
     _NUM,
@@ -59,6 +60,13 @@ from pdsim.util.safeio import (
     clip,
     echo,
 )
+
+DisaggregationConfig = Annotated[registry.Params, PD_PATHS.field()]
+"""``disaggregation:``: the switches of :data:`pdsim.config.registry.PD_PATHS`."""
+
+# blacklist.policy when a scenario leaves it out: the release's default recovery
+# (pdsim.engine.blacklist: the failed-session probe of PR #25287 is on by default in 0.5.23)
+BLACKLIST_BY_VERSION = (("0.5.23", "v0_5_23"),)
 
 Fault = Annotated[registry.Params, FAULTS.field()]
 """A ``faults:`` item: ``kind`` names a registered fault (pdsim.engine.faults) or ``preset`` a
@@ -192,8 +200,13 @@ class Scenario(Strict):
         default_factory=ModelOverrides, description="Override model profile values, e.g. "
         "layers: 8")
     engine: EngineSection = Field(  # type: ignore[valid-type]
-        default_factory=EngineSection, description="The SGLang release the scheduler follows "
-        "(version) and overrides of engine profile values, e.g. bootstrap_ms: 5")
+        default_factory=EngineSection, description="The SGLang release the scheduler and the "
+        "PD paths follow (version) and overrides of engine profile values, e.g. bootstrap_ms: "
+        "5")
+    disaggregation: DisaggregationConfig = Field(
+        default_factory=lambda: PD_PATHS.validate({}),
+        description="SGLang's PD timeout, abort and heartbeat paths (pdsim.config.pd_paths): "
+        "each switch unset takes its value in engine.version's release")
     clients: Annotated[list[ClientConfig], Field(min_length=1, max_length=MAX_LIST)] = Field(
         description="Load generators, at least one: bench (sglang.bench_serving) or eval "
         "(gsm8k-style, sglang.test.run_eval)")
@@ -227,6 +240,33 @@ class Scenario(Strict):
             self._unknowns = []
         return self._unknowns
 
+    @model_validator(mode="before")
+    @classmethod
+    def _release_blacklist(cls, data: Any) -> Any:
+        """``blacklist.policy`` left out: the release's default (0.5.23: the probe with
+        backoff and idle drop, ``v0_5_23``; earlier: ``permanent``)."""
+        if not isinstance(data, dict):
+            return data
+        eng = data.get("engine")
+        version = eng.get("version") if isinstance(eng, dict) else None
+        if version not in SGLANG_VERSIONS:
+            return data
+        policy = next((p for floor, p in BLACKLIST_BY_VERSION if at_least(version, floor)),
+                      None)
+        bl = data.get("blacklist")
+        if policy is None or not (bl is None or isinstance(bl, dict)):
+            return data
+        bl = dict(bl or {})
+        if "policy" in bl or "preset" in bl:
+            return data
+        return {**data, "blacklist": {**bl, "policy": policy}}
+
+    @property
+    def pd(self) -> dict[str, Any]:
+        """Every switch of ``disaggregation:`` as this scenario runs it: its own value, else
+        the value of the release in ``engine.version``."""
+        return PD_PATHS.resolve(self.disaggregation, self.engine.version)
+
     @field_validator("clients")
     @classmethod
     def _names_unique(cls, clients: list) -> list:
@@ -246,9 +286,29 @@ class Scenario(Strict):
                           f"(sdk_retries + 1)); at most {MAX_TOTAL_REQUESTS:,}")
         blocks = sum(c.num_prompts * math.ceil(c.dataset.input_len / 512)
                      for c in self.clients if c.kind == "bench" and c.dataset.kind == "random")
+        blocks += sum(c.num_prompts * math.ceil(c.dataset._longest / 512)  # (at most)
+                      for c in self.clients if c.kind == "bench" and c.dataset.kind == "sharegpt")
         if blocks > MAX_PROMPT_BLOCKS:
-            raise Invalid("clients", f"the random prompts hold {blocks:,} prefix blocks "
-                          f"(num_prompts x input_len / 512); at most {MAX_PROMPT_BLOCKS:,}")
+            raise Invalid("clients", f"the random and sharegpt prompts hold up to {blocks:,} "
+                          f"prefix blocks (num_prompts x input_len / 512); at most "
+                          f"{MAX_PROMPT_BLOCKS:,}")
+        if self.fleet.mode == "colocated":  # (no prefill and decode legs, no KV transfers)
+            own = self.disaggregation.model_dump(exclude_none=True)
+            if own:
+                raise Invalid("disaggregation", f"applies to a PD fleet (fleet.mode: pd); a "
+                              f"colocated fleet has no KV transfer between servers; remove "
+                              f"{', '.join(own)}")
+            if self.router.dispatch != "mini_lb_gather" or self.router.ttft_timeout_s:
+                raise Invalid("router", "dispatch and ttft_timeout_s apply to a PD fleet's "
+                              "router (a prefill and a decode leg per request); a colocated "
+                              "fleet's gateway sends each request to one server")
+        wait = getattr(self.disaggregation, "req_waiting_timeout_s", None)
+        if wait is not None and not at_least(self.engine.version, "0.5.20"):
+            raise Invalid("disaggregation.req_waiting_timeout_s", f"SGLANG_REQ_WAITING_TIMEOUT "
+                          f"is not checked by PD schedulers before 0.5.20 (only in "
+                          f"get_next_batch_to_run, which PD event loops never call); engine."
+                          f"version is {self.engine.version}: set it to 0.5.20 or later, or "
+                          f"leave this unset", wait)
         n_decode = _decode_ranks(self)
         if self.transfer.base_port + n_decode - 1 > 65535:
             raise Invalid("transfer.base_port", f"base_port + {n_decode} decode ranks passes "
@@ -363,7 +423,8 @@ def _format_error(err: ValidationError, prefix: tuple = ()) -> str:
         got = e.get("input")
         return f"invalid value at '{path}': {alts} (got {echo(got)}){more}"
     if e["type"] == "extra_forbidden":
-        allowed = _allowed_keys(Scenario, loc[:-1])
+        allowed = (_allowed_keys(Scenario, loc[:-1]) if _clean(loc[:-1]) != ("disaggregation",)
+                   else [s.name for s in PD_PATHS.entries()])
         hint = f"; allowed keys here: {', '.join(allowed)}" if allowed else ""
         return f"unknown key '{path}'{hint}{more}"
     if e["type"] == "unknown_key":

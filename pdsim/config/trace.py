@@ -34,7 +34,7 @@ MAX_TRACE_TOKENS = 10_000_000  # input_length / output_length of one row
 # cut by num_prompts (the 256 MB limit alone allows ~4.5 million rows of the shortest shape,
 # ~57 bytes without hash_ids; the Mooncake traces' rows average ~250 bytes); a file of blank
 # lines is refused after 4 million of them, in about half a second.
-MAX_TRACE_LINES = 4 * MAX_TRACE_ROWS
+MAX_TRACE_LINES = 4 * MAX_TRACE_ROWS  # lines of a trace file, blank ones included
 # a prefix block id is below this: pdsim.engine.client numbers random prompts' blocks from it up (a
 # trace's ids are block hashes' indices, far smaller), so no trace block is one of theirs
 HASH_ID_LIMIT = 1 << 40
@@ -258,6 +258,13 @@ def _rows(path: str | Path, limit: int | None) -> tuple:
         raise TraceError(f"trace file {show_path(path)} holds more than {MAX_TRACE_ROWS:,} "
                          f"requests; replay its first rows with num_prompts")
     return rows
+
+
+def read_rows(path: str | Path) -> tuple:
+    """Every row of a trace as ``(timestamp ms, input, output, blocks)`` tuples, parsed and
+    checked (cached by content key, as the client's read); a length-pair dataset's rows
+    (``dataset: {kind: sharegpt}``). Raises :class:`TraceError`."""
+    return _rows(path, None)
 
 
 def check_trace(path: str | Path, limit: int | None) -> int:

@@ -1,10 +1,11 @@
 """The scenario's units, bounds and errors, and the base of every section.
 
-The documented limits (``MAX_*``, ``MIN_*``: the README's table, each error names the one it
-hit), the numeric aliases every field uses (``Seconds``, ``Tokens``, ``PosInt``, ... reject
-``true``/``false`` where a number is expected), the one-line :class:`ScenarioError` and the
-:class:`Invalid` a section's ``check`` raises, the :class:`Context` a check gets, and
-:class:`Strict`, the base of every section (unknown keys are errors).
+The documented limits (``MAX_*``, ``MIN_*``: the docs' table is generated from them; each error
+names the one it hit), the numeric aliases every field uses (``Seconds``, ``Tokens``,
+``PosInt``, ... reject ``true``/``false`` where a number is expected), the one-line
+:class:`ScenarioError` and the :class:`Invalid` a section's ``check`` raises, the
+:class:`Context` a check gets, and :class:`Strict`, the base of every section (unknown keys are
+errors).
 """
 
 
@@ -25,7 +26,7 @@ from pdsim.util.safeio import (
     resolve_user_path,
 )
 
-# --- limits (documented in the README; each error names the one it hit) ----------------------
+# --- limits (docs/reference/scenario.md, generated; each error names the one it hit) ------
 
 MAX_FILE_BYTES = 256 << 10  # a scenario file (each file of an extends chain)
 # MAX_YAML_DEPTH, MAX_YAML_VALUES, MAX_INT_DIGITS: pdsim.util.safeyaml's, imported above (limits())
@@ -50,10 +51,10 @@ MAX_TRIES = 30  # eval tries and SDK retries
 MAX_QUEUES = 64  # transfer queues per prefill rank
 MAX_COUNT = 1_000_000  # other counts (strikes, fan-out, heartbeat misses)
 MAX_LIST = 1000  # entries of faults, operator_flushes, reference, clients
-MAX_SEED = 2**64 - 1
+MAX_SEED = 2**64 - 1  # seeds (numpy's SeedSequence takes any; 64 bits is plenty)
 MAX_MS = MAX_TIME_S * 1e3  # latencies and predictor terms in ms
-MAX_NAME_CHARS = 100
-MAX_TEXT_CHARS = 10_000
+MAX_NAME_CHARS = 100  # names and labels: the scenario, clients, reference figures
+MAX_TEXT_CHARS = 10_000  # free text: description, a reference figure's source
 
 
 class ScenarioError(ValueError):

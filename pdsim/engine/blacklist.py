@@ -9,7 +9,7 @@ admitted fails at once: "Decode instance could be dead" (reason ``blacklisted_se
 Registered policies (``blacklist.policy``), each with its own parameters:
 
 - ``permanent``: one strike (``strikes``), no way off but re-registration. 0.5.14-0.5.22
-  default (MODEL_REFERENCE.md section 6).
+  default (docs/model/blacklist.md).
 - ``probe``: plus a recovery probe every ``probe_interval_s`` (SGLang PR #25287, 30 s).
 - ``v0_5_23``: probe whose interval doubles after each failed probe up to
   ``probe_max_interval_s``; an entry no request targeted for ``idle_drop_s`` is dropped.

@@ -20,6 +20,7 @@ from pdsim.config.trace import (  # noqa: F401 (open_trace, read_trace: API)
     HASH_ID_LIMIT,
     count_rows,
     open_trace,
+    read_rows,
     read_trace,
     trace_prompts,
 )
@@ -59,12 +60,36 @@ def random_lengths(rng: np.random.Generator, n: int, input_len: int, output_len:
     return ins, outs
 
 
+def sharegpt_lengths(rng: np.random.Generator, rows: tuple, n: int, output_len: int | None,
+                     context_len: int | None) -> tuple[list[int], list[int]]:
+    """bench_serving's ``sharegpt`` dataset over length pairs: the pairs shuffled (one
+    permutation from ``rng``), each one's output replaced by ``output_len`` when set, those
+    the filter leaves out skipped (pdsim.config.clients.sharegpt_usable: prompt or output
+    under 2 tokens, longer than ``context_len``), the first ``n`` kept (sgl-project/sglang
+    python/sglang/benchmark/datasets/sharegpt.py, sample_sharegpt_requests). ``rows``: the
+    dataset's ``(timestamp, input, output, blocks)`` rows (validation made sure ``n`` fit)."""
+    ins = np.fromiter((r[1] for r in rows), np.int64, len(rows))
+    outs = np.fromiter((r[2] for r in rows), np.int64, len(rows))
+    order = rng.permutation(len(rows))
+    ins, outs = ins[order], outs[order] if output_len is None else np.full(len(rows),
+                                                                            output_len)
+    keep = (ins >= 2) & (outs >= 2)
+    if context_len:
+        keep &= ins + outs <= context_len
+    return ins[keep][:n].tolist(), outs[keep][:n].tolist()
+
+
 class Client:
     """A client of the router, without a process per request. Its reactions to a finished
     request keep the zero-delay steps of the processes they replace, counted from where the
     router returns the response (``on_return``): one for an eval thread, two for a bench
     warmup's end, three for a bench prompt's slot going to the next prompt (``clock.later``:
     at once when nothing else is due in the instant)."""
+
+    # load spikes (the load_spike fault): (start, end, factor) in simulated s; an instance's
+    # own only when a fault sets them (a client keeps its attributes inline while it has few:
+    # tests/test_sim_speed.py)
+    spikes: tuple[tuple[float, float, float], ...] = ()
 
     def __init__(self, env: simpy.Environment, cfg: BenchClientConfig | EvalClientConfig,
                  index: int, frontend: Frontend, rngs: Streams) -> None:
@@ -85,6 +110,26 @@ class Client:
     def _main(self) -> Generator:
         yield from self.run()
         self.done.succeed()
+
+    def offered(self) -> np.ndarray:
+        """When each prompt was to be sent (s): a bench client's schedule, the offered load,
+        whether a concurrency limit held a prompt back or the run ended first
+        (pdsim.engine.steady); empty before it starts and for an eval (a closed loop). (Made
+        from the schedule it keeps, not kept: a client's attributes stay under CPython's
+        inline limit, tests/test_sim_speed.py.)"""
+        at = getattr(self, "_at", None)
+        return np.asarray(at, float) + self.t0 if at else np.empty(0)
+
+    def progress(self) -> tuple[int, int]:
+        """(prompts answered, or questions finished; how many it will send): what the run's
+        progress bar counts (read from its thread, so only plain ints are read)."""
+        cfg = self.cfg
+        if cfg.kind == "eval":
+            return self.sent, cfg.questions
+        if self.planned:
+            return getattr(self, "_returned", 0), self.planned
+        rows = getattr(cfg.dataset, "_rows", None)  # (a trace: its rows to replay, as checked)
+        return 0, rows if rows is not None else (cfg.num_prompts or 0)
 
     def unsent(self) -> int:
         """Prompts (bench) or questions (eval) it had not finished sending when the run ended."""
@@ -108,6 +153,8 @@ class BenchClient(Client):
     when their response returns.
     """
 
+    _retries = 0  # sdk_retries (an instance's own when set: see Client.spikes)
+
     def _prompts(self) -> list[tuple]:
         """The prompts as tuples ``(t, input, output, blocks)`` (``t``: a trace row's arrival,
         0.0 for a random prompt; see ``pdsim.config.trace.trace_prompts``)."""
@@ -120,12 +167,19 @@ class BenchClient(Client):
                                else len(rows))
             return rows
         n = self.cfg.num_prompts
+        base = (self.index + 1) * HASH_ID_LIMIT
+        if ds.kind == "sharegpt":
+            ins, outs = sharegpt_lengths(self.rngs["lengths"], read_rows(ds.resolved_path), n,
+                                         ds.output_len, ds.context_len)
+            # private blocks as a random prompt's (below), each prompt as many as it needs
+            per = np.cumsum([0] + [-(-i // 512) for i in ins]) + base
+            blocks = map(range, per[:-1].tolist(), per[1:].tolist())
+            return [(0.0, i, o, b) for i, o, b in zip(ins, outs, blocks, strict=True)]
         ins, outs = random_lengths(self.rngs["lengths"], n, ds.input_len, ds.output_len,
                                    ds.range_ratio, ds.output_distribution)
         # random prompts share no prefix blocks, within a client, across clients or with a
         # trace (whose ids are below HASH_ID_LIMIT): each prompt's are a range, which the
         # prefix cache keeps as one private run (kv.PrefixCache)
-        base = (self.index + 1) * HASH_ID_LIMIT
         blocks_per = math.ceil(ds.input_len / 512)
         # (prompt k's: range(base + k * blocks_per, base + (k + 1) * blocks_per), made by map)
         ends = range(base, base + (n + 1) * blocks_per, blocks_per)
@@ -137,11 +191,27 @@ class BenchClient(Client):
         rate = self.cfg.request_rate
         n = len(prompts)
         if rate == "trace":
-            return np.array([p[0] for p in prompts])
+            return self._spiked(np.array([p[0] for p in prompts]))
         if rate == "inf" or (isinstance(rate, float) and math.isinf(rate)):
             return np.zeros(n)
         gaps = self.rngs["arrivals"].exponential(1.0 / float(rate), size=n)
-        return np.cumsum(gaps) - gaps[0]
+        return self._spiked(np.cumsum(gaps) - gaps[0])
+
+    def _spiked(self, at: np.ndarray) -> np.ndarray:
+        """Arrival times (from ``t0``) under the load spikes: a Poisson stream of rate
+        ``r(t)`` is a unit-rate one in the operational time ``T(t)``, the integral of ``r``;
+        with ``r`` the client's rate times ``factor`` inside a spike, an arrival at ``s`` of the
+        unspiked stream arrives at ``T^-1(s)``: the same draws, the window's gaps divided by
+        ``factor`` and the later arrivals moved up by what it saved."""
+        for start, end, factor in self.spikes:
+            a, b = start - self.t0, end - self.t0
+            if b <= 0:
+                continue
+            a = max(a, 0.0)
+            top = a + factor * (b - a)  # operational time at the spike's end
+            at = np.where(at < a, at, np.where(at < top, a + (at - a) / factor,
+                                               at - (factor - 1.0) * (b - a)))
+        return at
 
     def run(self) -> Generator:
         """The client's process: warmup, flush, then the prompts."""
@@ -149,6 +219,7 @@ class BenchClient(Client):
         if cfg.start_s:
             yield env.timeout(cfg.start_s)
         prompts = self._prompts()
+        rate = cfg.request_rate
         if cfg.warmup_requests and prompts:
             p = prompts[0]
             warm = env.event()
@@ -191,11 +262,38 @@ class BenchClient(Client):
         self._all_returned = env.event()
         self._sender = Relay(env, self._send)  # a prompt sends one step after its slot
         self._on_return = self._returned_one  # (bound once, not per prompt)
+        if cfg.sdk_retries:  # SDK retries: each request's prompt, each prompt's retries so far
+            self._retries = cfg.sdk_retries
+            self._prompt_of: dict[int, int] = {}
+            self._tried: dict[int, int] = {}
         self._stream = cfg.stream
         self._releaser = Link(env, self._release)
         self._granter = Link(env, self._grant)
+        if self.spikes and self._limited and (rate == "inf" or rate == math.inf):
+            self._spike_slots()  # a closed loop: more slots
         urgent(env, self._start)  # where the prompts' processes would have started
         yield self._all_returned
+
+    def _spike_slots(self) -> None:
+        """A load spike on a closed loop: ``factor`` times the slots (``max_concurrency``)
+        during the spike (prompts waiting for one take the new ones at once); back to the
+        client's own after it (busy slots above it are not granted again as they free)."""
+        env, base = self.env, self._slots
+
+        def begin(factor: float) -> None:
+            self._slots = max(base, round(base * factor))
+            while self._backlog and self._busy < self._slots:
+                self._busy += 1
+                self._sender(self._backlog.popleft())
+
+        def end() -> None:
+            self._slots = base
+
+        for start, stop, factor in self.spikes:
+            if stop > env.now:
+                env.timeout(max(0.0, start - env.now)).callbacks.append(
+                    lambda _e, f=factor: begin(f))
+                env.timeout(stop - env.now).callbacks.append(lambda _e: end())
 
     def _start(self) -> None:
         """Where the prompts' processes started: those due at once take free slots (or queue)
@@ -266,17 +364,30 @@ class BenchClient(Client):
         self._backlog.append(k)
         return False
 
-    def _send(self, k: int) -> None:
+    def _send(self, k: int, attempt: int = 0) -> None:
         _t, input_len, output_len, blocks = self._prompt_list[k]
-        self.sent += 1
+        if not attempt:
+            self.sent += 1
         front = self.frontend
         req = front.new_request(self.name, "bench", input_len, output_len, self._stream,
-                                blocks, -1, 0)
+                                blocks, -1, attempt)
+        if self._retries:
+            self._prompt_of[req.rid] = k
         front.generate(req, self._on_return)
 
-    def _returned_one(self, _req: Request) -> None:
+    def _returned_one(self, req: Request) -> None:
         """The prompt's process resumed a step on and released its slot; the release granted
-        it to the longest-waiting prompt one step later, which sent a step after that."""
+        it to the longest-waiting prompt one step later, which sent a step after that. A
+        request the SDK retries keeps its slot: a new request goes after the backoff."""
+        if self._retries:
+            k = self._prompt_of.pop(req.rid)
+            status = req.http_status
+            n = self._tried.get(k, 0)
+            if (status >= 500 or status in (408, 429)) and n < self._retries:
+                self._tried[k] = n + 1
+                delay = min(self.cfg.sdk_backoff_s * 2.0**n, 8.0)
+                self.env.timeout(delay).callbacks.append(lambda _e: self._send(k, n + 1))
+                return
         self._returned += 1
         if self._returned == len(self._prompt_list):  # the all_of resumed the client
             if self._limited:

@@ -32,10 +32,11 @@ from collections import deque
 import simpy
 
 from pdsim.config.fleet import DecodeConfig
-from pdsim.engine.clock import KeptDeadlines
+from pdsim.config.pd_paths import ARMED_REASONS as ARMED
+from pdsim.engine.clock import KeptDeadlines, call_later
 from pdsim.engine.decode_batch import CLIP_MAX_NEW_TOKENS, GROWTH_TOKENS, RunningBatch
 from pdsim.engine.log import EventLog
-from pdsim.engine.request import SUCCESS, WAITING_FOR_INPUT, Request
+from pdsim.engine.request import DECODE, FAILED, PREFILL, SUCCESS, WAITING_FOR_INPUT, Request
 from pdsim.engine.stats import Stats
 from pdsim.model.predictor import Predictor
 
@@ -48,7 +49,7 @@ class DecodeRank(RunningBatch):
                  "retracted", "running", "step", "ctx_sum", "_finish", "_grow", "_seq",
                  "growth_pages", "_block_tokens", "_lag", "_late", "bootstrap_s",
                  "tokenize_s_per_token", "_dropped", "_epoch", "_planned", "_waiting_deadlines",
-                 "_needs", "retract_20_steps")
+                 "_needs", "retract_20_steps", "pd", "notify_prefill", "gate", "peers", "dead")
 
     def __init__(self, env: simpy.Environment, server: int, index: int, cfg: DecodeConfig,
                  predictor: Predictor, pool_pages: int, waiting_timeout_s: float, port: int,
@@ -109,6 +110,19 @@ class DecodeRank(RunningBatch):
         self._waiting_deadlines = KeptDeadlines(env, waiting_timeout_s, self._in_transfer,
                                                 self._waiting_timeout, "wait_at", "wait_eid",
                                                 lambda: self.transfer.values())
+        # SGLang's PD paths as the scenario's release runs them (pdsim.config.pd_paths; the
+        # fleet sets ``pd``), and what this rank reads of them per request
+        self.pd: dict = {}
+        self.notify_prefill = PREFILL  # decode_abort_notifies_prefill: ABORT reaches prefill
+        self.gate = True  # metadata_gate: a room whose aux never landed stays Transferring
+        self.peers = None  # the decode's connections to prefills (pdsim.engine.peers), if kept
+        self.dead = 0  # slots held now by rooms that cannot complete (dead rooms)
+
+    def set_paths(self, pd: dict) -> None:
+        """Take the scenario's PD paths (``Scenario.pd``)."""
+        self.pd = pd
+        self.notify_prefill = PREFILL if pd["decode_abort_notifies_prefill"] else 0
+        self.gate = pd["metadata_gate"]
 
     def forget_deadlines(self) -> None:
         """The run is over: forget the armed waiting deadline's request (the others are only
@@ -181,7 +195,7 @@ class DecodeRank(RunningBatch):
         while prealloc:
             req = prealloc[0]
             room = req.room
-            if room.resolved:
+            if room.d_resolved:
                 prealloc.popleft()
                 continue
             if (len(transfer) + len(self.waiting) + len(self.running)) >= limit:  # slots
@@ -204,7 +218,11 @@ class DecodeRank(RunningBatch):
             req.d_pages = pages
             req.cap_tokens = pages.n * alloc.page_size
             transfer[req.rid] = req
-            room.state = WAITING_FOR_INPUT
+            room.d_state = WAITING_FOR_INPUT
+            if self.peers is not None:  # its metadata may go to a stale prefill connection
+                self.peers.send_metadata(self, req)
+            if room.resolved or room.stale:  # its prefill ended, or will never hear of it
+                self._dead(req, room.stale or f"prefill {room.reason}, decode not told")
             delay = self.bootstrap_s + self.tokenize_s_per_token * req.input_len
             if delay > 0:  # the handshake (and tokenization) before the prefill may run
                 room.start_bootstrap(delay)
@@ -214,21 +232,68 @@ class DecodeRank(RunningBatch):
             req.wait_at, req.wait_eid = self._waiting_deadlines.start(req)
 
     def _in_transfer(self, req: Request) -> bool:
-        return req.rid in self.transfer and not req.room.resolved
+        """Its waiting timeout still counts: it waits for its KV (WaitingForInput), or, under
+        PR #31800's fix, it is held in Transferring by the metadata gate."""
+        room = req.room
+        return req.rid in self.transfer and (
+            not room.d_resolved or (room.d_state == SUCCESS and room.aux_lost and self.gate
+                                    and self.pd["waiting_timeout_in_transferring"]))
 
     def _waiting_timeout(self, req: Request) -> None:
-        """(KeptDeadlines calls it only while the request still waits for its KV.)"""
-        req.room.fail("waiting_timeout")
+        """(KeptDeadlines calls it only while the request still waits for its KV.) SGLang's
+        ``_check_waiting_timeout``: the receiver fails the room and, from 0.5.13, sends ABORT
+        to its prefill ranks (a room the prefill already concluded ignores it)."""
+        room = req.room
+        if room.d_resolved:  # held in Transferring (waiting_timeout_in_transferring)
+            room.d_state, room.d_reason = FAILED, "waiting_timeout_transferring"
+            room._notify(DECODE)
+        else:
+            room.fail("waiting_timeout", DECODE | self.notify_prefill)
         # the cached connection is invalidated; the decode re-registers with the prefill
-        if self.on_waiting_timeout is not None:
+        if (self.on_waiting_timeout is not None
+                and self.pd.get("waiting_timeout_invalidates_peer_cache", True)):
             self.on_waiting_timeout(self.session, req)
+
+    def peer_ended(self, req: Request) -> None:
+        """The room's prefill side concluded and this side was not told (a bootstrap timeout
+        or abort not notified, a lost done signal): its slot, if held, is held by a dead room
+        until this side's own timeout (pdsim.engine.request.Room.fail)."""
+        if req.rid in self.transfer and not req.room.d_resolved:
+            room = req.room
+            why = ("done signal lost" if room.state == SUCCESS
+                   else f"prefill {room.reason}, decode not told")
+            self._dead(req, why)
+
+    def _dead(self, req: Request, why: str) -> None:
+        """Its slot is now held by a room that cannot complete (logged; the time series and
+        plots count these slots)."""
+        if req.dead_at != req.dead_at:  # (NaN: not yet)
+            req.dead_at = self.env._now
+            self.dead += 1
+            self.stats.dead_rooms += 1
+            self.log("dead_room", self.name, self.index, req.rid, req.room.id, self.session,
+                     value=self.dead, detail=why)
+
+    def _undead(self, req: Request, how: str) -> None:
+        """A dead room's slot is free again."""
+        if req.dead_at == req.dead_at:
+            self.dead -= 1
+            self.log("dead_room_freed", self.name, self.index, req.rid, req.room.id,
+                     self.session, value=self.env._now - req.dead_at, detail=how)
+            req.dead_at = float("inf")  # (freed: not NaN, so never counted again)
 
     def room_done(self, req: Request) -> None:
         """The room resolved (pdsim.engine.request.Room)."""
         if self._dropped and req.rid in self._dropped:
             self._dropped.discard(req.rid)
             return
-        if (req.room.state == SUCCESS and (len(self.running) < self.max_running or self.halted)
+        room = req.room
+        if room.d_state == SUCCESS and room.aux_lost and self.gate:
+            # the KV is here but its metadata row never landed: SGLang's metadata gate keeps
+            # the poll at Transferring, and only PR #31800 would time it out
+            self._dead(req, "KV done but its metadata never landed (held in Transferring)")
+            return
+        if (room.d_state == SUCCESS and (len(self.running) < self.max_running or self.halted)
                 and self.transfer.pop(req.rid, None) is not None):
             # (the usual case) its KV arrived and the rank's next plan admits it (span_steps'
             # first rule, which reads nothing the steps ended since change): the step in
@@ -237,7 +302,7 @@ class DecodeRank(RunningBatch):
             self._changed_next()
             return
         self._catch_up()
-        if req.room.state != SUCCESS:
+        if room.d_state != SUCCESS:
             self._failed(req)
         elif self.transfer.pop(req.rid, None) is not None:
             self._arrived(req)
@@ -250,21 +315,68 @@ class DecodeRank(RunningBatch):
         self._kick()
 
     def _failed(self, req: Request) -> None:
-        """Its room failed: free KV and answer the client (500, or 200 with an abort chunk
-        when streaming)."""
+        """Its room failed: answer the client (500, or 200 with an abort chunk when
+        streaming) and free its KV and slot, or, after an abort this side sent with deferred
+        release on (0.5.21+), hold them until the prefill's ABORT_ACK."""
+        reason = req.room.d_reason
+        if (reason in ARMED and self.pd.get("deferred_decode_kv_release")
+                and req.rid in self.transfer and self._ack_later(req)):
+            self.stats.count_request_failure(reason)
+            self._respond(req, "failed", reason)
+            return
         self.transfer.pop(req.rid, None)
         if req.d_pages is not None and not req.d_pages.freed:
             self.alloc.release(req.d_pages)
         self.load_tokens -= req.input_len + req.output_len
-        self.stats.count_request_failure(req.room.reason)
-        self._respond(req, "failed", req.room.reason)
+        if req.dead_at == req.dead_at:
+            self._undead(req, reason)
+        self.stats.count_request_failure(reason)
+        self._respond(req, "failed", reason)
         self._try_prealloc()
         self._kick()  # freed pages may let a retracted request back in
         self._maybe_idle()
 
+    def _ack_later(self, req: Request) -> bool:
+        """Deferred release (PR #35049): whether the ABORT_ACK comes later (then the slot and
+        pages are held until it does, or until the timeout). The prefill answers at once unless
+        it is writing the room's KV: then after the write (PR #40645, ack_after_drain) or
+        never (the ACK target was dropped: the timeout); an ABORT it never gets (not sent
+        before 0.5.13, a stale connection, a prefill that is gone) is never answered."""
+        room = req.room
+        prefill = room.prefill
+        if not self.notify_prefill or room.stale or prefill is None or prefill.gone:
+            after_write = False
+        elif prefill.engine.writing_room(room):
+            after_write = self.pd["ack_after_drain"]
+        else:
+            return False  # ACK at once: freed now, as without deferral
+        self._dead(req, "deferred release: waiting for ABORT_ACK")
+        release = self._release_held
+        if after_write:
+            room.ack = lambda: release(req, "ABORT_ACK after the write drained")
+        call_later(self.env, self.pd["deferred_release_timeout_s"],
+                   lambda: release(req, "deferred release timed out"))
+        return True
+
+    def _release_held(self, req: Request, how: str) -> None:
+        """A held slot and its pages are freed (ABORT_ACK, or the deferred release's timeout)."""
+        if self.transfer.get(req.rid) is not req:  # freed already (or a crash dropped it)
+            return
+        self._catch_up()
+        del self.transfer[req.rid]
+        req.room.ack = None
+        if req.d_pages is not None and not req.d_pages.freed:
+            self.alloc.release(req.d_pages)
+        self.load_tokens -= req.input_len + req.output_len
+        self._undead(req, how)
+        self._try_prealloc()
+        self._kick()
+        self._maybe_idle()
+        self._changed()
+
     def _respond(self, req: Request, status: str, reason: str = "",
                  http_status: int | None = None) -> None:
-        if req.status == "timed_out":  # the router already answered the client
+        if req.status != "unfinished":  # the router already answered the client
             return
         req.status = status
         req.reason = reason
@@ -282,10 +394,12 @@ class DecodeRank(RunningBatch):
 
     # --- crash and restart (pdsim.engine.faults) --------------------------------------------
 
-    def refuse(self, req: Request) -> None:
-        """The server is down: the router's POST is refused, mini_lb answers 502 at once."""
-        self.stats.count_request_failure("decode_unavailable")
-        self._respond(req, "failed", "decode_unavailable", http_status=502)
+    def refuse(self, req: Request, reason: str = "decode_unavailable") -> None:
+        """The router's POST never reaches the scheduler (the server is down, or the leg
+        failed at transport level): the router sees a 502 at once (what it does with it is
+        its dispatch's: pdsim.engine.router)."""
+        self.stats.count_request_failure(reason)
+        self._respond(req, "failed", reason, http_status=502)
 
     def crash(self) -> None:
         """The process died: every request it held sees its connection break (HTTP 502), its
@@ -296,8 +410,10 @@ class DecodeRank(RunningBatch):
         held = [*self.prealloc, *self.transfer.values(), *self.waiting,
                 *self.running.values(), *self.retracted]
         for req in held:
-            if not req.room.resolved:
+            if not req.room.d_resolved:
                 self._dropped.add(req.rid)
+            if req.dead_at == req.dead_at:
+                self._undead(req, "decode crashed")
             if req.status == "unfinished":
                 self.stats.count_request_failure("decode_crashed")
                 self._respond(req, "failed", "decode_crashed", http_status=502)
@@ -330,12 +446,12 @@ class DecodeRank(RunningBatch):
 
     def is_fully_idle(self) -> bool:
         return not (self.running or self.waiting or self.transfer or self.retracted
-                    or any(not r.room.resolved for r in self.prealloc))
+                    or any(not r.room.d_resolved for r in self.prealloc))
 
     def busy_summary(self) -> str:
         """Its queues' lengths (a pre-allocation whose room failed waits only to be dropped:
         not counted, as ``is_fully_idle`` does not)."""
-        prealloc = sum(not r.room.resolved for r in self.prealloc)
+        prealloc = sum(not r.room.d_resolved for r in self.prealloc)
         return (f"prealloc={prealloc} transfer={len(self.transfer)} "
                 f"waiting={len(self.waiting)} running={len(self.running)} "
                 f"retracted={len(self.retracted)}")

@@ -531,7 +531,7 @@ class RunningBatch(Rank):
         self.alloc.release(req.d_pages)
         req.d_pages = None
         self.load_tokens -= req.input_len + req.output_len
-        if req.status != "timed_out":  # _respond(req, "completed"), inline
+        if req.status == "unfinished":  # _respond(req, "completed"), inline
             req.status = "completed"
             req.reason = ""
             req.t_done = self.env._now

@@ -15,12 +15,14 @@ from pdsim.engine.client import CLIENTS
 from pdsim.engine.colocated import ColocatedRank
 from pdsim.engine.decode import DecodeRank
 from pdsim.engine.faults import Faults
+from pdsim.engine.faults_pd import RESTART_KINDS
 from pdsim.engine.gateway import Gateway
 from pdsim.engine.log import EventLog
 from pdsim.engine.nic import NIC
+from pdsim.engine.peers import Peers
 from pdsim.engine.prefill import PrefillRank
 from pdsim.engine.recorder import Recorder
-from pdsim.engine.request import Request, new_request
+from pdsim.engine.request import DECODE, PREFILL, Request, new_request
 from pdsim.engine.router import MiniLB
 from pdsim.engine.server import Server
 from pdsim.engine.stats import Stats
@@ -65,6 +67,7 @@ class Fleet:
         prof = self.profiles = profiles.for_scenario(sc)
         self.gpu, self.model, self.engine = prof.gpu, prof.model, prof.engine
         self.colocated = sc.fleet.mode == "colocated"
+        self.peers: Peers | None = None  # (a PD fleet with a prefill_restart fault: _build_pd)
         if self.colocated:
             self._build_colocated(recorder)
         else:
@@ -151,6 +154,17 @@ class Fleet:
                                                balance.build(pc.balance), self.log))
         for d in self.decode_ranks:
             d.on_waiting_timeout = self._on_waiting_timeout
+        # SGLang's PD paths as the scenario's release runs them (pdsim.config.pd_paths)
+        pd = self.pd = sc.pd
+        for rank in (*self.decode_ranks, *self.prefill_ranks):
+            rank.set_paths(pd)
+        restarts = [f for f in sc.faults if f.kind in RESTART_KINDS]
+        if restarts:  # a prefill may change behind its address: the decodes' caches matter
+            until = max(f.at_s + f.down_s for f in restarts) + pd["heartbeat_interval_s"] * (
+                pd["heartbeat_max_failure"] + 1)
+            self.peers = Peers(self, pd, until)
+            for d in self.decode_ranks:
+                d.peers = self.peers
         if any(f.kind == "partition" for f in sc.faults):
             for rank in self.prefill_ranks:
                 rank.cut_state = lambda s=rank.server: self.faults.cut_state(s)
@@ -171,6 +185,8 @@ class Fleet:
 
         self.router = MiniLB(env, self.prefill_servers, self.decode_servers, sc.router,
                              self.rngs["routing"], self.log)
+        self.router.notify_decode = DECODE if pd["prefill_abort_notifies_decode"] else 0
+        self.router.notify_prefill = PREFILL if pd["decode_abort_notifies_prefill"] else 0
 
     def _build_colocated(self, recorder: Recorder | None) -> None:
         """Colocated servers (each rank prefilling and decoding, pdsim.engine.colocated) behind
@@ -251,8 +267,11 @@ class Fleet:
         self.stats.blacklisted_pairs_max = max(self.stats.blacklisted_pairs_max, n)
 
     def _on_waiting_timeout(self, session: str, req: Request) -> None:
-        """A waiting timeout invalidates the decode's connection to that prefill."""
+        """A waiting timeout invalidates the decode's connection to that prefill (0.5.19+,
+        PR #36029: pdsim.config.pd_paths): its next request re-registers."""
         self.reregister(session, req.p_server)
+        if self.peers is not None and req.p_server >= 0:
+            self.peers.invalidate(self.sessions[session], req.p_server, "waiting timeout")
 
     def prefill_nics(self, prefill_server: int) -> list[NIC]:
         """The NICs a prefill server's transfer engines write through (faults degrade them)."""

@@ -81,6 +81,7 @@ class Gateway(MiniLB):
         call.lb, call.req, call.p, call.d, call.on_return = self, req, server, server, on_return
         call.fired = call.answered = False
         call.stage = _DISPATCH
+        call.why, call.p_done, call.held = "router_timeout", False, False  # (MiniLB's call's)
         if self.hop:
             env.timer(self.hop, call)
         else:
@@ -95,7 +96,7 @@ class Gateway(MiniLB):
             on_return(req)
         return done
 
-    def _abort(self, req: Request) -> None:
+    def _abort(self, req: Request, prefill_only: bool = False) -> None:
         """The gateway gave up: the server aborts the request (frees its KV)."""
         if req.p_rank >= 0:
             self.servers[req.p_server].ranks[req.p_rank].abort(req)

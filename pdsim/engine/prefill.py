@@ -27,7 +27,7 @@ from pdsim.engine.clock import KeptDeadlines
 from pdsim.engine.kv import PrefixCache
 from pdsim.engine.log import EventLog
 from pdsim.engine.rank import Rank
-from pdsim.engine.request import FAILED, SUCCESS, Request
+from pdsim.engine.request import DECODE, FAILED, PREFILL, SUCCESS, Request
 from pdsim.engine.stats import Stats
 from pdsim.engine.transfer import TransferEngine, new_chunk
 from pdsim.model.predictor import Predictor
@@ -69,11 +69,29 @@ class PrefillRank(Rank):
         self._bootstrap_deadlines = KeptDeadlines(env, bootstrap_timeout_s, self._in_bootstrap,
                                                   self._bootstrap_timeout, "boot_at", "boot_eid",
                                                   lambda: self.bootstrap.values())
+        # a prefill-side end reaches the decode only with prefill_abort_notifies_decode
+        # (no release: pdsim.config.pd_paths); set by the fleet (set_paths)
+        self.notify_decode = 0
+        # SGLANG_REQ_WAITING_TIMEOUT on the waiting queue (0.5.20+), when set: the waiting
+        # requests' deadlines, on their boot_at/boot_eid (the bootstrap's are over by then)
+        self._waiting_deadlines: KeptDeadlines | None = None
+        self.gone = False  # the process died (prefill_restart): nothing it held goes on
+
+    def set_paths(self, pd: dict) -> None:
+        """Take the scenario's PD paths (``Scenario.pd``)."""
+        self.notify_decode = DECODE if pd["prefill_abort_notifies_decode"] else 0
+        wait = pd["req_waiting_timeout_s"]
+        if wait is not None:
+            self._waiting_deadlines = KeptDeadlines(
+                self.env, wait, lambda r: r.rid in self._queued and not r.room.resolved,
+                lambda r: self.abort(r, "req_waiting_timeout"), "boot_at", "boot_eid")
 
     def forget_deadlines(self) -> None:
         """The run is over: forget the armed bootstrap deadline's request (the others are
         only in ``bootstrap``; ``pdsim.engine.fleet.Fleet.release``)."""
         self._bootstrap_deadlines.clear()
+        if self._waiting_deadlines is not None:
+            self._waiting_deadlines.clear()
 
     # --- arrivals and room callbacks -----------------------------------------------------
 
@@ -97,13 +115,25 @@ class PrefillRank(Rank):
         del self.bootstrap[req.rid]
         self.waiting.append(req)
         self._queued.add(req.rid)
+        if self._waiting_deadlines is not None:
+            req.boot_at, req.boot_eid = self._waiting_deadlines.start(req)
         self._kick(last=True)  # (the room's step does nothing more)
 
     def _in_bootstrap(self, req: Request) -> bool:
         return req.rid in self.bootstrap and not req.room.resolved
 
     def _bootstrap_timeout(self, req: Request) -> None:
-        req.room.fail("bootstrap_timeout")
+        """SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT: the sender, still Bootstrapping, fails
+        (HTTP 500 on the prefill leg); its decode peer is not told (no release sends it)."""
+        req.room.fail("bootstrap_timeout", PREFILL | self.notify_decode)
+
+    def abort(self, req: Request, reason: str) -> None:
+        """End this rank's copy of ``req`` (the router dropped the prefill leg, or a prefill
+        waiting timeout): SGLang's AbortReq -> ``disagg_kv_sender.abort()``, which marks the
+        room Failed so the transfer worker skips its chunks, and tells the decode nothing
+        (every release to 0.5.23) unless prefill_abort_notifies_decode. A request mid-forward
+        still has its remaining chunks computed (``room_done``)."""
+        req.room.fail(reason, PREFILL | self.notify_decode)
 
     def _prefilling(self, req: Request) -> bool:
         if req is self.chunked:
@@ -136,6 +166,10 @@ class PrefillRank(Rank):
         if req.room.state == SUCCESS and self.cache is not None and req.blocks:
             self.cache.insert(req.blocks)
         self.load_tokens -= req.input_len
+        leg = req.p_leg
+        if leg is not None:  # the router listens to the prefill leg's answer
+            req.p_leg = None
+            leg.prefill_ended(req)
         # freed pages may unblock a forward
         self._kick(last and not self._idle_waiters)
         if self._idle_waiters:
@@ -331,3 +365,40 @@ class PrefillRank(Rank):
         if self.cache is not None:
             self.cache.reset()
         self.stats.flushes_executed += 1
+
+    # --- process death and restart (pdsim.engine.peers' prefill_restart fault) -----------------
+
+    def crash(self) -> list[Request]:
+        """The process died: every request it held ends on this side ("prefill_restarted"),
+        its decode peers not told (nothing is sent by a dead process), its KV and prefix cache
+        gone. Returns those requests (their prefill legs broke: the router hears)."""
+        self.halt()
+        self.gone = True
+        held = [*self.bootstrap.values(), *(r for r in self.waiting if r.rid in self._queued),
+                *self.inflight.values()]
+        for req, _n, _f in self.batch:
+            held.append(req)
+        if self.chunked is not None:
+            held.append(self.chunked)
+        seen: set[int] = set()
+        lost = [r for r in held if not (r.rid in seen or seen.add(r.rid))]
+        # no forward goes on: what it was computing is gone with the process
+        self.batch = []
+        self.chunked = None
+        for req in lost:  # (room_done releases it; one already failed, mid-prefill, now)
+            if not req.room.fail("prefill_restarted", PREFILL):
+                self._release(req)
+        self.alloc.reset()
+        if self.cache is not None:
+            self.cache.reset()
+        bl = self.engine.blacklist  # a new process's transfer engine has no failed sessions
+        for session in list(bl.entries):
+            bl.clear(session, "prefill restarted")
+        self.log("prefill_crash", self.name, self.index, value=len(lost))
+        return lost
+
+    def restart(self) -> None:
+        """A new process serves again, behind the same address."""
+        self.gone = False
+        self.resume()
+        self.log("prefill_restart", self.name, self.index)

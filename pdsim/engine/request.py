@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import IntEnum
 from typing import Protocol
 
@@ -24,6 +25,9 @@ class Poll(IntEnum):
 # enum class (``Poll.Success``) is a metaclass look-up, ~5x a global's (CPython 3.11).
 FAILED, BOOTSTRAPPING, WAITING_FOR_INPUT, TRANSFERRING, SUCCESS = Poll
 
+# The sides of a room a conclusion reaches (``Room.fail``, ``Room.succeed``): a bit each.
+PREFILL, DECODE, BOTH = 1, 2, 3
+
 
 class Responder(Protocol):
     """Who hears that the decode answered a request (pdsim.engine.router's call)."""
@@ -39,15 +43,35 @@ class Listener(Protocol):
 
     def room_done(self, req: Request) -> None: ...
 
+    def peer_ended(self, req: Request) -> None:
+        """(The decode) the room's prefill side concluded without telling this side."""
+
 
 class Room:
     """The transfer session of one request between its prefill rank and its decode rank.
+
+    **Two sides.** As in SGLang, where prefill and decode each keep their own
+    ``request_status[room]`` and sender or receiver object and learn of each other only through
+    messages (docs/pd_paths.md, "Two state machines"), a room has a prefill side (``state``,
+    ``resolved``, ``reason``: the KV sender and its transfer worker, which the transfer engine
+    reads) and a decode side (``d_state``, ``d_resolved``, ``d_reason``: the KV receiver). A
+    conclusion names the sides it reaches (``sides``, a bitmask of :data:`PREFILL` and
+    :data:`DECODE`): the transfer worker's Success or Failed (``ret != 0``, a blacklisted
+    pair) reaches both, as its status message does (P->D, every release); a prefill bootstrap
+    timeout or abort reaches the decode only when the release sends it
+    (``prefill_abort_notifies_decode``, no release does), a decode waiting timeout or abort
+    reaches the prefill as ABORT from 0.5.13 (``decode_abort_notifies_prefill``); the router
+    dropping both legs (its timeout, a client disconnect) ends each side's own copy. A message
+    is delivered in the step it is sent (ZMQ, sub-millisecond: as the shared room of earlier
+    pdsim versions was), so a message that only updates state costs no event.
 
     Both ranks hear of its events one zero-delay step after they happen, after anything else
     already due in that instant (a flush arriving with the dispatch, a time-series sample at a
     timeout's instant): where the SimPy events ``bootstrapped`` and ``done`` it replaces were
     processed. The room is itself the plain heap entry (``pdsim.engine.clock.Environment.link``) of
     those steps, and of the decode's bootstrap delay (``start_bootstrap``): no event objects.
+    A conclusion made while the room's own done step is pending gets a step of its own
+    (:class:`_SideDone`), after it.
 
     Who hears: the ranks the request was dispatched to, each setting itself as ``decode`` or
     ``prefill`` in its ``submit`` (rank objects, not bound methods in a list: a room costs no
@@ -63,13 +87,21 @@ class Room:
     """
 
     __slots__ = ("id", "state", "resolved", "session", "port", "doomed", "reason", "env",
-                 "req", "booted", "decode", "prefill", "_boot_link", "_boot_at")
+                 "req", "booted", "decode", "prefill", "_boot_link", "_boot_at", "d_state",
+                 "d_resolved", "d_reason", "_pend", "aux_lost", "stale", "ack")
     # (the fields, as new_room sets them)
     id: int
     env: simpy.Environment
     req: Request | None  # what the listeners are called with
-    state: Poll
-    resolved: bool  # Failed or Success (terminal; only succeed() and fail() set it)
+    state: Poll  # the prefill side's (sender's) state
+    resolved: bool  # the prefill side is Failed or Success (terminal; succeed() and fail())
+    d_state: Poll  # the decode side's (receiver's): WaitingForInput once pre-allocated
+    d_resolved: bool  # the decode side is Failed or Success (terminal)
+    d_reason: str
+    _pend: int  # sides the room's own pending done step delivers to (0: none pending)
+    aux_lost: bool  # its metadata (aux) write never lands (the lost_done fault)
+    stale: str  # its metadata went to a stale prefill connection (why), '' if not
+    ack: Callable[[], None] | None  # the decode's held release, when ABORT_ACK waits for a write
     booted: bool  # bootstrapped signalled: decode pre-allocated, prefill may run
     # the listening ranks: the prefill hears room_bootstrapped(req), both room_done(req)
     decode: Listener | None
@@ -82,8 +114,12 @@ class Room:
     reason: str
 
     def bootstrap(self) -> None:
-        """The decode holds KV pages for it: the prefill hears one zero-delay step later."""
+        """The decode holds KV pages for it: the prefill hears one zero-delay step later. A
+        prefill side already concluded (or a lost metadata send) hears nothing: the metadata
+        is stored for a room no one polls."""
         self.booted = True
+        if self.resolved or self.stale:
+            return
         self._boot_link = True
         self.env.link(self)
 
@@ -99,7 +135,7 @@ class Room:
         if self._boot_at >= 0.0 and self._boot_at == now:  # the bootstrap delay
             self._boot_at = -1.0
             # (a failed room signals no bootstrap: the prefill would ignore it)
-            if not self.resolved and not self.booted:
+            if not self.resolved and not self.booted and not self.stale:
                 self.booted = True
                 if env.due_now():
                     self._boot_link = True
@@ -116,36 +152,82 @@ class Room:
             self._done()
 
     def _done(self) -> None:
-        """The done step: the listeners hear, the decode first."""
+        """The done step: the sides it concluded hear, the decode first."""
+        pend, self._pend = self._pend, 0
+        self.deliver(pend)
+
+    def deliver(self, sides: int) -> None:
+        """The listeners of ``sides`` hear the room's conclusion, the decode first."""
         req = self.req
-        if self.decode is not None:
+        if sides & DECODE and self.decode is not None:
             self.decode.room_done(req)
-        if self.prefill is not None:
+        if sides & PREFILL and self.prefill is not None:
             self.prefill.room_done(req)
 
-    def succeed(self, last: bool = False) -> None:
-        """Mark Success (terminal). ``last``: the caller's step does nothing more, so with
-        nothing else due this instant the done step (which would come next) runs at once."""
+    def _notify(self, sides: int) -> None:
+        """A done step for ``sides`` (its own when the room's is already pending)."""
+        if self._pend:
+            self.env.link(_SideDone(self, sides))
+        else:
+            self._pend = sides
+            self.env.link(self)
+
+    def succeed(self, last: bool = False, sides: int = BOTH) -> None:
+        """Mark Success (terminal), on the prefill side and, when its status message arrives
+        (``sides``: not when the done signal is lost), the decode side. ``last``: the caller's
+        step does nothing more, so with nothing else due this instant the done step (which
+        would come next) runs at once."""
         if not self.resolved:
             self.state = SUCCESS
             self.resolved = True
+            new = PREFILL
+            if sides & DECODE and not self.d_resolved:
+                self.d_state = SUCCESS
+                self.d_resolved = True
+                new = BOTH
             env = self.env
-            if last:
+            if new == PREFILL and self.decode is not None and not self.d_resolved:
+                self.decode.peer_ended(self.req)  # the done signal is lost
+            if last and not self._pend:
                 if not env.due_now():
+                    self._pend = new
                     self._done()
                     return
-            env.link(self)
+            self._notify(new)
 
-    def fail(self, reason: str) -> bool:
-        """Mark Failed (terminal). Returns False if the room was already resolved. (The
-        prefill ignores a bootstrap of a resolved room, so none is signalled.)"""
-        if self.resolved:
+    def fail(self, reason: str, sides: int = BOTH) -> bool:
+        """Mark Failed (terminal) on ``sides`` (those not concluded yet). Returns False if
+        none was left to conclude. (The prefill ignores a bootstrap of a resolved room, so
+        none is signalled.)"""
+        new = 0
+        if sides & PREFILL and not self.resolved:
+            self.state = FAILED
+            self.resolved = True
+            self.reason = reason
+            new = PREFILL
+        if sides & DECODE and not self.d_resolved:
+            self.d_state = FAILED
+            self.d_resolved = True
+            self.d_reason = reason
+            new |= DECODE
+        if not new:
             return False
-        self.state = FAILED
-        self.resolved = True
-        self.reason = reason
-        self.env.link(self)
+        if new == PREFILL and self.decode is not None and not self.d_resolved:
+            self.decode.peer_ended(self.req)  # the decode is not told
+        self._notify(new)
         return True
+
+
+class _SideDone:
+    """A done step of a room made while the room's own was pending (its own heap entry)."""
+
+    __slots__ = ("room", "sides")
+
+    def __init__(self, room: Room, sides: int) -> None:
+        self.room, self.sides = room, sides
+
+    def tick(self) -> None:
+        self.room.deliver(self.sides)
 
 
 def new_room(env: simpy.Environment, room_id: int, req: Request | None = None) -> Room:
@@ -153,9 +235,11 @@ def new_room(env: simpy.Environment, room_id: int, req: Request | None = None) -
     room = Room()
     room.id, room.env, room.req = room_id, env, req
     room.state, room.resolved, room.booted = BOOTSTRAPPING, False, False
+    room.d_state, room.d_resolved, room.d_reason, room._pend = BOOTSTRAPPING, False, "", 0
     room.decode = room.prefill = None
     room._boot_link, room._boot_at = False, -1.0
     room.session, room.port, room.doomed, room.reason = "", 0, "", ""
+    room.aux_lost, room.stale, room.ack = False, "", None
     return room
 
 
@@ -172,7 +256,7 @@ class Request:
         "cached_tokens", "on_response", "d_pages", "p_pages", "gen_at_join", "join_step",
         "version", "cap_tokens", "full_at", "stale_pages", "t_prefill_end", "t_transfer_done",
         "t_prefill_start", "boot_at", "boot_eid", "wait_at", "wait_eid", "fill_target",
-        "fill_done",
+        "fill_done", "dead_at", "p_leg",
     )
     # (fill_*: a colocated server's prefill of the request, pdsim.engine.colocated: the tokens
     # whose KV it needs, its prompt and any tokens generated before a retraction, and those
@@ -181,6 +265,11 @@ class Request:
     # each starts: pdsim.engine.clock.KeptDeadlines)
     room: Room | None
     on_response: Responder | None
+    # (dead_at: when the decode began holding a slot for a room that cannot complete, NaN if
+    # it does not; p_leg: the router's call told when the prefill leg ends, None when the
+    # router ignores that leg: pdsim.engine.router)
+    dead_at: float
+    p_leg: object
 
 
 def new_request(env: simpy.Environment, rid: int, client: str, kind: str, input_len: int,
@@ -224,4 +313,6 @@ def new_request(env: simpy.Environment, rid: int, client: str, kind: str, input_
     req.cap_tokens = 0  # tokens its decode pages hold when they are allocated
     req.full_at = 0  # (running) the decode step its pages are full: DecodeRank._join
     req.stale_pages = False
+    req.dead_at = NAN
+    req.p_leg = None
     return req

@@ -25,8 +25,8 @@ from simpy.events import URGENT
 from pdsim.config.fleet import RouterConfig
 from pdsim.engine.clock import KeptDeadlines, call_later, later, urgent
 from pdsim.engine.log import EventLog
-from pdsim.engine.request import Request, new_room
-from pdsim.engine.server import Server
+from pdsim.engine.request import DECODE, PREFILL, SUCCESS, Request, new_room
+from pdsim.engine.server import Server, refused
 
 
 class RoutingDraws:
@@ -108,11 +108,41 @@ class MiniLB:
         self.timeout = cfg.request_timeout_s
         self._deadlines = KeptDeadlines(env, self.timeout, self._waiting, self._timed_out,
                                         "dl_at", "dl_eid")  # (on the calls, in its own FIFO)
+        # dual dispatch (RouterConfig.dispatch): whether the prefill leg's answer counts
+        self.dispatch = cfg.dispatch
+        self.join = cfg.dispatch != "mini_lb_gather"
+        # a gateway's TTFT timeout: its deadlines (one set per value: a change applies to
+        # requests arriving after it), what it cancels; None: no TTFT timeout
+        self._ttft: KeptDeadlines | None = None
+        self.ttft_timeout: float | None = None
+        self.ttft_cancels = cfg.ttft_timeout_cancels
+        if cfg.ttft_timeout_s is not None:
+            self.set_ttft(cfg.ttft_timeout_s, cfg.ttft_timeout_cancels)
+        # which sides hear an abort of one leg (pdsim.config.pd_paths; the fleet sets them)
+        self.notify_decode = 0  # prefill_abort_notifies_decode
+        self.notify_prefill = PREFILL  # decode_abort_notifies_prefill
+        # the leg_failure fault: None, or a callable giving '' or the leg ('prefill',
+        # 'decode') whose POST fails at transport level (pdsim.engine.faults_pd)
+        self.leg_fault: Callable[[Request], str] | None = None
+        self._old_ttft: list[KeptDeadlines] = []
+
+    def set_ttft(self, timeout: float | None, cancels: str) -> None:
+        """The gateway's TTFT timeout from now on (requests already routed keep theirs)."""
+        if self._ttft is not None:
+            self._old_ttft.append(self._ttft)
+        self.ttft_timeout = timeout
+        self._ttft = (None if timeout is None else
+                      KeptDeadlines(self.env, timeout, self._no_first_token, self._ttft_expired,
+                                    "tt_at", "tt_eid"))
+        self.ttft_cancels = cancels
 
     def forget_deadlines(self) -> None:
         """The run is over: drop the pending request timeouts and the requests they hold
         (``pdsim.engine.fleet.Fleet.release``)."""
         self._deadlines.clear()
+        for d in (self._ttft, *self._old_ttft):
+            if d is not None:
+                d.clear()
 
     # --- generate --------------------------------------------------------------------------
     #
@@ -146,6 +176,7 @@ class MiniLB:
         call.lb, call.req, call.p, call.d, call.on_return = self, req, p, d, on_return
         call.fired = call.answered = False
         call.stage = _DISPATCH
+        call.why, call.p_done, call.held = "router_timeout", False, False
         if self.hop:
             env.timer(self.hop, call)  # call.tick: the dispatch
         else:
@@ -155,18 +186,33 @@ class MiniLB:
     def _waiting(call: _Call) -> bool:
         return not call.fired
 
+    @staticmethod
+    def _no_first_token(call: _Call) -> bool:
+        """No first byte yet: a streamed request's first token (NaN: none yet), a
+        non-streamed one's whole answer (its first byte is the response)."""
+        req = call.req
+        return not call.fired and (req.t_first_token != req.t_first_token or not req.stream)
+
     def _timed_out(self, call: _Call) -> None:
         """The router timeout fired first: response-or-timeout, then the handler."""
         call.fired = True
+        later(self.env, lambda: self._resume(call), 1)
+
+    def _ttft_expired(self, call: _Call) -> None:
+        """The gateway's TTFT timeout fired first: 504 to the client, and the legs it reaches
+        aborted (``ttft_timeout_cancels``)."""
+        call.fired = True
+        call.why = "gateway_ttft_timeout"
         later(self.env, lambda: self._resume(call), 1)
 
     def _resume(self, call: _Call) -> None:
         """The handler resumes: the response, or a 504 if it had not come by then."""
         req = call.req
         if not call.answered:
-            req.status, req.reason, req.http_status = "timed_out", "router_timeout", 504
+            why = call.why
+            req.status, req.reason, req.http_status = "timed_out", why, 504
             req.t_done = self.env._now
-            self._abort(req)
+            self._abort(req, why != "router_timeout" and self.ttft_cancels == "prefill")
         if not self.hop:
             call.on_return(req)
         elif call.stage == _RESUME:  # (answered in time: its own entries end here)
@@ -175,10 +221,15 @@ class MiniLB:
         else:  # resumed by the timeout: the call's entries may still see the answer
             call_later(self.env, self.hop, lambda: call.on_return(req))
 
-    @staticmethod
-    def _abort(req: Request) -> None:
-        """The router gave up on ``req``: its servers abort it."""
-        req.room.fail("aborted")  # frees KV on both sides; an abort never blacklists
+    def _abort(self, req: Request, prefill_only: bool = False) -> None:
+        """The router gave up on ``req``: both legs dropped, each server aborts its own copy
+        (an abort never blacklists); ``prefill_only``: only the prefill leg is (a gateway's
+        TTFT timeout that reaches only the prefill): the decode hears of it only if the
+        release tells it (pdsim.config.pd_paths)."""
+        if prefill_only:
+            req.room.fail("aborted", PREFILL | self.notify_decode)
+        else:
+            req.room.fail("aborted")
 
     # --- flush -----------------------------------------------------------------------------
 
@@ -254,7 +305,7 @@ class _Call:
     """
 
     __slots__ = ("lb", "req", "p", "d", "on_return", "fired", "answered", "stage", "dl_at",
-                 "dl_eid")
+                 "dl_eid", "why", "p_done", "held", "tt_at", "tt_eid")
     lb: MiniLB
     req: Request
     p: Server
@@ -263,22 +314,92 @@ class _Call:
     fired: bool  # response-or-timeout triggered
     answered: bool  # the response event was processed
     stage: int  # _DISPATCH, _ANSWER, _RESUME or _RETURN
+    why: str  # what a timeout answers (router_timeout, gateway_ttft_timeout)
+    p_done: bool  # the prefill leg answered (only followed when the dispatch joins legs)
+    held: bool  # the decode answered, and the answer waits for the prefill leg (join)
 
     def responded(self) -> None:
         """The decode answered (the call is the request's ``on_response``): its response
-        event is processed one zero-delay step later."""
+        event is processed one zero-delay step later. A joining dispatch (smg_join, or a
+        decode failure under smg_cancel_on_prefill_fail) holds the answer until the prefill
+        leg answers; smg_cancel_both drops an unanswered prefill leg when the decode failed."""
+        lb = self.lb
+        if lb.join and not self.p_done and self.req.status != "completed":
+            if lb.dispatch == "smg_cancel_both":
+                self._drop_prefill()
+            else:
+                self.held = True
+                return
         self.stage = _ANSWER
-        self.lb.env.link(self)
+        lb.env.link(self)
+
+    def prefill_ended(self, req: Request) -> None:
+        """The prefill leg answered (its copy ended: Success, or an error: bootstrap timeout,
+        abort, a broken connection). Under the cancelling dispatches an error drops the decode
+        leg and answers 502 at once."""
+        self.p_done = True
+        lb = self.lb
+        if self.held:  # the decode's (failed) answer waited for this leg: it goes now
+            self.held = False
+            now = lb.env._now
+            lb.log("wedge_ended", "router", rid=req.rid, room=req.room.id,
+                   value=now - req.t_done, detail=f"prefill leg ended ({req.room.reason or 'ok'})")
+            req.t_done = now  # (the client's answer, held since the decode's)
+            self.stage = _ANSWER
+            lb.env.link(self)
+            return
+        if (req.room.state != SUCCESS and lb.dispatch != "smg_join"
+                and req.status == "unfinished" and not self.fired):
+            self._fail_if_prefill_failed(req)
+            # the decode leg is dropped: the decode aborts its copy (ABORT to the prefill from
+            # 0.5.13); its answer is not the client's any more
+            req.on_response = None
+            req.room.fail("aborted", DECODE | lb.notify_prefill)
+            self.stage = _ANSWER
+            lb.env.link(self)
+
+    def _fail_if_prefill_failed(self, req: Request) -> None:
+        """The answer is the prefill leg's error when it failed (502: the gateway maps a
+        transport error or a 5xx to 502)."""
+        if req.room.state != SUCCESS and req.status != "timed_out":
+            req.status, req.http_status = "failed", 502
+            req.reason = f"prefill_{req.room.reason}"
+            req.t_done = self.lb.env._now
+
+    def _drop_prefill(self) -> None:
+        """Drop the unanswered prefill leg: the prefill aborts its copy."""
+        req = self.req
+        req.p_leg = None
+        self.p_done = True
+        req.room.fail("aborted", PREFILL | self.lb.notify_decode)
 
     def tick(self) -> None:
         stage = self.stage
         if stage == _DISPATCH:  # the hop to the servers: POST to both
             req = self.req
+            lb = self.lb
             # (set first: a crashed decode server refuses at once, answering in dispatch)
             req.on_response = self  # responded() when the decode answers
-            self.d.dispatch(req)  # the decode registers the destination session first
-            self.p.dispatch(req)
-            self.dl_at, self.dl_eid = self.lb._deadlines.start(self)  # the router timeout
+            req.p_server = self.p.index  # (the decode's metadata goes to it: pdsim.engine.peers)
+            if lb.join:
+                req.p_leg = self  # prefill_ended() when the prefill leg answers
+            broken = lb.leg_fault(req) if lb.leg_fault is not None else ""
+            if broken:
+                lb.log("leg_failed", "router", rid=req.rid, room=req.room.id,
+                       detail=f"{broken} leg: error sending request")
+            if broken == "decode":
+                req.d_server = self.d.index
+                self.d.ranks[0].refuse(req, "decode_leg_failed")
+            else:
+                self.d.dispatch(req)  # the decode registers the destination session first
+            if broken == "prefill":
+                req.p_server = self.p.index
+                refused(req)
+            elif not self.p_done:  # (smg_cancel_both dropped it if the decode refused)
+                self.p.dispatch(req)
+            self.dl_at, self.dl_eid = lb._deadlines.start(self)  # the router timeout
+            if lb._ttft is not None:
+                self.tt_at, self.tt_eid = lb._ttft.start(self)
         elif stage == _ANSWER:  # the response event, then response-or-timeout
             self.answered = True
             if not self.fired:

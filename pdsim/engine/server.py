@@ -8,7 +8,7 @@ import simpy
 
 from pdsim.engine.balance import FollowBootstrapRoom, RoundRobin, TotalTokens
 from pdsim.engine.log import EventLog
-from pdsim.engine.request import Request
+from pdsim.engine.request import PREFILL, Request
 
 IN_PROGRESS = (400, "Another flush_cache is already in progress")
 
@@ -58,9 +58,13 @@ class Server:
         ranks[self.balancer.pick(ranks, room.id if room is not None else -1)].submit(req)
 
     def _refuse(self, req: Request) -> None:
+        """The router's POST cannot reach a server that is down (connection refused)."""
         if self.role != "prefill":  # (decode or colocated: the server that answers)
             req.d_server = self.index
             self.ranks[0].refuse(req)
+        else:  # the prefill never hears of the request; the decode is not told
+            req.p_server = self.index
+            refused(req)
 
     def flush(self, timeout: float | None) -> simpy.Process:
         """POST /flush_cache[?timeout=]: every rank decides; the answer is rank 0's."""
@@ -83,3 +87,14 @@ class Server:
 
     def is_fully_idle(self) -> bool:
         return all(r.is_fully_idle() for r in self.ranks)
+
+
+def refused(req: Request) -> None:
+    """The request's prefill leg failed at transport level: no prefill has its room, so it
+    ends on the prefill side at once ("prefill_unreachable"; the decode is not told), and the
+    router hears the leg's error."""
+    req.room.fail("prefill_unreachable", PREFILL)
+    leg = req.p_leg
+    if leg is not None:
+        req.p_leg = None
+        leg.prefill_ended(req)

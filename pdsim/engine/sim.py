@@ -18,7 +18,7 @@ import simpy
 
 from pdsim.config import loader, units
 from pdsim.config.scenario import Scenario
-from pdsim.engine import clock
+from pdsim.engine import clock, incident, steady
 from pdsim.engine import slo as slo_mod
 from pdsim.engine import summary as summary_mod
 from pdsim.engine.fleet import Fleet
@@ -163,7 +163,9 @@ def _sim_events(env: simpy.Environment) -> tuple[int, int]:
     return clock.counts(env)
 
 
-def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: bool) -> dict:
+def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: bool,
+             samples: list | None = None) -> dict:
+    """The run's summary; ``samples``: the time series' rows (the incident block reads them)."""
     stats = fleet.stats
     gpus = fleet.scenario.fleet.gpus()  # (what a side-by-side comparison of fleets divides by)
     col = summary_mod.columns(None, cols)  # (the request columns, pdsim.engine.log.plain_columns)
@@ -179,6 +181,8 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
     t0 = min(starts) if starts else 0.0
     t_end = summary_mod.nanmax(measured["t_done"]) if len(m_client) else t0
     top = summary_mod.metrics(measured, (t_end - t0) if np.isfinite(t_end) else 0.0)
+    slo_cfg = fleet.scenario.slo
+    now = float(fleet.env.now)
     clients = {}
     for c in fleet.clients:
         here = m_client == names.index(c.name)
@@ -197,6 +201,11 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
             answered = sum(a["answered"] for a in c.answers)
             m["questions"] = len(c.answers)
             m["empty_answers"] = len(c.answers) - answered
+            m["steady"] = steady.closed_loop()
+        else:
+            m["steady"] = steady.window(c.offered(), mine, now)
+        if slo_cfg.active:
+            m["slo"] = slo_mod.summary(mine, slo_cfg, c.t0, end)
         clients[c.name] = m
     by_reason = {k: 0 for k in FLUSH_REASONS}
     by_reason.update(stats.transfer_failures)
@@ -231,9 +240,25 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
         "stopped_at_horizon": stopped,
         "clients": clients,
     })
-    slo_cfg = fleet.scenario.slo
     if slo_cfg.active:  # (only then: without thresholds goodput is the completed requests)
         top["slo"] = slo_mod.summary(measured, slo_cfg, t0, t_end)
+    benches = [names.index(c.name) for c in fleet.clients if c.cfg.kind == "bench"]
+    top["steady"] = (steady.window(
+        np.concatenate([c.offered() for c in fleet.clients if c.cfg.kind == "bench"]),
+        {k: v[np.isin(m_client, benches)] for k, v in measured.items()}, now)
+        if benches else steady.closed_loop())
+    faults = fleet.scenario.faults
+    asked = any(r.metric and r.metric.startswith("incident.") for r in fleet.scenario.reference)
+    if faults or stats.dead_rooms or asked:  # (only then: a run without these has no incident)
+        ws = [f.window(now) for f in faults]
+        window = ((min(w[0] for w in ws), max(w[1] for w in ws)) if ws
+                  else (math.nan, math.nan))
+        first = keep & (np.asarray(values("attempt")) == 0)
+        arrived = col["t_arrival"][first]
+        load_end = float(arrived.max()) if len(arrived) else t0
+        top["incident"] = inc = incident.measures(measured, fleet.log.rows, window, t0, now,
+                                                  load_end)
+        inc.update(incident.at_load_end(samples or [], load_end, len(fleet.decode_ranks)))
     return clean(top)
 
 
@@ -262,7 +287,7 @@ def _simulate(sc: Scenario, recorder: Recorder | None, progress: bool | float,
     if delay is None:
         env.run(until=stop)
     else:
-        with _Progress(env, sc.horizon_s, delay):
+        with _Progress(env, sc.horizon_s, delay, fleet.clients):
             env.run(until=stop)
     for stepper in fleet.steppers:
         stepper.close()
@@ -272,7 +297,7 @@ def _simulate(sc: Scenario, recorder: Recorder | None, progress: bool | float,
     wall = time.perf_counter() - wall0
     sim_events, sim_entries = _sim_events(env)
     summary = _summary(fleet, cols, len(log_rows), sim_events,
-                       not all_done.triggered and not stalled.triggered)
+                       not all_done.triggered and not stalled.triggered, rows)
     if stalled.triggered and not all_done.triggered:
         summary["stalled_at_s"] = round(float(env.now), 3)
     if sc.unknowns:
@@ -362,13 +387,19 @@ def _bar_delay(progress: object) -> float | None:
 
 
 class _Progress:
-    """A bar of simulated seconds, drawn by a thread that reads the clock four times a
-    second (after ``delay`` wall seconds: a run that ends sooner shows none). The run's own
-    loop is the plain one: nothing is scheduled or stepped for the bar, so a run with it is
-    the run without it, and as fast."""
+    """A bar of the prompts answered and questions finished, of all the clients will send,
+    with the simulated time beside it, drawn by a thread that reads the clients' counters and
+    the clock four times a second (after ``delay`` wall seconds: a run that ends sooner shows
+    none). A run ends when its clients are done, so the bar reaches its end with the run (a bar
+    of simulated seconds out of ``horizon_s`` stopped where the clients finished: 49% of a
+    horizon twice their length). Without clients it counts simulated seconds of the horizon.
+    The run's own loop is the plain one: nothing is scheduled or stepped for the bar, so a run
+    with it is the run without it, and as fast."""
 
-    def __init__(self, env: simpy.Environment, horizon: float, delay: float) -> None:
-        self._env, self._total, self._delay = env, round(horizon), delay
+    def __init__(self, env: simpy.Environment, horizon: float, delay: float,
+                 clients: list = ()) -> None:
+        self._env, self._horizon, self._delay = env, round(horizon), delay
+        self._clients = list(clients)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="pdsim-progress", daemon=True)
         self._bar: Any = None
@@ -385,18 +416,31 @@ class _Progress:
                 self._show()  # (where the run ended)
             self._bar.close()
 
+    def _count(self) -> tuple[int, int, str]:
+        """(done, total, unit): requests when the clients plan any, else simulated seconds."""
+        done = total = 0
+        for c in self._clients:
+            d, t = c.progress()
+            done, total = done + d, total + t
+        if total:
+            return min(done, total), total, "req"
+        return min(int(self._env.now), self._horizon), self._horizon, "sim s"
+
     def _watch(self) -> None:
         from pdsim.util.backends import progress_bar
 
         if self._delay and self._done.wait(self._delay):
             return
-        self._bar = progress_bar(self._total, min(int(self._env.now), self._total),
-                                 unit="sim s")
+        done, total, unit = self._count()
+        self._bar = progress_bar(total, done, unit=unit)
         while not self._done.wait(0.25):
             self._show()
 
     def _show(self) -> None:
         bar = self._bar
-        n = min(int(self._env.now), self._total)
-        if n > bar.n:
-            bar.update(n - bar.n)
+        done, total, _unit = self._count()
+        if total != bar.total:  # (a trace client counts its rows once it has read them)
+            bar.total = total
+        if done > bar.n:
+            bar.update(done - bar.n)
+        bar.set_postfix_str(f"simulated {self._env.now:.0f} s", refresh=False)

@@ -22,6 +22,7 @@ class Stats:
     dead_peer_write_s: float = 0.0  # transfer-worker time those writes held
     probes: int = 0
     probe_s: float = 0.0
+    dead_rooms: int = 0  # decode slots that began holding a room that cannot complete
 
     def count_request_failure(self, reason: str) -> None:
         self.request_failures[reason] = self.request_failures.get(reason, 0) + 1

@@ -61,6 +61,31 @@ def _q(a: np.ndarray, *qs: float) -> list[float]:
                                           method="linear")[:, 0]]
 
 
+def _q_weighted(values: np.ndarray, weights: np.ndarray, *qs: float) -> list[float]:
+    """``np.quantile(np.repeat(values, weights), q)`` (linear) for each ``q``, without making
+    the repeated array (a run's ITL list has one gap per generated token: ~10^8 of them for a
+    long run). NaN when the weights sum to 0.
+
+    The repeated array sorted is ``values`` sorted, each ``weights`` times; its element ``k``
+    is the value whose cumulative weight first exceeds ``k``; the quantile interpolates
+    between elements ``floor(h)`` and ``floor(h) + 1`` at ``h = q (N - 1)``, as numpy's
+    linear method does."""
+    keep = weights > 0
+    values, weights = values[keep], weights[keep]
+    total = int(weights.sum())
+    if not total:
+        return [float("nan")] * len(qs)
+    order = np.argsort(values, kind="stable")
+    v, cum = values[order], np.cumsum(weights[order])
+    out = []
+    for q in qs:
+        h = q * (total - 1)
+        lo = math.floor(h)
+        a, b = np.searchsorted(cum, [lo, min(lo + 1, total - 1)], side="right")
+        out.append(float(v[a] + (h - lo) * (v[b] - v[a])))
+    return out
+
+
 def nanmax(a: np.ndarray) -> float:
     """``Series.max()`` of floats (NaN when every value is NaN); ``a`` is not empty."""
     nan = np.isnan(a)
@@ -132,6 +157,10 @@ def _arrow_strings(arr: object) -> bool:
     return isinstance(arr, pd.arrays.ArrowStringArray)
 
 
+# the percentiles reported of TTFT, TPOT, ITL and E2E latency (with the mean): bench_serving
+# prints the median and P99 (P95 too of ITL); P90 and P95 are what capacity planners set SLOs on
+PERCENTILES = (0.5, 0.9, 0.95, 0.99)
+
 # the request-table columns the metrics read, and the dtypes they have there (status: codes)
 COLUMNS = {"http_status": None, "stream": bool, "t_done": None, "t_arrival": None,
            "t_first_token": None, "output_len": None, "generated": None,
@@ -169,12 +198,23 @@ def metrics(col: dict[str, np.ndarray], duration: float) -> dict:
     with text sets it), its ``output_len`` stays the requested length, its latency is when the
     abort chunk arrived, so it adds a TTFT of 0 and a TPOT of latency / (output_len - 1) to the
     means, no ITL, and its requested length to the output throughput. A non-streamed response
-    is one chunk: its TTFT is its latency. ``true_output_throughput_tok_s`` counts tokens
+    is one chunk: its TTFT is its latency, and it has no TPOT or ITL to measure; bench_serving
+    counts a TPOT of 0 for it (latency - TTFT = 0), which here would pull the TPOT of a mix
+    of clients down and print 0.00 for a non-streaming one, so TPOT is over streamed
+    responses only (None when there is none). ``true_output_throughput_tok_s`` counts tokens
     generated, and ``completed_mean_ttft_ms`` / ``completed_mean_tpot_ms`` are over completed
     requests at their real first-token times: what bench_serving's means hide.
     ``successful_requests`` counts those HTTP 200s (bench_serving's JSON calls them
     ``completed``); ``completed_requests`` counts requests that generated all their tokens.
     ``requests`` = ``completed_requests + failed + unfinished``.
+
+    Percentiles (``median_``, ``p90_``, ``p95_``, ``p99_``: :data:`PERCENTILES`) are numpy's
+    linear ones over the same per-request values as the means. bench_serving's ITL list has
+    one gap per streamed chunk; pdsim keeps no per-token times (a record per token would cost
+    more than the rest of a request), so its ITL percentiles are over the same gaps, each at
+    its request's mean gap ((last token - first token) / (tokens - 1)): they see how gaps
+    differ between requests (batch size, context length, decode load) but not within one
+    (a step that ran a long prefill chunk beside the decode). The mean ITL is exact.
     ``prefix_cache_hit_rate``: share of the prompt tokens of requests that reached a prefill
     forward that the prefill rank's prefix cache already held.
     """
@@ -191,7 +231,7 @@ def metrics(col: dict[str, np.ndarray], duration: float) -> dict:
     as_reported = int(out_len.sum())
     first = ok_first - ok_arrival
     ttft = np.where(streamed, np.where(ok_gen > 0, first, 0.0), latency)
-    many = out_len > 1
+    many = streamed & (out_len > 1)  # (a non-streamed response has no TPOT: docstring)
     tpot = (latency - ttft)[many] / (out_len[many] - 1)
     chunks = streamed & (ok_gen > 1)  # the ITL list: streamed text chunks
     itl = ((_nansum(t_done[ok][chunks] - ok_first[chunks]) / (ok_gen[chunks] - 1).sum())
@@ -205,8 +245,14 @@ def metrics(col: dict[str, np.ndarray], duration: float) -> dict:
     looked = (col["prefill_tokens"] > 0) | (col["cached_tokens"] > 0)  # reached a prefill
     looked_in = int(col["input_len"][looked].sum())
     gen_total = generated.sum()
-    ttft_50, ttft_99 = _q(ttft, 0.5, 0.99)
-    tpot_50, tpot_99 = _q(tpot, 0.5, 0.99)
+    ttft_50, ttft_90, ttft_95, ttft_99 = _q(ttft, *PERCENTILES)
+    tpot_50, tpot_90, tpot_95, tpot_99 = _q(tpot, *PERCENTILES)
+    e2e_50, e2e_90, e2e_95, e2e_99 = _q(latency, *PERCENTILES)
+    # the ITL list as each request's mean gap, once per gap (docstring)
+    gaps = ok_gen[chunks] - 1
+    per_req_itl = ((t_done[ok][chunks] - ok_first[chunks]) / np.maximum(gaps, 1)
+                   if chunks.any() else np.empty(0))
+    itl_50, itl_90, itl_95, itl_99 = _q_weighted(per_req_itl, gaps, *PERCENTILES)
     return {
         "requests": n,
         "successful_requests": n_ok,
@@ -226,13 +272,24 @@ def metrics(col: dict[str, np.ndarray], duration: float) -> dict:
         "total_generated_tokens_true": int(gen_total),
         "mean_ttft_ms": _ms(_mean(ttft)),
         "median_ttft_ms": _ms(ttft_50),
+        "p90_ttft_ms": _ms(ttft_90),
+        "p95_ttft_ms": _ms(ttft_95),
         "p99_ttft_ms": _ms(ttft_99),
         "mean_tpot_ms": _ms(_mean(tpot)),
         "median_tpot_ms": _ms(tpot_50),
+        "p90_tpot_ms": _ms(tpot_90),
+        "p95_tpot_ms": _ms(tpot_95),
         "p99_tpot_ms": _ms(tpot_99),
         "mean_itl_ms": _ms(itl),
+        "median_itl_ms": _ms(itl_50),
+        "p90_itl_ms": _ms(itl_90),
+        "p95_itl_ms": _ms(itl_95),
+        "p99_itl_ms": _ms(itl_99),
         "mean_e2e_ms": _ms(_mean(latency)),
-        "median_e2e_ms": _ms(_q(latency, 0.5)[0]),
+        "median_e2e_ms": _ms(e2e_50),
+        "p90_e2e_ms": _ms(e2e_90),
+        "p95_e2e_ms": _ms(e2e_95),
+        "p99_e2e_ms": _ms(e2e_99),
         "prefix_cache_hit_rate": round(int(col["cached_tokens"][looked].sum()) / looked_in, 4)
         if looked_in else 0.0,
         "concurrency": round(float(_nansum(latency) / dur), 2) if n_ok else 0.0,

@@ -45,7 +45,7 @@ from pdsim.engine.clock import call_at, later, reserve, run_inline
 from pdsim.engine.faults import SILENT, UP, Paths
 from pdsim.engine.log import EventLog
 from pdsim.engine.nic import NIC
-from pdsim.engine.request import TRANSFERRING, Request, Room
+from pdsim.engine.request import PREFILL, TRANSFERRING, Request, Room
 from pdsim.engine.stats import Stats
 
 DEAD_MSG = "Decode instance could be dead, remote mooncake session is not alive"
@@ -82,6 +82,14 @@ class TransferEngine:
         self._records_success = type(blacklist).record_success is not Policy.record_success
         self.writing: dict[int, Chunk] = {}  # queue index -> chunk being written
         self._front: Chunk | None = None  # the write whose deadline is armed (see _deadline)
+        # whether a room's last write loses its done signal (the lost_done fault): None, or
+        # a callable giving '' (delivered), 'status' or 'aux' (pdsim.engine.faults_pd)
+        self.lost_done: Callable[[Room], str] | None = None
+
+    def writing_room(self, room: Room) -> bool:
+        """Whether a write of ``room``'s KV is in flight (an ABORT_ACK waits for it, PR
+        #40645)."""
+        return any(c.room is room for c in self.writing.values())
 
     def submit(self, chunk: Chunk) -> None:
         i = chunk.room.port % len(self.queues)
@@ -211,6 +219,9 @@ class TransferEngine:
         i = chunk.queue
         room = chunk.room
         del self.writing[i]
+        if room.ack is not None:  # the decode waits for this write to drain (ABORT_ACK)
+            ack, room.ack = room.ack, None
+            ack()
         if dead:
             self.stats.dead_peer_writes += 1
             self.stats.dead_peer_write_s += self.env.now - chunk.t0
@@ -225,7 +236,9 @@ class TransferEngine:
                 self.blacklist.record_success(room.session)
             if not room.resolved:
                 self.stats.bytes_transferred += chunk.nbytes
-                if chunk.last:
+                if chunk.last and self.lost_done is not None and self._lose_done(room):
+                    pass  # (the prefill concluded; the decode heard nothing, or no metadata)
+                elif chunk.last:
                     if last and not self.queues[i] and self.recorder is None:
                         # nothing follows in this step but the worker falling asleep
                         # (_serve on an empty queue): the room's done step may run at once
@@ -236,6 +249,22 @@ class TransferEngine:
         if self.recorder is not None:
             self.recorder.write(self, i, chunk, chunk.t0, self.env.now)
         self._serve(i)
+
+    def _lose_done(self, room: Room) -> bool:
+        """The lost_done fault at a room's last write: True when it took the room's Success
+        (the status message never reaches the decode); an aux loss marks the room and lets
+        Success go (the decode's metadata gate then holds it)."""
+        what = self.lost_done(room)
+        if what == "status":
+            room.succeed(sides=PREFILL)
+            self.log("done_lost", self.owner, self.rank, room.req.rid, room.id, room.session,
+                     detail="KV send done; the Success message never reached the decode")
+            return True
+        if what == "aux":
+            room.aux_lost = True
+            self.log("done_lost", self.owner, self.rank, room.req.rid, room.id, room.session,
+                     detail="KV send done; the metadata (aux) write never landed")
+        return False
 
     def _write(self, sid: str, nbytes: float) -> Generator:
         """One synchronous batch write: returns (failure reason or '', met a dead path)."""

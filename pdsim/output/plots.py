@@ -23,102 +23,25 @@ from matplotlib.axes import Axes
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from pdsim.output import incident_plots
+from pdsim.output.plots_base import (  # noqa: F401 (re-exported: plots.OK, plots.flush_table)
+    CLIENTS,
+    DECODE,
+    FAIL,
+    FLUSH,
+    HARMLESS,
+    OK,
+    PREFILL,
+    TIME,
+    _fit_title,
+    _legend,
+    _title,
+    client_color,
+    flush_table,
+    mark_flushes,
+    spread_notes,
+)
 from pdsim.output.result import Result
-
-OK = "#2166ac"
-FAIL = "#ef8a62"
-FLUSH = "#b2182b"  # a harmful flush, and blacklisted pairs
-HARMLESS = "#969696"
-PREFILL = "#01665e"
-DECODE = "#8c510a"
-CLIENTS = ["#6a51a3", "#c51b8a", "#3f007d", "#f768a1", "#9e9ac8"]
-TIME = "simulated time (s)"
-
-
-def client_color(res: Result, name: str) -> str:
-    names = [c.name for c in res.scenario.clients]
-    return CLIENTS[names.index(name) % len(CLIENTS)] if name in names else "black"
-
-
-def _legend(ax: Axes, handles: list | None = None, ncol: int = 4, **kw) -> None:
-    """Legend above the axes, right-aligned: never on the data (the title goes above it)."""
-    h, lab = (handles, [x.get_label() for x in handles]) if handles else \
-        ax.get_legend_handles_labels()
-    if h:
-        ax.legend(h, lab, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=ncol,
-                  frameon=False, fontsize=8, borderaxespad=0.2, **kw)
-        ax._pdsim_legend_rows = -(-len(h) // ncol)  # noqa: SLF001 (read by _title)
-        _fit_title(ax)
-
-
-def _title(ax: Axes, text: str) -> None:
-    ax.set_title(text, loc="left", fontsize=10, fontweight="bold")
-    _fit_title(ax)
-
-
-def _fit_title(ax: Axes) -> None:
-    """Lift the title above a legend row placed over the axes, so neither hides the other."""
-    rows = getattr(ax, "_pdsim_legend_rows", 0)
-    if ax.get_title(loc="left") and rows:
-        ax.set_title(ax.get_title(loc="left"), loc="left", fontsize=10, fontweight="bold",
-                     pad=6 + 13 * rows)
-
-
-# --- flushes ------------------------------------------------------------------------------
-
-
-def flush_table(res: Result) -> pd.DataFrame:
-    """One row per POST /flush_cache: who called it, when the ranks flushed, and how many
-    pending transfers the pages they freed doomed (``doomed``, by ``flush.dooms``: in flight,
-    or not yet started under ``source_and_unstarted``; ``harmful`` if any)."""
-    ev = res.events
-    calls = ev[ev.event == "router_flush"]
-    answers = ev[ev.event == "router_flush_answer"]
-    execs = ev[ev.event == "flush_executed"]
-    rows = []
-    used: set = set()
-    for c in calls.itertuples(index=False):
-        mine = answers[(answers.peer == c.peer) & (answers.time >= c.time)
-                       & ~answers.index.isin(used)]
-        t_ans = mine.time.iloc[0] if len(mine) else float(res.summary["simulated_s"])
-        if len(mine):
-            used.add(mine.index[0])
-        ex = execs[(execs.time >= c.time) & (execs.time <= t_ans)]
-        rows.append({"t_call": c.time, "t_answer": t_ans, "caller": c.peer,
-                     "t_flush": ex.time.min() if len(ex) else np.nan,
-                     "ranks_flushed": len(ex), "doomed": int(ex.value.sum()),
-                     "timeout_dropped": "dropped" in c.detail})
-    df = pd.DataFrame(rows, columns=["t_call", "t_answer", "caller", "t_flush",
-                                     "ranks_flushed", "doomed", "timeout_dropped"])
-    df["harmful"] = df.doomed > 0
-    return df
-
-
-def mark_flushes(res: Result, ax: Axes, annotate: bool = False) -> list[Line2D]:
-    """Vertical lines at the instants ranks flushed: harmful solid dark red, harmless dashed
-    grey; ``annotate`` writes what each flush did beside it. Returns legend handles."""
-    handles = {}
-    for f in flush_table(res).itertuples(index=False):
-        if np.isnan(f.t_flush):
-            continue
-        color, ls = (FLUSH, "-") if f.harmful else (HARMLESS, "--")
-        ax.axvline(f.t_flush, color=color, lw=1.4 if f.harmful else 1.0, ls=ls, zorder=1)
-        key = "harmful" if f.harmful else "harmless"
-        handles[key] = Line2D([], [], color=color, ls=ls, label=(
-            "flush freeing pages of pending transfers" if f.harmful
-            else "flush with no transfer pending"))
-        if annotate:  # in the headroom above the data; harmless ones a line lower
-            why = ", ?timeout dropped" if f.timeout_dropped else ""
-            text = (f"flush_cache ({f.caller}{why}):\n{f.doomed} transfers on freed pages"
-                    if f.harmful else f"flush ({f.caller}): no transfer pending")
-            ax.annotate(text, xy=(f.t_flush, 0.98 if f.harmful else 0.84),
-                        xycoords=("data", "axes fraction"), xytext=(5, 0),
-                        textcoords="offset points", va="top",
-                        fontsize=8, color=color, fontweight="bold" if f.harmful else "normal",
-                        bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none",
-                              "alpha": 0.8})
-    return list(handles.values())
-
 
 # --- time series panels -----------------------------------------------------------------
 
@@ -175,9 +98,20 @@ def throughput(res: Result, ax: Axes | None = None, smooth_s: int = 5,
     ax.set_ylabel("generated tokens / s")
     top = max((float(np.nanmax(np.asarray(ln.get_ydata(), float))) for ln in ax.get_lines()
                if len(ln.get_ydata())), default=1.0)
+    ax._pdsim_data_top = top  # noqa: SLF001 (headroom: _make_headroom)
     ax.set_ylim(0, 1.3 * top if annotate else None)  # headroom keeps the notes off the data
+    if annotate:
+        _make_headroom(ax)
     _legend(ax, ax.get_legend_handles_labels()[0] + handles)
     return ax
+
+
+def _make_headroom(ax: Axes) -> None:
+    """Raise the axis' top so the data stays below the lowest flush note."""
+    lowest = spread_notes(ax)
+    top = getattr(ax, "_pdsim_data_top", None)
+    if top:
+        ax.set_ylim(0, top / max(0.3, min(1 / 1.3, lowest - 0.03)))
 
 
 def failures(res: Result, ax: Axes | None = None) -> Axes:
@@ -470,11 +404,17 @@ def postmortem(res: Result, title: str | None = None) -> plt.Figure:
     """The incident at a glance. Left, on one time axis: throughput per client with the
     flushes annotated, outcomes per client, the blacklist per pair, KV use, queue depth.
     Right: failed/routed requests per pair (blacklisted outlined), load per DP rank, TTFT and
-    E2E latency CDFs per client."""
+    E2E latency CDFs per client. A run with an incident block (faults, or decode slots held by
+    dead rooms) gets a sixth row: the dead rooms' slots over time by cause, with the trigger
+    shaded and the recovery marked (also on the throughput panel), and the incident's
+    measures as text (pdsim.output.incident_plots)."""
     clients = [c.name for c in res.scenario.clients]
-    fig = plt.figure(figsize=(16, 15 + 0.6 * len(clients)), constrained_layout=True)
-    gs = fig.add_gridspec(5, 2, width_ratios=[2.3, 1],
-                          height_ratios=[1.2, 0.45 + 0.45 * len(clients), 1.1, 0.8, 0.8])
+    # an incident run of a PD fleet (faults, dead rooms): one more row
+    inc = res.summary.get("incident") if res.scenario.fleet.mode != "colocated" else None
+    rows = [1.2, 0.45 + 0.45 * len(clients), 1.1, 0.8, 0.8] + ([1.0] if inc else [])
+    fig = plt.figure(figsize=(16, 15 + 0.6 * len(clients) + (3 if inc else 0)),
+                     constrained_layout=True)
+    gs = fig.add_gridspec(len(rows), 2, width_ratios=[2.3, 1], height_ratios=rows)
     ax_tp = fig.add_subplot(gs[0, 0])
     sub = gs[1, 0].subgridspec(len(clients), 1, hspace=0.05)
     ax_out = [fig.add_subplot(sub[i, 0], sharex=ax_tp) for i in range(len(clients))]
@@ -502,7 +442,19 @@ def postmortem(res: Result, title: str | None = None) -> plt.Figure:
     queue_depth(res, ax_q)
     _title(ax_q, "queue depth")
     ax_q.set_xlabel(TIME)
-    for ax in (ax_tp, *ax_out, ax_bl, ax_kv):
+    above = (ax_tp, *ax_out, ax_bl, ax_kv)
+    if inc:  # decode slots held by dead rooms, the trigger and the recovery
+        ax_dead = fig.add_subplot(gs[5, 0], sharex=ax_tp)
+        incident_plots.dead_slots(res, ax_dead)
+        _title(ax_dead, "decode slots held by dead rooms (rooms that cannot complete)")
+        ax_dead.set_xlabel(TIME)
+        ax_q.set_xlabel("")
+        above = (*above, ax_q)
+        marks = incident_plots.mark_trigger(res, ax_tp)
+        if marks:
+            _legend(ax_tp, ax_tp.get_legend_handles_labels()[0] + marks)
+        incident_plots.incident_text(res, fig.add_subplot(gs[5, 1]))
+    for ax in above:
         ax.tick_params(labelbottom=False)
     ax_tp.set_xlim(0, float(res.summary["simulated_s"]))
 
@@ -514,21 +466,34 @@ def postmortem(res: Result, title: str | None = None) -> plt.Figure:
     latency_cdf(res, fig.add_subplot(gs[3, 1]), "ttft")
     latency_cdf(res, fig.add_subplot(gs[4, 1]), "e2e")
 
+    fig.canvas.draw()  # (the layout settles the axes' sizes: the flush notes spread on it)
+    _make_headroom(ax_tp)
     s = res.summary
     real = s["transfer_failures_by_reason"].get("flush_freed_pages", 0)
     if colocated and title is None:
         title = (f"{res.scenario.name}: colocated, {s['gpus']:,} GPUs: {s['failed']:,} failed "
                  f"requests, {s['retractions']:,} retractions")
+    if title is None and inc and not real and not colocated:  # an incident on the paths of issue 26
+        rec = inc["recovery_s"]
+        after = ("" if inc["trigger_from_s"] is None or inc["base_goodput_tok_s"] is None
+                 else f", recovered {rec:g} s after the trigger" if rec is not None
+                 else ", not recovered within the run")
+        title = (f"{res.scenario.name}: {s['failed']:,} failed requests, "
+                 f"{inc['dead_rooms']:,} dead rooms ({inc['dead_rooms_max']:,} slots at "
+                 f"once){after}")
     fig.suptitle(title or f"{res.scenario.name}: {real:,} flush-caused transfer failures → "
                  f"{s['failed']:,} failed requests, {s['blacklisted_pairs_max']:,} of "
                  f"{n_pairs(res):,} pairs blacklisted", fontsize=13, fontweight="bold")
     return fig
 
 
-def compare(results: dict[str, Result], smooth_s: int = 5) -> plt.Figure:
+def compare(results: dict[str, Result], smooth_s: int = 5, ax: Axes | None = None
+            ) -> plt.Figure:
     """Generated tokens/s of several runs on one axis, each run's flushes marked in its colour
-    (solid: harmful, dotted: harmless)."""
-    fig, ax = plt.subplots(figsize=(10, 4), constrained_layout=True)
+    (solid: harmful, dotted: harmless); on ``ax`` when given (its figure is returned)."""
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(10, 4), constrained_layout=True)
+    fig = ax.figure
     for i, (name, res) in enumerate(results.items()):
         ts = res.timeseries
         color = plt.cm.tab10(i)
@@ -540,9 +505,12 @@ def compare(results: dict[str, Result], smooth_s: int = 5) -> plt.Figure:
     ax.set_xlabel(TIME)
     ax.set_ylabel("generated tokens / s")
     ax.set_ylim(bottom=0)
+    flushed = any(not np.isnan(f.t_flush) for res in results.values()
+                  for f in flush_table(res).itertuples(index=False))
     _legend(ax, ax.get_legend_handles_labels()[0]
-            + [Line2D([], [], color="grey", ls="-", label="harmful flush"),
-               Line2D([], [], color="grey", ls=":", label="harmless flush")], ncol=5)
+            + ([Line2D([], [], color="grey", ls="-", label="harmful flush"),
+                Line2D([], [], color="grey", ls=":", label="harmless flush")] if flushed
+               else []), ncol=5)
     return fig
 
 

@@ -18,6 +18,7 @@ from pdsim.config.scenario import ReferenceFigure, Scenario
 from pdsim.config.unknowns import block as unknowns_lines
 from pdsim.engine.outcome import Outcome
 from pdsim.engine.transfer import DEAD_MSG
+from pdsim.output import incident_report
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,6 +79,10 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
         out += [_line("Client:", f"gsm8k-style eval, {cfg.threads} threads"),
                 _line("Questions:", m.get("questions")),
                 _line("Empty answers (retries exhausted):", m.get("empty_answers"))]
+    if cfg.kind == "bench" and cfg.dataset.kind == "sharegpt":
+        ds = cfg.dataset
+        fixed = f", output {ds.output_len}" if ds.output_len else ""
+        out.append(_line("Dataset:", f"sharegpt sampling of {ds.label}{fixed}"))
     if m.get("trace_rows") is not None:
         out.append(_line("Trace rows replayed:", _trace_rows(m, cfg)))
     if m.get("aborted"):
@@ -90,6 +95,7 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
         _line("Total generated tokens:", m["total_generated_tokens"]),
         _line("Total generated tokens (retokenized):", m["total_generated_tokens_true"]),
         _line("Request throughput (req/s):", m["request_throughput_req_s"]),
+        *([_line("Request goodput (req/s):", m["slo"]["goodput_req_s"])] if "slo" in m else []),
         _line("Output token throughput (tok/s):", m["output_throughput_tok_s"]),
         _line("Total token throughput (tok/s):", m["total_throughput_tok_s"]),
         _line("Concurrency:", m["concurrency"]),
@@ -106,21 +112,73 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
         _line("Generated-token throughput (tok/s):", m["true_output_throughput_tok_s"]),
         _line("Prefix cache hit rate (prompt tokens):",
               f"{100 * m['prefix_cache_hit_rate']:.1f}%"),
-        _head("End-to-End Latency"),
-        _line("Mean E2E Latency (ms):", m["mean_e2e_ms"]),
-        _line("Median E2E Latency (ms):", m["median_e2e_ms"]),
-        _head("Time to First Token"),
-        _line("Mean TTFT (ms):", m["mean_ttft_ms"]),
-        _line("Median TTFT (ms):", m["median_ttft_ms"]),
-        _line("P99 TTFT (ms):", m["p99_ttft_ms"]),
-        _head("Time per Output Token (excl. 1st token)"),
-        _line("Mean TPOT (ms):", m["mean_tpot_ms"]),
-        _line("Median TPOT (ms):", m["median_tpot_ms"]),
-        _line("P99 TPOT (ms):", m["p99_tpot_ms"]),
-        _head("Inter-Token Latency"),
-        _line("Mean ITL (ms):", m["mean_itl_ms"]),
     ]
+    if cfg.kind == "bench":  # (an eval is a closed loop: no offered rate to keep up with)
+        out += steady_block(m.get("steady"))
+    out += slo_block(m.get("slo"))
+    streamed = cfg.kind == "bench" and cfg.stream
+    for title, key, name in LATENCIES:
+        out.append(_head(title))
+        out += [_line(f"{p} {name} (ms):", m[f"{k}_{key}_ms"]) for p, k in PERCENTILE_LINES]
+    out += _define(ITL_NOTE if streamed else NOT_STREAMED.format(
+        what="stream: false" if cfg.kind == "bench" else "an eval's requests"))
     return out
+
+
+# bench_serving's sections and wording; each gets the mean, median, P90, P95 and P99
+LATENCIES = (("End-to-End Latency", "e2e", "E2E Latency"), ("Time to First Token", "ttft", "TTFT"),
+             ("Time per Output Token (excl. 1st token)", "tpot", "TPOT"),
+             ("Inter-Token Latency", "itl", "ITL"))
+PERCENTILE_LINES = (("Mean", "mean"), ("Median", "median"), ("P90", "p90"), ("P95", "p95"),
+                    ("P99", "p99"))
+NOT_STREAMED = ("Not streamed ({what}): a response is one chunk, so TTFT is its whole latency "
+                "and there is no TPOT or ITL to measure (n/a; null in the JSON; "
+                "bench_serving prints 0 for them). The server-side TPOT of completed requests "
+                "is completed_mean_tpot_ms in the JSON.")
+ITL_NOTE = ("ITL percentiles: each request's gaps at its mean gap (no per-token times are "
+            "kept; the mean is exact).")
+
+
+def steady_block(st: dict | None) -> list[str]:
+    """Whether the load is kept up with (pdsim.engine.steady): the offered and completed rates
+    over the steady window, the queue's trend, and the verdict in one line."""
+    if not st:
+        return []
+    from pdsim.engine.steady import verdict_line
+
+    out = [_head("Keeps up? (steady window, no drain tail)")]
+    if st.get("keeps_up") is None:
+        return [*out, *_define(f"Verdict: {verdict_line(st)}")]
+    failed = f" (+{st['failed_req_s']:.2f} failed)" if st["failed_req_s"] else ""
+    return [*out,
+            _line("Steady window (s):", f"{st['from_s']:.1f} - {st['to_s']:.1f}"),
+            _line("Offered / completed rate (req/s):",
+                  f"{st['offered_req_s']:.2f} / {st['completed_req_s']:.2f}{failed}"),
+            _line("Requests in system: mean / trend:",
+                  f"{st['in_system_mean']:.0f} / {st['queue_growth_req_s']:+.2f} req/s"),
+            _line("Verdict:", verdict_line(st, rates=False))]
+
+
+def slo_block(slo: dict | None) -> list[str]:
+    """The scenario's SLO (``slo:``) and how the requests met it (pdsim.engine.slo)."""
+    if not slo:
+        return []
+    limits = ", ".join(f"{name} <= {slo[key]:g} ms" for key, name in
+                       (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "E2E"))
+                       if slo.get(key) is not None)
+    att = slo["attainment"]
+    shown = "n/a" if att is None else (
+        f"{100 * att:.1f}% (target {100 * slo['attainment_target']:g}%): "
+        f"{'meets' if slo['meets_slo'] else 'misses'} the SLO")
+    return [_head("SLO (scenario slo:)"),
+            _line("SLO:", limits),
+            _line("SLO attainment (requests meeting it):", shown),
+            _line("Goodput (req/s / generated tok/s):",
+                  f"{_fmt(slo['goodput_req_s'])} / {_fmt(slo['goodput_tok_s'])}")]
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
 
 
 def fleet_block(s: dict, pairs_total: int | None = None,
@@ -129,8 +187,10 @@ def fleet_block(s: dict, pairs_total: int | None = None,
     out = [_head("Fleet", "=")]
     by_role = s.get("gpus_by_role")
     if by_role:
-        out.append(_line("GPUs:", f"{s['gpus']} (" + ", ".join(
-            f"{role} {n}" for role, n in by_role.items()) + ")"))
+        order = ("prefill", "decode", "colocated")  # (summary.json sorts its keys: the report
+        roles = sorted(by_role, key=lambda r: (order.index(r) if r in order else 3, r))  # of a
+        out.append(_line("GPUs:", f"{s['gpus']} (" + ", ".join(  # run read back reads alike)
+            f"{role} {by_role[role]}" for role in roles) + ")"))
     if s.get("fleet_mode") == "colocated":
         return out + _colocated_block(s)
     by = s["transfer_failures_by_reason"]
@@ -219,7 +279,7 @@ def _ret_line(group: list, pairs: int, pairs_total: int) -> str:
             f"(--verbose: each pair)")
 
 
-ROUTINE = ("retract", "flush_doomed", "probe", "flush_received", "flush_answer")
+ROUTINE = ("retract", "flush_doomed", "probe", "flush_received", "flush_answer", "done_lost")
 
 
 def told(rows: Iterable) -> list:
@@ -271,8 +331,14 @@ def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 
     def emit(row: str) -> None:
         (held if ret_group else rows).append(row)
 
+    bursts = incident_report.Bursts()
     for e in ev:
         t = f"t={e.time:9.3f}s "
+        if e.event in incident_report.EVENTS:
+            close_flush()
+            bursts.add(e, emit)
+            continue
+        bursts.close(emit)
         if e.event == "flush_executed":
             if flush_group and (flush_group[0].component != e.component
                                 or flush_group[0].time != e.time):
@@ -330,6 +396,7 @@ def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 
         elif e.event == "client_aborted":
             emit(f"{t}{e.component}: {e.detail}")
     close_flush()
+    bursts.close(emit)
     close_ret()
     if not rows and not fast:  # nothing it tells (paths, breaker states, a stall): no heading
         return []
@@ -509,6 +576,9 @@ def render(res: Outcome, verbose: bool = False) -> str:
     pairs = (sc.fleet.prefill.servers * sc.fleet.prefill.dp
              * sc.fleet.decode.servers * sc.fleet.decode.dp) if sc.fleet.mode == "pd" else None
     lines += fleet_block(s, pairs, sc.flush.dooms)
+    if sc.fleet.mode != "colocated":  # (a colocated fleet has no PD paths)
+        lines += _define(incident_report.release_line(sc))
+    lines += incident_report.block(s, _line)
     lines += timeline(told(res.event_rows()), pairs, verbose=verbose)
     lines += unknowns_block(res)
     lines += reference_block(s, sc.reference, res.what_if, sc.name, bool(res.unknowns),

@@ -18,6 +18,10 @@ from pdsim.engine.sim import simulate
 from pdsim.util.rng import seeds_of
 from pdsim.util.version import __version__
 
+# the columns of strings in a run directory's tables (read back as strings, empty ones "")
+_TEXT = {"requests": ("client", "kind", "status", "reason", "session"),
+         "events": ("event", "component", "peer", "detail")}
+
 
 class Result(Outcome):
     """What a run produced: the summary, DataFrames for notebooks and tests, and the run
@@ -54,6 +58,54 @@ class Result(Outcome):
             written.append(path)
         return written
 
+    @classmethod
+    def read(cls, out: str | Path) -> Result:
+        """A run directory (:meth:`write`) read back: its summary, its tables (CSV or
+        Parquet) and its scenario (``scenario.yaml``, as it was run), for figures and
+        comparisons without running it again. What the directory does not hold stays empty:
+        the flush calls, the KV pools, the recorded steps. Raises ValueError (one line) for a
+        directory that is not a run directory."""
+        import json
+
+        import pandas as pd
+
+        out = Path(out)
+        missing = [n for n in ("summary.json", "scenario.yaml") if not (out / n).is_file()]
+        tables = {}
+        for name in ("requests", "events", "timeseries", "answers"):
+            for fmt in ("csv", "parquet"):
+                if (out / f"{name}.{fmt}").is_file():
+                    tables[name] = out / f"{name}.{fmt}"
+        missing += [f"{n}.csv" for n in ("requests", "events", "timeseries") if n not in tables]
+        if missing:
+            raise ValueError(f"{out}: not a run directory of pdsim run --out (no "
+                             f"{', '.join(missing)})")
+        try:
+            summary = json.loads((out / "summary.json").read_text())
+            sc = loader.load(out / "scenario.yaml", allow_outside_paths=True)
+        except (OSError, ValueError) as err:  # (ScenarioError is a ValueError)
+            raise ValueError(f"{out}: cannot read the run directory ({err})") from None
+        try:  # (why the scenario's reported figures are not this run's, as it said)
+            what_if = json.loads((out / "run.json").read_text()).get("what_if") or ""
+        except (OSError, ValueError, AttributeError):
+            what_if = ""
+        res = cls(sc, summary, what_if=what_if,
+                  end_s=float(summary.get("simulated_s", float("nan"))))
+        for name, path in tables.items():
+            text = _TEXT.get(name, ())
+            try:
+                df = (pd.read_parquet(path) if path.suffix == ".parquet" else
+                      pd.read_csv(path, dtype=dict.fromkeys(text, "str")))
+            except (OSError, ValueError) as err:
+                raise ValueError(f"{path}: cannot read the table ({err})") from None
+            for col in text:  # an empty string was written as an empty CSV cell
+                if col in df:
+                    df[col] = df[col].fillna("")
+            setattr(res, name, df)
+        if "answers" not in tables:
+            res.answers = pd.DataFrame()
+        return res
+
     def describe(self) -> dict[str, str]:
         """``scenario.yaml``, ``run.json`` and ``report.txt`` of a run directory, as text
         (independent of where the directory is, so that two runs' directories compare equal)."""
@@ -70,7 +122,7 @@ class Result(Outcome):
         # (robust) trace files as resolved at load time: the run directory holds no traces
         rerun = "pdsim run RUN_DIR/scenario.yaml"
         for c, cd in zip(sc.clients, data["clients"], strict=True):
-            if c.dataset.kind == "trace":
+            if c.dataset.kind in ("trace", "sharegpt") and c.dataset.path is not None:
                 cd["dataset"]["path"] = str(c.dataset.resolved_path)
                 rerun = "pdsim run RUN_DIR/scenario.yaml --allow-outside-paths"
         if sc.profiles and sc._context is not None:  # (steptime) profile files likewise
@@ -104,8 +156,9 @@ def run(scenario: str | Path | dict | Scenario, sets: list[str] | None = None,
         allow_outside_paths: bool = False) -> Result:
     """Simulate ``scenario`` (a path, dict or :class:`Scenario`) and return its Result.
 
-    ``progress``: a bar of simulated seconds on stderr, ``True`` at once, or a number of
-    wall seconds after which a run still going shows one (``pdsim run`` on a terminal: 2).
+    ``progress``: a bar of requests answered (and the simulated time) on stderr, ``True`` at
+    once, or a number of wall seconds after which a run still going shows one (``pdsim run``
+    on a terminal: 2).
 
     ``record_steps``: keep every batch step and KV write for a Perfetto trace
     (:mod:`pdsim.output.perfetto`); it changes nothing that is simulated. ``allow_outside_paths``:
