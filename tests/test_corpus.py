@@ -193,8 +193,10 @@ def test_quick_subset_runs_and_the_fit_matters():
     assert len(qc) == len(corpus.QUICK) and sum(c.skip is not None for c in qc) == 1
     df = corpus_run.run(qc, workers=1)
     ran = df[df.skipped.isna()]
-    assert set(ran.calibration.str.extract(r"family (\S+)")[0]) == {
-        "qwen3-dense", "qwen3-moe", "llama-3", "deepseek-mla-moe", "qwen3.5"}
+    fams = set(ran.calibration.str.extract(r"family (\S+)")[0].dropna())
+    assert fams == {"qwen3-dense", "qwen3-moe", "deepseek-mla-moe", "qwen3.5"}
+    # (the llama-3 set is recorded, not shipped: its rows run with the profiles as shipped)
+    assert (ran[ran.family == "llama-3"].calibration == "none (profile defaults)").all()
     fitted = ran[["ttft_error", "tpot_error"]].abs().median()
     starts = {}
     for s in corpus_table.load_fits()["sets"]:
@@ -213,8 +215,10 @@ def test_the_shipped_corpus_calibrations_are_the_fit_record():
     text = (profiles.Path(profiles.__file__).parent / "data" / "calibrations.yaml").read_text()
     block = text.split(corpus_fit.BLOCK_BEGIN)[1].split(corpus_fit.BLOCK_END)[0]
     entries = yaml.safe_load(block)
-    assert len(entries) == len(rec["sets"]) == 5
-    for e, s in zip(entries, rec["sets"], strict=True):
+    by_id = {c.id: c for c in corpus.cases(corpus.read())}
+    shipped = [s for s in rec["sets"] if corpus_fit.ships(s, by_id)[0]]
+    assert len(rec["sets"]) == 5 and len(entries) == len(shipped) >= 4
+    for e, s in zip(entries, shipped, strict=True):
         assert (e["die"], e["family"], e["layout"]) == (s["die"], s["family"], s["layout"])
         assert {k: v["value"] for k, v in e["set"].items()} == s["values"]
         for v in e["set"].values():

@@ -73,8 +73,10 @@ def test_a_calibration_applies_to_its_gpu_and_model_only(tmp_path):
     f = _scenario(tmp_path, BODY, cal)
     res = profiles.for_scenario(pdsim.load(f))
     assert res.calibrated and res.gpu.gemm_eff == 0.33
-    other = profiles.for_scenario(pdsim.load(f, ["fleet.model=deepseek-v2-lite"]))
+    other = profiles.for_scenario(pdsim.load(f, ["fleet.model=qwen2.5-7b"]))  # (no family)
     assert not other.calibrated and other.gpu.gemm_eff == 0.7
+    kin = profiles.for_scenario(pdsim.load(f, ["fleet.model=deepseek-v2-lite"]))
+    assert kin.gpu.gemm_eff != 0.33 and "tiny-moe" not in kin.calibration  # (its family's)
 
 
 @pytest.mark.parametrize("text, needle", [

@@ -14,8 +14,8 @@ training corpus simulates in ~40 s of CPU, so a joint fit of the TTFT and TPOT s
 the event model (prefill stalls in TPOT, queueing in TTFT) is affordable; the predictor alone
 would miss both couplings.
 
-A row that repeats another row's generated scenario and measured values (the same measurement
-exported under two source files) counts once.
+A row that repeats another row's generated scenario and measured values to 0.01 ms (the same
+measurement exported under two source files) counts once.
 
 :func:`cross_validate` refits each set with one group of its rows held out and predicts that
 group: groups are the set's (model, layout) when it has more than one, else its (input, output
@@ -82,7 +82,8 @@ class SetFit:
 
 def _scenario_key(case: corpus.Case) -> str:
     sc = {k: v for k, v in (case.scenario or {}).items() if k != "name"}
-    return json.dumps([sc, round(case.measured_ttft_ms, 6), round(case.measured_tpot_ms, 6)],
+    # (to 0.01 ms: one export of the Qwen3.5 rows rounds the other's values to 2 decimals)
+    return json.dumps([sc, round(case.measured_ttft_ms, 2), round(case.measured_tpot_ms, 2)],
                       sort_keys=True)
 
 
@@ -258,16 +259,29 @@ IN_VIEW = ("Labelled in view: which values are fitted (`FIT_KEYS`) and the upper
            "`engine.prefill_step_ms` were chosen after looking at the whole training split's "
            "errors, so the cross-validated figures are out-of-sample for the fitted values, not "
            "for that choice.")
+SHIP_MAX_CV_ERROR = 0.5
+"""A set ships (calibrations.yaml) unless its cross-validated median |error| of mean TTFT or
+TPOT exceeds this: it then does not predict its own family's held-out rows, and shipped it would
+move every scenario of that family on that die (the capacity examples' Llama-3.1-70B on H100,
+for one) by values the model cannot tie to a mechanism. Chosen with the sets' cross-validated
+figures in view; the record keeps every set, shipped or not."""
 BLOCK_BEGIN = "# --- corpus fits (pdsim validate-model --fit): begin"
 BLOCK_END = "# --- corpus fits: end"
 
 
 def fit_all(cases: list[corpus.Case], workers: int | None = None, cv: bool = True,
-            log: Any = None, source: str = "") -> dict[str, Any]:
-    """Fit (and cross-validate) every parameter set of ``cases``; the record
+            log: Any = None, source: str = "", families: list[str] | None = None,
+            previous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fit (and cross-validate) every parameter set of ``cases`` (``families``: only those,
+    the other sets kept from the ``previous`` record); the record
     ``validation/corpus/fits.yaml`` holds."""
     sets = []
+    kept = {s["name"]: s for s in (previous or {}).get("sets", [])}
     for ps, rows in sorted(parameter_sets(cases).items(), key=lambda kv: kv[0].name):
+        if families and ps.family not in families:
+            if ps.name in kept:
+                sets.append(kept[ps.name])
+            continue
         if log is not None:
             log(f"fitting {ps.name} on {len(rows)} rows")
         f = fit_set(ps, rows, workers, log)
@@ -301,12 +315,36 @@ def _rows_line(s: dict[str, Any], cases: dict[str, corpus.Case]) -> str:
             f"fits.yaml)")
 
 
+def cv_errors(s: dict[str, Any], cases: dict[str, corpus.Case]) -> tuple[float, float]:
+    """A set's cross-validated median |error| of mean TTFT and TPOT (nan: no folds)."""
+    pred = (s.get("cv") or {}).get("predictions", {})
+    errs = [(abs(p[0] / cases[k].measured_ttft_ms - 1), abs(p[1] / cases[k].measured_tpot_ms - 1))
+            for k, p in pred.items() if k in cases]
+    if not errs:
+        return float("nan"), float("nan")
+    t, p = zip(*errs, strict=True)
+    return float(np.median(t)), float(np.median(p))
+
+
+def ships(s: dict[str, Any], cases: dict[str, corpus.Case]) -> tuple[bool, str]:
+    """Whether a set of the record ships (:data:`SHIP_MAX_CV_ERROR`), and why not."""
+    t, p = cv_errors(s, cases)
+    if (math.isfinite(t) and t > SHIP_MAX_CV_ERROR) or (math.isfinite(p)
+                                                        and p > SHIP_MAX_CV_ERROR):
+        return False, (f"not shipped: cross-validated median |error| TTFT {t:.0%}, TPOT "
+                       f"{p:.0%} (more than {SHIP_MAX_CV_ERROR:.0%})")
+    return True, ""
+
+
 def calibration_entries(record: dict[str, Any], cases: list[corpus.Case]) -> list[dict]:
-    """The record's sets as ``calibrations:`` entries (written for the die and the family,
-    holding for the layout they were fitted in), each value naming its rows."""
+    """The record's sets that ship (:func:`ships`) as ``calibrations:`` entries (written for the
+    die and the family, holding for the layout they were fitted in), each value naming its
+    rows."""
     by_id = {c.id: c for c in cases}
     out = []
     for s in record.get("sets", []):
+        if not ships(s, by_id)[0]:
+            continue
         src = _rows_line(s, by_id)
         note = (f"Fitted by pdsim validate-model --fit (pdsim/analysis/corpus_fit.py): "
                 f"least squares on the log errors of mean TTFT and TPOT, full simulations of "

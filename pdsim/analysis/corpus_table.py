@@ -36,9 +36,16 @@ def with_cv(df: pd.DataFrame, fits: dict[str, Any]) -> pd.DataFrame:
     """``df`` with the cross-validated predictions of the fit record (``cv_ttft_error``,
     ``cv_tpot_error``; a repeated row takes the prediction of the row it repeats) and which
     parameter set each row was fitted in (``fitted_in``)."""
+    from pdsim.analysis.corpus_fit import ships
+
     pred: dict[str, list[float]] = {}
     fitted_in: dict[str, str] = {}
+    shipped: dict[str, bool] = {}
+    cases = _cases()
     for s in fits.get("sets", []):
+        ok = ships(s, cases)[0]
+        for rid in [*s.get("rows", []), *(s.get("duplicates") or {})]:
+            shipped[rid] = ok
         for rid in s.get("rows", []):
             fitted_in[rid] = s["name"]
         for rid, p in (s.get("cv") or {}).get("predictions", {}).items():
@@ -55,6 +62,7 @@ def with_cv(df: pd.DataFrame, fits: dict[str, Any]) -> pd.DataFrame:
         cv_p.append(p[1] / r.measured_tpot_ms - 1 if p else float("nan"))
     out["cv_ttft_error"], out["cv_tpot_error"] = cv_t, cv_p
     out["fitted_in"] = [fitted_in.get(i, "") for i in out.id]
+    out["set_shipped"] = [shipped.get(i, False) for i in out.id]
     return out
 
 
@@ -106,19 +114,37 @@ def skipped_lines(df: pd.DataFrame) -> list[str]:
     return out
 
 
-def sets_table(fits: dict[str, Any]) -> str:
-    """The fitted parameter sets: value, start (as shipped), bound, rows."""
-    from pdsim.analysis.corpus_fit import BOUNDS
+def _cases() -> dict[str, corpus.Case]:
+    return {c.id: c for c in corpus.cases(corpus.read())}
 
-    lines = ["| parameter set | value | fitted | start (shipped) | bound | rows |",
-             "|---|---|---:|---:|---|---:|"]
+
+def sets_table(fits: dict[str, Any], cases: dict[str, corpus.Case] | None = None) -> str:
+    """The fitted parameter sets: value, start (the profiles as shipped), bound, rows, their
+    in-sample and cross-validated errors, and whether the set ships."""
+    from pdsim.analysis.corpus_fit import BOUNDS, cv_errors, ships
+
+    cases = cases if cases is not None else _cases()
+    lines = ["| parameter set | rows | in-sample TTFT / TPOT | cross-validated TTFT / TPOT | "
+             "shipped |", "|---|---:|---:|---:|---|"]
+    for s in fits.get("sets", []):
+        ins = [(abs(v[0] / cases[k].measured_ttft_ms - 1), abs(v[1] / cases[k].measured_tpot_ms
+                                                              - 1))
+               for k, v in s.get("in_sample", {}).items() if k in cases]
+        it, ip = (statistics.median(x[0] for x in ins), statistics.median(x[1] for x in ins)) \
+            if ins else (float("nan"), float("nan"))
+        ct, cp = cv_errors(s, cases)
+        ok, why = ships(s, cases)
+        lines.append(f"| {s['name']} | {len(s['rows'])} (+{len(s.get('duplicates') or {})} "
+                     f"repeats) | {_pct(it)} / {_pct(ip)} | {_pct(ct)} / {_pct(cp)} | "
+                     f"{'yes' if ok else why} |")
+    lines += ["", "| parameter set | value | fitted | start (shipped profile) | bound |",
+              "|---|---|---:|---:|---|"]
     for s in fits.get("sets", []):
         for k, v in s["values"].items():
             lo, hi = BOUNDS[k]
             at = s.get("at_bound", {}).get(k, "")
-            lines.append(f"| {s['name']} | `{k}` | {v:g} | {s['start'][k]:g} | "
-                         f"[{lo:g}, {hi:g}]{' (at ' + at + ')' if at else ''} | "
-                         f"{len(s['rows'])} (+{len(s.get('duplicates') or {})} repeats) |")
+            lines.append(f"| {s['family']} | `{k}` | {v:g} | {s['start'][k]:g} | "
+                         f"[{lo:g}, {hi:g}]{' (at its ' + at + ')' if at else ''} |")
     return "\n".join(lines)
 
 
@@ -132,12 +158,19 @@ def markdown(df: pd.DataFrame, fits: dict[str, Any], in_sample: bool = True) -> 
     ran = df[df.skipped.isna()]
     n, total = len(ran), len(df)
     lines = [group_table(df), ""]
-    errs = (f"median |error| TTFT {_pct(_median_abs(ran.ttft_error))}, TPOT "
-            f"{_pct(_median_abs(ran.tpot_error))}")
+    def errs(d: pd.DataFrame) -> str:
+        return (f"median |error| TTFT {_pct(_median_abs(d.ttft_error))}, TPOT "
+                f"{_pct(_median_abs(d.tpot_error))} over {len(d)} rows")
+
     lines.append(f"{n} of {total} rows run ({n / total:.1%}); every figure is a point prediction "
-                 f"of a mean (TTFT, TPOT). " + (
-                     f"**In-sample**: the shipped parameter sets were fitted on these very rows "
-                     f"({errs})." if in_sample else f"With the shipped profiles: {errs}."))
+                 f"of a mean (TTFT, TPOT): {errs(ran)}.")
+    if in_sample and "set_shipped" in ran:
+        fitted, other = ran[ran.set_shipped], ran[~ran.set_shipped]
+        lines.append(f"**In-sample** (a shipped parameter set was fitted on the row): "
+                     f"{errs(fitted)}." + (
+                         f" **Not fitted** (the row's set is not shipped: "
+                         f"{', '.join(sorted(set(other.family)))}; the profiles as shipped): "
+                         f"{errs(other)}." if len(other) else ""))
     if fits:
         lines.append(f"**Cross-validated** (each row predicted by a refit that did not see its "
                      f"group: {fits.get('cv_rule', '')}): TTFT "
@@ -149,8 +182,9 @@ def markdown(df: pd.DataFrame, fits: dict[str, Any], in_sample: bool = True) -> 
     if sk:
         lines += ["", "Rows pdsim does not run, by reason:", "", *sk]
     if fits:
-        lines += ["", "Parameter sets (`validation/corpus/fits.yaml` lists each set's rows):", "",
-                  sets_table(fits)]
+        lines += ["", "Parameter sets (`validation/corpus/README.md` gives their values and "
+                  "bounds, `validation/corpus/fits.yaml` their rows):", "",
+                  sets_table(fits).split("\n\n")[0]]
     return "\n".join(lines)
 
 

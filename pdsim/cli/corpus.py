@@ -42,11 +42,15 @@ def add_args(vm: argparse.ArgumentParser) -> None:
                    "pdsim/model/data/calibrations.yaml, on --corpus FILE it writes --out")
     g.add_argument("--out", metavar="PROFILE.yaml", help="with --fit --corpus FILE: the profile "
                    "file to write (default FILE.profile.yaml)")
+    g.add_argument("--family", action="append", default=[], metavar="FAMILY",
+                   help="with --fit: refit only this model family's sets (repeatable), keeping "
+                   "the others from the record")
 
 
 def wanted(args: argparse.Namespace) -> bool:
     """Whether the command is about the corpus only."""
-    return bool(args.corpus or args.quick or args.json or args.explain or args.fit)
+    return bool(args.corpus or args.quick or args.json or args.explain or args.fit
+                or args.family)
 
 
 def _cases(args: argparse.Namespace) -> list:
@@ -129,9 +133,16 @@ def fit(args: argparse.Namespace) -> int:
     training = not args.corpus
     cases = _cases(args)
     log = (lambda m: print(m, file=sys.stderr))  # noqa: E731
+    from pdsim.analysis import corpus_table
+
+    if args.family and not training:
+        return die("--family refits sets of the shipped record (validation/corpus/fits.yaml); "
+                   "on --corpus FILE --fit fits every set")
     record = corpus_fit.fit_all(cases, args.workers, cv=True, log=log,
                                 source=str(args.corpus or "validation/corpus/"
-                                           "aic_sglang_hopper_train.csv"))
+                                           "aic_sglang_hopper_train.csv"),
+                                families=args.family or None,
+                                previous=corpus_table.load_fits() if args.family else None)
     entries = corpus_fit.calibration_entries(record, cases)
     head = ("# Written by `pdsim validate-model --fit` (pdsim/analysis/corpus_fit.py): the\n"
             "# corpus parameter sets, their rows, and their cross-validation. Do not edit.\n")

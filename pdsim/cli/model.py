@@ -294,6 +294,8 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
                        f"--quick, --json, --explain, --fit) run the corpus only")
         if args.workers is not None and args.workers < 1:
             return die(f"--workers {args.workers}: give at least 1")
+        if args.family and not args.fit:
+            return die("--family says which sets --fit refits; give --fit too")
         try:
             if args.csv:
                 check_output_file(args.csv, "--csv")
@@ -366,8 +368,13 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
             print(f"wrote {show_path(args.csv)}", file=sys.stderr)
         if args.write_docs:
             validation_table.write_table(df, Path(args.write_docs))
-            if cdf is not None:
-                from pdsim.analysis import corpus_table
+            from pdsim.analysis import corpus_table
+
+            if cdf is not None and corpus_table.BEGIN not in Path(args.write_docs).read_text():
+                print(f"--write-docs: {show_path(args.write_docs)} has no "
+                      f"{corpus_table.BEGIN} block: the corpus table is not written",
+                      file=sys.stderr)
+            elif cdf is not None:
                 from pdsim.analysis.corpus import ROOT
 
                 ours = Path(args.write_docs).resolve() == ROOT.parents[1] / "docs" / \
