@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import SCENARIOS, run_cached
+from conftest import SCENARIOS, check_accounting, run_cached
 
 # (capacity/...: the colocated/PD pair; incidents/...: the incident library)
 NAMES = sorted(p.relative_to(SCENARIOS).with_suffix("").as_posix()
@@ -88,3 +88,9 @@ def test_tokens_counted_once(res):
     assert s["total_generated_tokens_true"] == int(res.measured.generated.sum())
     # every token a decode step produced belongs to exactly one request (warmup included)
     assert s["tokens_generated_fleet"] == int(res.requests.generated.sum())
+
+
+def test_every_prompt_and_failure_accounted_for(res):
+    """Each prompt sent and ended, in flight or not sent; the time series' last sample at the
+    run's end, its failed and tokens_out the run's totals (conftest.check_accounting)."""
+    check_accounting(res)

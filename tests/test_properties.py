@@ -3,22 +3,26 @@
 Hypothesis draws small scenarios over the whole format (fleets, KV pools small enough to
 retract, blacklist policies, faults, flushes, both clients, SGLang releases and the PD path
 switches, router dispatches and gateway timeouts, SDK retries) and checks, for each run: one
-terminal bucket per request, generated <= output_len, KV within capacity and nothing left
-allocated once every request resolved, monotone time, token sums that agree between the summary,
-the records and the fleet counter, and that a progress bar changes nothing. The examples are
+terminal bucket per request, ended once, generated <= output_len, KV within capacity and nothing
+left allocated once every request resolved, monotone time, token sums that agree between the
+summary, the records and the fleet counter, every prompt and question sent and ended, in flight
+or not sent, a time series whose last sample is at the run's end with the table's totals, and
+that a progress bar changes nothing. The examples are
 derandomized (the same ones on every machine and run), and a couple of them are re-run in other
 processes with other hash seeds for byte-identical outputs.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
 import sys
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from conftest import check_accounting, watch_ends
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import pdsim
@@ -221,7 +225,38 @@ def scenarios(draw) -> dict:
     if (d["engine"]["version"] in ("0.5.21", "0.5.22", "0.5.23")
             and draw(st.integers(0, 3)) == 0):
         d["disaggregation"]["req_waiting_timeout_s"] = draw(st.sampled_from([0.5, 5.0]))
+    if draw(st.integers(0, 3)) == 0:  # every timeout alike: a decode's and the router's tie
+        t = draw(st.sampled_from([2.0, 5.0]))
+        d["router"]["request_timeout_s"] = t
+        d["transfer"].update(bootstrap_timeout_s=t, waiting_timeout_s=t)
+    extend(draw, d)
     return d
+
+
+def extend(draw, d: dict) -> None:
+    """The rest of the surface (issue #28): profile files, traces, the fault library, declared
+    unknowns, seeds, SLO thresholds, and (one scenario in three) keys at their schema bounds."""
+    pd_fleet = d["fleet"].get("mode", "pd") == "pd"
+    if draw(st.integers(0, 4)) == 0:
+        d["profiles"] = [PROFILES]
+        d["fleet"].update(gpu=draw(st.sampled_from(["H20", "fz-gpu"])), model="fz-model",
+                          engine=draw(st.sampled_from(["sglang", "fz-engine"])))
+    if draw(st.integers(0, 5)) == 0:
+        d["clients"].append(draw(traces(f"t{len(d['clients'])}")))
+    if pd_fleet and draw(st.integers(0, 5)) == 0:
+        d["faults"].append({"preset": draw(st.sampled_from(PRESETS)),
+                            "at_s": draw(st.sampled_from([0.0, 2.0, 30.0]))})
+    if draw(st.integers(0, 5)) == 0:
+        d["seeds"] = {draw(st.sampled_from(["arrivals", "lengths", "routing", "faults"])):
+                      draw(st.integers(0, 2**64 - 1))}
+    if draw(st.integers(0, 5)) == 0:
+        d["slo"] = {"ttft_ms": draw(st.sampled_from([200.0, 2000.0])),
+                    "tpot_ms": draw(st.sampled_from([None, 50.0]))}
+    if draw(st.integers(0, 4)) == 0:
+        declare(draw, d)
+    if draw(st.integers(0, 2)) == 0:
+        for _ in range(draw(st.integers(1, 3))):
+            at_bound(draw, d, pd_fleet)
 
 
 @st.composite
@@ -271,7 +306,160 @@ def colocated_scenarios(draw) -> dict:
     }
     if draw(st.booleans()):
         d["router"]["request_timeout_s"] = draw(st.sampled_from([5.0, 60.0]))
+    extend(draw, d)
     return d
+
+
+PROFILES = "tests/fuzz_profiles.yaml"  # (paths of a dict resolve from the repo's root)
+TRACES = ["scenarios/traces/synthetic_trace.jsonl.gz",
+          "scenarios/traces/conversation_trace.jsonl.gz"]
+PRESETS = ["flush_race", "decode_crash", "decode_hang", "decode_nic_down", "nic_flaps",
+           "nic_degraded", "partition", "transient_errors", "load_spike", "gateway_timeout",
+           "lost_done", "prefill_restart", "leg_failure"]  # the library (pdsim faults)
+
+
+@st.composite
+def traces(draw, name: str) -> dict:
+    """A bench client replaying the first rows of a shipped Mooncake trace."""
+    n = draw(st.integers(1, 30))
+    ds = {"kind": "trace", "path": draw(st.sampled_from(TRACES)),
+          "time_scale": draw(st.sampled_from([1.0, 0.01, 50.0]))}
+    if draw(st.booleans()):
+        ds["limit"] = draw(st.integers(1, 40))
+    if draw(st.booleans()):
+        ds["max_input_len"] = draw(st.sampled_from([1, 600, 4096]))
+    return {"kind": "bench", "name": name, "num_prompts": n, "dataset": ds,
+            "warmup_requests": draw(st.integers(0, 1)),
+            "request_rate": draw(st.sampled_from(["trace", "inf", 3.0]))}
+
+
+def declare(draw, d: dict) -> None:
+    """Give a value or two as declared unknowns around it (run takes the nominal; validate
+    checks the ends, every value of a short integer range and each choice)."""
+    c = d["clients"][0]
+    n = c["num_prompts"]
+    c["num_prompts"] = {"uniform": [1, max(n, 2)], "nominal": n, "why": "fuzz"}
+    if draw(st.booleans()):
+        sem = d["flush"]["semantics"]
+        d["flush"]["semantics"] = {"choice": ["skip_idle_check", "reject_if_busy"],
+                                   "nominal": sem}
+    if draw(st.booleans()):
+        h = d["horizon_s"]
+        d["horizon_s"] = {"loguniform": [h / 2, h * 2], "nominal": h}
+
+
+# Values at (or next to) the schema's bounds, by dotted key: the smallest positive float
+# (5e-324) where a bound is "> 0", 1e-300 (products of two underflow), and the largest a key
+# takes. Setting one may make a scenario invalid: then validate and run must refuse it alike.
+TINY = (5e-324, 1e-300)
+BOUNDS: dict[str, list] = {
+    "horizon_s": [1e-9, 5e-324], "timeseries_interval_s": [0.001],
+    "seed": [0, 2**64 - 1],
+    "router.http_latency_ms": [0.0, 1e10], "router.request_timeout_s": [*TINY, 1e7],
+    "router.fanout_concurrency": [1, 1_000_000], "router.worker_timeout_s": [*TINY, 1e7],
+    "transfer.queues_per_rank": [1, 64], "transfer.call_latency_ms": [0.0, 1e10],
+    "transfer.nic_gbps": [1e-3, 1e6], "transfer.gpus_per_nic": [1, 1024],
+    "transfer.peak_utilisation": [*TINY, 1.0], "transfer.min_utilisation": [*TINY, 1.0],
+    "transfer.saturation_mb": [*TINY, 1e6], "transfer.transfer_timeout_s": [*TINY, 1e7],
+    "transfer.qp_retry_s": [*TINY, 1e7], "transfer.bootstrap_timeout_s": [*TINY, 1e7],
+    "transfer.waiting_timeout_s": [*TINY, 1e7], "transfer.base_port": [1, 65535],
+    "predictor.expert_imbalance": [1.0, 100.0], "predictor.two_batch_overlap": [True],
+    "predictor.prefill_mfu": [*TINY, 1.0], "predictor.hbm_derate": [*TINY, 1.0],
+    "predictor.step_overhead_ms": [0.0, 1e10],
+    "predictor.coefficients.prefill_a_ms": [0.0, 1e10],
+    "predictor.coefficients.decode_b_ms_per_ktok": [0.0, 1e10],
+    "gpu.bf16_tflops": [*TINY, 1e9], "gpu.fp8_tflops": [*TINY, 1e9],
+    "gpu.gemm_eff": [*TINY, 1.0], "gpu.hbm_tbps": [*TINY, 1e9], "gpu.hbm_eff": [*TINY],
+    "gpu.nvlink_gbps": [*TINY], "gpu.nvlink_eff": [*TINY], "gpu.nic_gbps": [*TINY, 1e9],
+    "gpu.nic_eff": [*TINY], "gpu.attn_eff": [*TINY], "gpu.decode_attn_eff": [*TINY],
+    "gpu.gemm_half_tokens": [*TINY, 1e9], "gpu.allreduce_us": [0.0, 1e9],
+    "gpu.a2a_us": [0.0, 1e9], "gpu.hbm_gb": [*TINY, 1e9], "gpu.gpus_per_nic": [1, 10_000_000],
+    "engine.prefill_step_ms": [0.0, 1e9], "engine.decode_step_ms": [0.0, 1e9],
+    "engine.prefill_layer_us": [0.0, 1e9], "engine.decode_layer_us": [0.0, 1e9],
+    "engine.bootstrap_ms": [0.0, 1e9], "engine.tokenize_us_per_token": [0.0, 1e9],
+    "engine.tbo_overlap": [*TINY, 1.0],
+    "model.layers": [1, 10_000_000], "model.experts": [0, 8], "model.experts_per_token": [1],
+    "model.vocab_size": [1, 10_000_000], "model.hidden_size": [1],
+    "fleet.prefill.page_size": [65536], "fleet.decode.page_size": [65536],
+    "fleet.prefill.kv_pool_tokens": [1, 10**10], "fleet.decode.kv_pool_tokens": [1, 10**10],
+    "fleet.prefill.max_running_requests": [1, 100_000],
+    "fleet.decode.max_running_requests": [1, 100_000],
+    "fleet.prefill.mem_fraction_static": [*TINY, 1.0],
+    "fleet.decode.mem_fraction_static": [*TINY, 1.0],
+    "fleet.prefill.chunked_prefill_size": [1, 10_000_000],
+    "fleet.prefill.prefix_block_tokens": [1, 65536],
+    "fleet.decode.num_reserved_decode_tokens": [0, 10_000_000],
+    "slo.ttft_ms": [0.0, 1e10], "slo.tpot_ms": [0.0], "slo.e2e_ms": [1e10],
+    "slo.attainment": [0.0, 1.0], "engine.version": ["0.5.1.post1", "0.5.9"],
+    "fleet.prefill.ep": [2], "fleet.decode.ep": [2],
+    "clients.0.start_s": [1e7], "clients.0.request_rate": [*TINY, 1e300],
+    "clients.0.max_concurrency": [1, 1_000_000], "clients.0.warmup_requests": [0, 200],
+    "clients.0.warmup_output_len": [1, 10_000_000],
+    "clients.0.dataset.input_len": [1, 10_000_000],
+    "clients.0.dataset.output_len": [1, 10_000_000],
+    "clients.0.dataset.range_ratio": [0.0, 1.0],
+    "clients.0.flush.timeout_s": [*TINY, 1e7],
+    "operator_flushes": [[{"at_s": 0.0, "timeout_s": 5e-324}], [{"at_s": 1e7}]],
+    "blacklist": [{"policy": "v0_5_23", "probe_interval_s": 0.001, "probe_max_interval_s": 0.001,
+                   "idle_drop_s": 5e-324},
+                  {"policy": "ttl", "ttl_s": 5e-324, "strikes": 1_000_000},
+                  {"policy": "circuit_breaker", "failures": 1, "window_s": 5e-324,
+                   "cooldown_s": 5e-324, "trials": 1_000_000, "backoff": 1000.0,
+                   "max_cooldown_s": 1e7},
+                  {"policy": "strikes_window", "strikes": 1, "window_s": 1e7, "ttl_s": 5e-324}],
+    "faults": [[{"kind": "nic_flaps", "at_s": 0.0, "flaps": 1_000_000, "every_s": 0.001,
+                 "down_s": 5e-324}],
+               [{"kind": "nic_degraded", "at_s": 0.0, "duration_s": 1e7,
+                 "bandwidth_fraction": 1e-9}],
+               [{"kind": "partition", "at_s": 0.0, "duration_s": 5e-324,
+                 "heartbeat_interval_s": 0.001, "heartbeat_misses": 1}],
+               [{"kind": "transfer_errors", "probability": 5e-324, "from_s": 0.0}],
+               [{"kind": "decode_crash", "at_s": 0.0, "restart_after_s": 5e-324}],
+               [{"kind": "decode_hang", "at_s": 0.0, "duration_s": 1e7}]],
+}
+EVAL_BOUNDS = {"sdk_backoff_s": [0.0, 1e7], "tries": [30], "sdk_retries": [30],
+               "max_tokens": [1, 10_000_000], "threads": [1, 100_000]}
+
+
+GROUPS: dict[str, list[str]] = {}  # BOUNDS' keys by section (their products underflow together)
+for _key in BOUNDS:
+    GROUPS.setdefault(_key.rpartition(".")[0] or _key, []).append(_key)
+
+
+def _colocated_key(key: str) -> str | None:
+    """A BOUNDS key as it applies to a colocated fleet: a decode server's keys on the
+    colocated servers; none of the transfer or PD-only ones."""
+    if key.startswith(("transfer.", "fleet.prefill.", "faults", "blacklist")):
+        return None
+    if key.startswith("fleet.decode."):
+        return "fleet.colocated." + key.removeprefix("fleet.decode.")
+    return key
+
+
+def at_bound(draw, d: dict, pd_fleet: bool = True) -> None:
+    """Set keys of one section of ``d`` (or of its eval client) to values at schema bounds:
+    each of the section's keys with probability 1/2, at least one (values of one section
+    combine: gemm_eff and bf16_tflops of 1e-300 each make a peak of 0 FLOP/s)."""
+    evals_ = [c for c in d["clients"] if c["kind"] == "eval"]
+    if evals_ and draw(st.integers(0, 5)) == 0:
+        for key in draw(st.lists(st.sampled_from(sorted(EVAL_BOUNDS)), min_size=1,
+                                 max_size=3)):
+            evals_[0][key] = draw(st.sampled_from(EVAL_BOUNDS[key]))
+        return
+    keys = GROUPS[draw(st.sampled_from(sorted(GROUPS)))]
+    chosen = [k for k in keys if draw(st.booleans())] or [keys[0]]
+    for key in chosen:
+        value = draw(st.sampled_from(BOUNDS[key]))
+        if not pd_fleet and (key := _colocated_key(key)) is None:
+            continue
+        node = d
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+        if isinstance(node, dict) and isinstance(node.get(parts[-1]), dict) and \
+                "nominal" in node[parts[-1]]:
+            continue  # (a declared unknown stays declared)
+        node[parts[-1]] = copy.deepcopy(value)
 
 
 def check_invariants(res: pdsim.Result) -> None:
@@ -313,11 +501,17 @@ def check_invariants(res: pdsim.Result) -> None:
         # crashed decode answers its clients at once while the prefill keeps their rooms until
         # its write to the dead session (or the bootstrap timeout) fails them: the run ends
         # when the clients are done, so prefill pages may still be held then
-        cut = ((req.prefill_tokens > 0)
+        # (started: its first chunk may be in the forward still, nothing committed yet)
+        cut = (req.t_prefill_start.notna()
                & (req.prefill_tokens < req.input_len - req.cached_tokens)).any()
         crashed = any(f.kind == "decode_crash" for f in res.scenario.faults)
         fleet = res.scenario.fleet
-        quiet = not cut and not crashed and not fleet.prefill.prefix_cache
+        # (a room's prefill and decode sides conclude apart: a prefill may still be writing
+        # the KV of a request its decode already failed, before 0.5.13 without hearing of it,
+        # when the run ends; a dead room still held keeps its decode pages)
+        failed_any = (req.status != "completed").any()
+        quiet = (not cut and not crashed and not fleet.prefill.prefix_cache
+                 and not failed_any and not held_at_end)
         # a colocated rank holds nothing but its radix cache's blocks
         held = fleet.mode == "colocated" and not fleet.colocated.prefix_cache
         for name, pool in res.kv_pools.items():
@@ -331,7 +525,8 @@ def check_invariants(res: pdsim.Result) -> None:
     # time only moves forward
     assert np.all(np.diff(res.events.time.to_numpy()) >= 0)
     assert np.all(np.diff(ts.time.to_numpy()) > 0)
-    assert ts.time.max() <= s["simulated_s"] + 1e-9
+    # every prompt accounted for; the time series' totals are the table's, closed at the end
+    check_accounting(res)
     fin = req[req.status.isin(["completed", "failed"])]
     assert (fin.t_done >= fin.t_arrival).all()
     first = fin[fin.generated > 0]
@@ -353,7 +548,11 @@ def _tables(res: pdsim.Result) -> dict:
 @PROFILE
 @given(scenarios())
 def test_random_scenarios_keep_the_invariants(d):
-    res = pdsim.run(d)
+    if not _valid(d):  # (a field at a bound may make it invalid: run refuses it alike)
+        return
+    with watch_ends() as watch:
+        res = pdsim.run(d)
+    assert watch.ended_twice() == {}  # one request, one end
     check_invariants(res)
     # a progress bar never changes what is simulated
     assert _tables(pdsim.run(d, progress=True)) == _tables(res)
@@ -370,6 +569,21 @@ def test_random_scenarios_keep_the_invariants(d):
 @given(colocated_scenarios())
 def test_random_colocated_scenarios_keep_the_invariants(d):
     test_random_scenarios_keep_the_invariants.hypothesis.inner_test(d)
+
+
+def _valid(d: dict) -> bool:
+    """Whether validate accepts ``d``; if not, run refuses it with the same one line."""
+    try:
+        pdsim.load(d)
+    except pdsim.ScenarioError as err:
+        try:
+            pdsim.run(d)
+        except pdsim.ScenarioError as again:
+            assert str(again) == str(err) and "\n" not in str(err), (str(err), str(again))
+        else:
+            raise AssertionError(f"validate refused ({err}) and run ran") from None
+        return False
+    return True
 
 
 def _without_run_now(d: dict) -> pdsim.Result:
@@ -390,6 +604,9 @@ def _without_run_now(d: dict) -> pdsim.Result:
 def test_random_scenarios_are_byte_identical_across_processes(tmp_path_factory, pair):
     """Two random scenarios (a PD fleet, a colocated one), each run in two processes with
     different hash seeds."""
+    from conftest import ROOT
+
+    assume(all(_valid(d) for d in pair))
     tmp = tmp_path_factory.mktemp("det")
     (tmp / "s.json").write_text(json.dumps(pair))
     code = ("import json, sys, pdsim\n"
@@ -400,7 +617,7 @@ def test_random_scenarios_are_byte_identical_across_processes(tmp_path_factory, 
         out = tmp / hashseed
         env = dict(os.environ, PYTHONHASHSEED=hashseed)
         subprocess.run([sys.executable, "-c", code, str(tmp / "s.json"), str(out)], check=True,
-                       env=env, cwd=tmp, timeout=300, capture_output=True)
+                       env=env, cwd=ROOT, timeout=300, capture_output=True)  # (its paths)
         outs.append({str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
                      if p.is_file()})
     assert outs[0] == outs[1] and "0/requests.csv" in outs[0] and "1/requests.csv" in outs[0]

@@ -171,13 +171,18 @@ def test_a_range_end_is_validated_on_a_copy_of_its_path_only():
     data = loader._with_context({"a": [{"b": 1, "c": {"d": 2}}, 5], "e": {"f": 3}}, None)
     before = copy.deepcopy(data)
     for path, value in [("a.0.b", 9), ("a.1", 7), ("e.f", 4), ("a.0.c.d", 8)]:
-        got = unknowns._replaced(data, unknowns._parts(path), value)
+        got = unknowns._replaced(data, [(unknowns._parts(path), value)])
         assert got == unknowns.substitute(data, {path: value})
         assert type(got) is type(data) and hasattr(got, "context")
         assert data == before
-    got = unknowns._replaced(data, ["a", 0, "b"], 9)
+    got = unknowns._replaced(data, [(["a", 0, "b"], 9)])
     assert got["e"] is data["e"] and got["a"][0]["c"] is data["a"][0]["c"]
     assert got["a"] is not data["a"] and got["a"][0] is not data["a"][0]
+    # several at once (a round of checks): each container on their paths copied once
+    many = {"a.0.b": 9, "a.0.c.d": 8, "a.1": 7}
+    got = unknowns._replaced(data, [(unknowns._parts(p), v) for p, v in many.items()])
+    assert got == unknowns.substitute(data, many) and data == before
+    assert got["e"] is data["e"]
 
 
 def test_a_short_integer_range_is_validated_at_every_value(tmp_path, capsys):

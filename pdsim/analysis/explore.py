@@ -13,16 +13,22 @@ for determinism, and every sample runs with every seed. Each finished run is wri
 as its own small Parquet file under ``<out>/runs.parquet/`` (a directory pandas reads as one
 table), keyed by scenario hash + design + sample index + seed: an interrupted exploration
 resumes with the runs it lacks, and none is lost or repeated. The hash covers the scenario as
-simulated (not its name, description, reference figures or ``why`` notes) and pdsim's own code,
-so results of another model version are never mixed in.
+simulated (not its name, description, reference figures or ``why`` notes), the content of
+every file it reads (profiles and traces, by content, not by path; ``extends:`` parents are
+merged into it) and pdsim's own code, so results of another model version, or of an edited
+profile, are never mixed in.
+
+A stored row is used only if it verifies: its ``row_digest`` (SHA-256 of its key, inputs and
+outputs) matches, and its inputs are the values the design gives its sample. Anything else in
+the folder under this exploration's key (a file pdsim did not write, a row edited since) is
+ignored with one warning line and its runs are made again. The digest is a check of
+integrity, not of authenticity: someone who recomputes it with pdsim's code can still plant
+outputs.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import os
 import sys
 import warnings
 from collections.abc import Iterable
@@ -32,17 +38,27 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pdsim.analysis.explore_store import (  # noqa: F401 (KEY, WALL, read_runs, row_digest: API)
+    DIGEST,
+    KEY,
+    WALL,
+    compact,
+    part_name,
+    read_runs,
+    row_digest,
+    scenario_hash,
+    stored,
+    verified,
+    write_atomic,
+)
 from pdsim.config import loader, unknowns
 from pdsim.config.scenario import ReferenceFigure, Scenario
 from pdsim.config.units import ScenarioError
 from pdsim.config.unknowns import Unknown
 from pdsim.util import backends
 
-KEY = ["scenario_hash", "design", "sample", "seed"]
 MIN_RUNS_S1 = 32  # RBD-FAST's bootstrap needs ~8M runs: below, a numeric S1 is not estimated
-WALL = ["sim_wall_s"]  # the only columns that differ between identical explorations
 DESIGNS = ("sobol", "lhs")
-_NOT_SIMULATED = ("name", "description", "reference")
 
 
 @dataclass
@@ -65,30 +81,6 @@ class Exploration:
 
 
 # --- keys and design -------------------------------------------------------------------------
-
-
-def _code_hash() -> str:
-    root = Path(__file__).parents[1]  # the pdsim package: every module and shipped profile
-    h = hashlib.sha256()
-    for p in sorted([*root.rglob("*.py"), *root.glob("model/data/*.yaml")]):
-        h.update(p.relative_to(root).as_posix().encode() + b"\0" + p.read_bytes())
-    return h.hexdigest()
-
-
-def _strip_why(node: object) -> object:
-    if isinstance(node, dict):
-        return {k: _strip_why(v) for k, v in node.items() if k != "why"}
-    if isinstance(node, list):
-        return [_strip_why(v) for v in node]
-    return node
-
-
-def scenario_hash(data: dict) -> str:
-    """Hash of what is simulated: the scenario with its declarations, and pdsim's code."""
-    sim = {k: v for k, v in data.items() if k not in _NOT_SIMULATED and k != "seed"}
-    text = json.dumps({"scenario": _strip_why(sim), "code": _code_hash()}, sort_keys=True,
-                      default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def design_points(d: int, samples: int, kind: str = "sobol", seed: int = 0) -> np.ndarray:
@@ -145,52 +137,8 @@ def _run_one(task: tuple) -> dict:
     for k, v in flatten(res.summary).items():
         row[k if k not in row else f"summary.{k}"] = v
     row["sim_wall_s"] = round(res.sim_wall_s, 3)
+    row[DIGEST] = row_digest(row)
     return row
-
-
-# --- the Parquet store ------------------------------------------------------------------------
-
-
-def _part_name(key: dict) -> str:
-    return f"{key['scenario_hash']}-{key['design']}-s{key['sample']:06d}-k{key['seed']}.parquet"
-
-
-def _write_atomic(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
-
-
-def read_runs(path: str | Path) -> pd.DataFrame:
-    """All rows stored under an exploration's ``runs.parquet`` directory (or a file), one per
-    key, sorted by scenario hash, design, sample and seed."""
-    p = Path(path)
-    if p.is_dir() and (p / "runs.parquet").is_dir():
-        p = p / "runs.parquet"
-    files = sorted(p.glob("*.parquet")) if p.is_dir() else [p] if p.is_file() else []
-    if not files:
-        return pd.DataFrame(columns=KEY)
-    frames = [pd.read_parquet(f) for f in files]
-    frames = [f for f in frames if len(f)]
-    if not frames:
-        return pd.DataFrame(columns=KEY)
-    df = pd.concat(frames, ignore_index=True)
-    df = df.drop_duplicates(subset=KEY, keep="first")
-    return df.sort_values(KEY, kind="stable").reset_index(drop=True)
-
-
-def _compact(store: Path, shash: str, design: str) -> None:
-    """Fold this exploration's one-run files into one file (a reader dedupes if cut midway)."""
-    mine = sorted(store.glob(f"{shash}-{design}-*.parquet"))
-    if len(mine) <= 1:
-        return
-    df = read_runs(store)
-    df = df[(df.scenario_hash == shash) & (df.design == design)]
-    target = store / f"{shash}-{design}-all.parquet"
-    _write_atomic(df, target)
-    for f in mine:
-        if f != target:
-            f.unlink(missing_ok=True)
 
 
 # --- exploring -------------------------------------------------------------------------------
@@ -239,23 +187,33 @@ def explore(scenario: str | Path | dict, samples: int = 64, seeds: int | Iterabl
     did = _design_id(design, design_seed, samples)
     points = design_points(len(unk), samples, design, design_seed)
 
+    inputs = {i: {x.path: x.value(ui) for x, ui in zip(unk, u, strict=True)}
+              for i, u in enumerate(points)}
     store = None
+    kept = pd.DataFrame(columns=KEY)
     done: set = set()
     if out is not None:
         store = Path(out) / "runs.parquet"
         store.mkdir(parents=True, exist_ok=True)
-        old = read_runs(store)
+        old = stored(store)
         if len(old):
-            mine = old[(old.scenario_hash == shash) & (old.design == did)]
-            done = set(zip(mine["sample"].astype(int), mine["seed"].astype(int), strict=True))
-            other = len(old) - len(mine)
+            mine = (old.scenario_hash == shash) & (old.design == did)
+            ok = verified(old[mine], inputs, seed_list)
+            bad = int((~ok).sum())
+            if bad:
+                print(f"warning: {bad} stored row(s) in {store} under this exploration's key "
+                      f"do not verify (not written by pdsim for these inputs, or changed since): "
+                      f"ignored, and their runs made again", file=sys.stderr)
+            kept = old[mine][ok].drop_duplicates(subset=KEY, keep="first")
+            done = set(zip(kept["sample"].astype(int), kept["seed"].astype(int), strict=True))
+            other = int((~mine).sum())
             if other:
                 print(f"note: {store} also holds {other} run(s) of another scenario version, "
                       "design or pdsim version; they are kept and left out", file=sys.stderr)
 
     tasks = []
-    for i, u in enumerate(points):
-        values = {x.path: x.value(ui) for x, ui in zip(unk, u, strict=True)}
+    for i in range(len(points)):
+        values = inputs[i]
         for s in seed_list:
             if (i, s) in done:
                 continue
@@ -272,16 +230,16 @@ def explore(scenario: str | Path | dict, samples: int = 64, seeds: int | Iterabl
             with backends.get(backend, workers, address) as be:
                 for _i, row in be.imap(_run_one, tasks):
                     if store is not None:
-                        _write_atomic(pd.DataFrame([row]), store / _part_name(row))
+                        write_atomic(pd.DataFrame([row]), store / part_name(row))
                     rows.append(row)
                     bar.update()
         finally:
             bar.close()
     if store is not None:
-        _compact(store, shash, did)
-        runs = read_runs(store)
-        runs = runs[(runs.scenario_hash == shash) & (runs.design == did)
-                    & runs["sample"].lt(samples) & runs["seed"].isin(seed_list)]
+        runs = pd.concat([f for f in (kept, pd.DataFrame(rows)) if len(f)] or [kept],
+                         ignore_index=True)
+        compact(store, shash, did, runs)
+        runs = runs[runs["sample"].lt(samples) & runs["seed"].isin(seed_list)]
     else:
         runs = pd.DataFrame(rows)
     runs = runs.sort_values(["sample", "seed"], kind="stable").reset_index(drop=True)
@@ -577,10 +535,15 @@ def _sensitivity_notes(ex: Exploration) -> list[str]:
     return notes
 
 
+TABLES = ("acceptance", "region", "bins", "sensitivity")  # write_tables' CSVs
+# what an exploration writes in its directory (pdsim.cli refuses one that would replace an input)
+WRITTEN = ("runs.parquet/*", *(f"{name}.csv" for name in TABLES), "*.png")
+
+
 def write_tables(ex: Exploration, out: Path) -> list[Path]:
     """The tables as CSV next to the runs."""
     written = []
-    for name in ("acceptance", "region", "bins", "sensitivity"):
+    for name in TABLES:
         p = out / f"{name}.csv"
         getattr(ex, name).to_csv(p, index=False)
         written.append(p)

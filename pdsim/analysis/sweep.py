@@ -201,7 +201,7 @@ FLEET = ("transfer_failures", "flush_doomed_transfers", "blacklisted_pairs_max",
          "stopped_at_horizon", "stalled_at_s", "fleet_mode", "gpus",
          "gpus_by_role.prefill", "gpus_by_role.decode", "gpus_by_role.colocated")
 CLIENT = ("kind", "aborted", "unsent", "finished", "trace_rows_replayed", "trace_rows",
-          "questions", "empty_answers")
+          "questions", "questions_in_flight", "prompts_in_flight", "empty_answers")
 
 
 def metric_names(sc: object) -> list[str]:

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+FRAMES = ("table", "ranking", "runs", "healthy", "timelines")  # WhatIf.write's tables
+
 COLUMNS: dict[str, str] = {
     "policy": "blacklist policy and the parameters varied (label)",
     "fault": "fault library entry (or your fault set) the run suffered",
@@ -220,6 +222,12 @@ class WhatIf:
         return out
 
     # --- export --------------------------------------------------------------------------
+
+    @staticmethod
+    def written(formats: Sequence[str]) -> list[str]:
+        """What :meth:`write` and ``pdsim whatif --plots`` put in a directory (patterns)."""
+        return [f"{name}.{fmt}" for fmt in formats for name in FRAMES] + ["columns.json",
+                                                                           "*.png"]
 
     def write(self, out: str | Path, formats: Sequence[str] = ("csv",)) -> list[Path]:
         """table, ranking, runs (without series), timelines (long) and columns.json."""

@@ -4,12 +4,14 @@ several commands take, and the checks of output paths and worker counts."""
 from __future__ import annotations
 
 import argparse
+import fnmatch
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pdsim.util.backends import check_workers
-from pdsim.util.safeio import clip, show_path
+from pdsim.util.safeio import clip, show_path, why
 
 if TYPE_CHECKING:  # pdsim.config.scenario (pydantic) is imported after the parse: --help
     from pdsim.config.scenario import Scenario  # needs none
@@ -88,8 +90,12 @@ RUN_DIR_FILES = ("requests.csv", "requests.parquet", "events.csv", "events.parqu
 
 
 def scenario_inputs(path: str | Path, sc: Scenario | None = None) -> list[Path]:
-    """The files a scenario reads: itself, the files it extends (``extends:``, followed as
-    far as they can be read), its trace or dataset files and its profile files."""
+    """The files a scenario reads: itself, the files it extends, its trace or dataset files and
+    its profile files. A loaded scenario knows them (``Scenario.input_files``, the rule every
+    output check uses, :func:`no_overwrite`); without one, the ``extends:`` chain is followed
+    from ``path`` as far as it can be read."""
+    if sc is not None:
+        return [Path(path).resolve(), *sc.input_files()]
     from pdsim.config import loader
     from pdsim.util.safeio import UserFileError, decode_utf8, read_user_file
 
@@ -104,14 +110,58 @@ def scenario_inputs(path: str | Path, sc: Scenario | None = None) -> list[Path]:
             break
         parent = data.get("extends") if isinstance(data, dict) else None
         p = (p.parent / parent) if isinstance(parent, str) else None
-    if sc is not None:
-        for c in sc.clients:
-            ds = getattr(c, "dataset", None)
-            if getattr(ds, "kind", "") in ("trace", "sharegpt"):
-                files.append(ds.resolved_path.resolve())
-        if sc._context is not None:
-            files += [sc._context.resolve(rel, "profiles").resolve() for rel in sc.profiles]
     return files
+
+
+def inputs(sc: Scenario | None, *files: str | None) -> dict[Path, str]:
+    """The files a command reads: the scenario's (its file, extends: parents, profiles,
+    traces) and ``files`` (plugin files, --faults-file, a data table), resolved."""
+    found = dict(sc.input_files()) if sc is not None else {}
+    for f in files:
+        if f:
+            p = _resolved(f)
+            if p is not None:
+                found.setdefault(p, "input file")
+    return found
+
+
+def _resolved(path: str | Path) -> Path | None:
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError):  # (a loop: the write fails later, in one line)
+        return None
+
+
+def no_overwrite(option: str, out: str | None, inputs: dict[Path, str],
+                 written: list[str] | tuple[str, ...] = ()) -> None:
+    """Refuse an output that would replace one of the command's input files, before anything
+    is written (``pdsim run s.yaml --perfetto s.yaml`` replaced the scenario with the trace):
+    the file ``out``, or, given ``written`` (glob patterns relative to it), the files the
+    command writes in the directory ``out``. Paths compare resolved (symlinks followed), and
+    an existing output that is the same file as an input (a hard link) counts too."""
+    if not out:
+        return
+    target = _resolved(out)
+    if target is None:
+        return
+    for p, what in inputs.items():
+        if written:
+            try:
+                rel = p.relative_to(target).as_posix()
+            except ValueError:
+                continue
+            hit = any(fnmatch.fnmatch(rel, pattern) for pattern in written)
+        else:
+            hit = p == target
+            if not hit and target.exists():
+                try:
+                    hit = os.path.samefile(p, target)
+                except OSError:
+                    hit = False
+        if hit:
+            raise UsageError(f"{option} {show_path(out)}: would replace {show_path(p)}, "
+                             f"{'an' if what[0] in 'aeiou' else 'a'} {what} of this command; "
+                             f"write it elsewhere")
 
 
 def prepare_out_dir(out: str) -> None:
@@ -123,7 +173,7 @@ def prepare_out_dir(out: str) -> None:
         p.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UsageError(f"--out {show_path(out)}: cannot create the directory "
-                         f"({err.strerror or type(err).__name__})") from None
+                         f"({why(err)})") from None
 
 
 def check_worker_args(args: argparse.Namespace) -> None:

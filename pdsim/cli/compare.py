@@ -16,7 +16,7 @@ from pdsim.cli.common import (
     outside_flag,
     scenario_inputs,
 )
-from pdsim.util.safeio import show_path
+from pdsim.util.safeio import show_path, why
 
 COMPARE = """\
 Put two or more runs side by side: each RUN is a scenario file (simulated now, with --set
@@ -116,7 +116,7 @@ def compare_cmd(args: argparse.Namespace) -> int:
             path = _plot(results, args.plot)
         except OSError as err:
             return die(f"--plot {show_path(args.plot)}: cannot write "
-                       f"({err.strerror or type(err).__name__})")
+                       f"({why(err)})")
         print(f"wrote {show_path(path)}", file=sys.stderr)
     return 0
 

@@ -13,10 +13,12 @@ from pdsim.cli.common import (
     UsageError,
     check_output_file,
     die,
+    inputs,
     load_scenario,
+    no_overwrite,
     outside_flag,
 )
-from pdsim.util.safeio import UserFileError, echo, read_user_file, show_path
+from pdsim.util.safeio import UserFileError, echo, read_user_file, show_path, why
 
 PROFILES_EPILOG = """\
 examples:
@@ -201,7 +203,7 @@ def _import_cmd(args: argparse.Namespace) -> int:
     try:
         Path(out).write_text(text)
     except OSError as err:
-        return die(f"cannot write ({err.strerror or type(err).__name__}): {show_path(out)}")
+        return die(f"cannot write ({why(err)}): {show_path(out)}")
     kinds = [f"{model.layers} layers"]
     if model.linear_attention_layers:
         kinds.append(f"{model.linear_attention_layers} linear attention")
@@ -233,6 +235,9 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
         stem = Path(args.data).with_suffix("")
         out = Path(args.out or f"{stem}.profile.yaml")
         plot = Path(args.plot or f"{stem}.residuals.png")
+        found = inputs(None, args.data, *args.profiles)
+        no_overwrite("--out", str(out), found)
+        no_overwrite("--plot", str(plot), found)
         check_output_file(str(out), "--out")
         check_output_file(str(plot), "--plot")
         kinds = calibrate.plot_formats()
@@ -248,7 +253,7 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
         out.write_text(fit.profile_yaml())
         calibrate.residual_plot(fit, plot)
     except OSError as err:
-        return die(f"cannot write ({err.strerror or type(err).__name__}): "
+        return die(f"cannot write ({why(err)}): "
                    f"{show_path(err.filename or out)}")
     print(f"fitted {len(fit.params)} value(s) of {args.gpu} / {args.model} / {args.engine} to "
           f"{len(fit.rows)} measurement(s):")
@@ -315,7 +320,9 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
         return die("--holdout (and --write-docs) refit the shipped parameter sets; they do "
                    "not take --set")
     try:  # the output paths are checked before the refit, not after it
-        if args.csv:
+        if args.csv:  # (the validation data and cases are its inputs)
+            no_overwrite("--csv", args.csv, {p.resolve(): "validation file" for p in
+                                             validation.ROOT.rglob("*") if p.is_file()})
             check_output_file(args.csv, "--csv")
         if args.write_docs:
             _check_page(args.write_docs)
@@ -383,7 +390,7 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
                                           ROOT / "README.md" if ours else None)
             print(f"wrote the tables into {show_path(args.write_docs)}", file=sys.stderr)
     except OSError as err:
-        return die(f"cannot write ({err.strerror or type(err).__name__}): "
+        return die(f"cannot write ({why(err)}): "
                    f"{show_path(err.filename or args.csv or args.write_docs)}")
     return 0
 

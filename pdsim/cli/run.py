@@ -15,12 +15,14 @@ from pdsim.cli.common import (
     check_output_file,
     check_plot_file,
     die,
+    inputs,
     load_scenario,
+    no_overwrite,
     outside_flag,
     prepare_out_dir,
     scenario_inputs,
 )
-from pdsim.util.safeio import show_path
+from pdsim.util.safeio import show_path, why
 
 RUN = """\
 Simulate a scenario and print a bench_serving-style report per client, the fleet's counters
@@ -135,6 +137,12 @@ def run_or_validate(args: argparse.Namespace) -> int:
         if args.cmd == "run" and args.format and not args.out:  # not silently ignored
             raise UsageError("--format picks the table format of --out DIR; add --out")
         sc = load_scenario(args)
+        if args.cmd == "run":
+            from pdsim.output.result import run_dir_names
+
+            found = inputs(sc, *args.plugins)
+            no_overwrite("--out", args.out, found, run_dir_names(args.format or "csv"))
+            no_overwrite("--perfetto", args.perfetto, found)
         if args.cmd == "run" and args.plot:
             own = scenario_inputs(args.scenario, sc) + (
                 [Path(args.perfetto)] if args.perfetto else [])
@@ -183,7 +191,7 @@ def run_or_validate(args: argparse.Namespace) -> int:
             written = res.write(args.out, args.format or "csv")
         except OSError as err:
             return die(f"--out {show_path(args.out)}: cannot write "
-                       f"({err.strerror or type(err).__name__})")
+                       f"({why(err)})")
         for path in written:
             print(f"wrote {show_path(path)}", file=sys.stderr)
     if args.perfetto:
@@ -193,14 +201,14 @@ def run_or_validate(args: argparse.Namespace) -> int:
             path = perfetto.write(res, args.perfetto)
         except OSError as err:
             return die(f"--perfetto {show_path(args.perfetto)}: cannot write "
-                       f"({err.strerror or type(err).__name__})")
+                       f"({why(err)})")
         print(f"wrote {show_path(path)} (open it in https://ui.perfetto.dev)", file=sys.stderr)
     if args.plot:
         try:
             path = _plot(res, args.plot)
         except OSError as err:
             return die(f"--plot {show_path(args.plot)}: cannot write "
-                       f"({err.strerror or type(err).__name__})")
+                       f"({why(err)})")
         print(f"wrote {show_path(path)}", file=sys.stderr)
     summary = res.summary  # (stdout is the same bytes for the same scenario and seed: the
     # wall time goes to stderr, as summary.json leaves it out)

@@ -14,10 +14,12 @@ from pdsim.cli.common import (
     check_output_file,
     check_worker_args,
     die,
+    inputs,
+    no_overwrite,
     outside_flag,
 )
 from pdsim.util.backends import MAX_RUNS
-from pdsim.util.safeio import clip, echo, show_path
+from pdsim.util.safeio import clip, echo, show_path, why
 
 # what each column of the table means, by header (the help shows all; a sweep, its own)
 INCIDENT_COLUMNS = {
@@ -237,6 +239,7 @@ def sweep_cmd(args: argparse.Namespace) -> int:
         _check_sweep_args(args, points)
         data = loader.read_yaml(args.scenario, allow_outside_paths=args.allow_outside_paths)
         sc = loader.load(data, args.sets)
+        no_overwrite("--out", args.out, inputs(sc, *args.plugins))
         benches = [c.name for c in sc.clients if c.kind == "bench"] or [sc.clients[-1].name]
         main_client = benches[-1] if args.client is None else args.client
         if main_client not in {c.name for c in sc.clients}:  # before the runs, not after
@@ -264,7 +267,7 @@ def sweep_cmd(args: argparse.Namespace) -> int:
             df.to_csv(args.out, index=False)
         except OSError as err:
             return die(f"--out {show_path(args.out)}: cannot write "
-                       f"({err.strerror or type(err).__name__})")
+                       f"({why(err)})")
         print(f"wrote {show_path(args.out)}", file=sys.stderr)
     if args.json:
         print(df.to_json(orient="records", indent=2))
@@ -292,7 +295,7 @@ def sweep_cmd(args: argparse.Namespace) -> int:
 def explore_cmd(args: argparse.Namespace) -> int:
     import signal
 
-    from pdsim.analysis.explore import explore, render, write_tables
+    from pdsim.analysis.explore import WRITTEN, explore, render, write_tables
     from pdsim.config import loader, units
 
     def _stop(signum: int, frame: object) -> None:  # SIGTERM: stop cleanly, runs are stored
@@ -303,16 +306,18 @@ def explore_cmd(args: argparse.Namespace) -> int:
     try:
         _check_explore_args(args)
         data = loader.read_yaml(args.scenario, allow_outside_paths=args.allow_outside_paths)
-        name = loader.load(loader.apply_overrides(data, args.sets)).name
+        sc = loader.load(loader.apply_overrides(data, args.sets))
+        name = sc.name
         # (a name is free text: its slashes must not lead the default directory elsewhere)
         out = Path(args.out or "explore-" + name.replace("/", "_").replace("\\", "_"))
+        no_overwrite("--out", str(out), inputs(sc, *args.plugins), WRITTEN)
         ex = explore(data, args.samples, args.seeds, args.sets, args.design, args.design_seed,
                      out, args.backend, args.workers, args.address, progress=sys.stderr.isatty())
     except (units.ScenarioError, UsageError, ValueError) as err:
         return die(str(err))
     except OSError as err:
         return die(f"--out {show_path(out) if out else ''}: cannot write "
-                   f"({err.strerror or type(err).__name__})")
+                   f"({why(err)})")
     except KeyboardInterrupt:
         where = f"in {show_path(out / 'runs.parquet')} " if out else ""
         print(f"pdsim: interrupted; finished runs are stored {where}and the same command "

@@ -14,6 +14,8 @@ from pdsim.cli.common import (
     UsageError,
     check_worker_args,
     die,
+    inputs,
+    no_overwrite,
     outside_flag,
     prepare_out_dir,
 )
@@ -176,8 +178,8 @@ def _check_whatif_args(args: argparse.Namespace, policies: list[dict], n_faults:
 
 def whatif_cmd(args: argparse.Namespace) -> int:
     from pdsim.analysis.whatif import whatif
-    from pdsim.analysis.whatif_table import COLUMNS, STATS_NOTE
-    from pdsim.config import units
+    from pdsim.analysis.whatif_table import COLUMNS, STATS_NOTE, WhatIf
+    from pdsim.config import loader, units
     from pdsim.config.registry import BLACKLIST_POLICIES, FAULTS
 
     try:
@@ -212,6 +214,13 @@ def whatif_cmd(args: argparse.Namespace) -> int:
             if fmt not in ("csv", "parquet", "json"):
                 raise ValueError(f"--format {fmt!r}: csv, parquet or json")
         if args.out:  # before the matrix runs, not after it
+            try:  # (its base scenario's files; whatif reports a base it cannot load)
+                base = loader.load(args.scenario, args.sets,
+                                   allow_outside_paths=args.allow_outside_paths)
+            except units.ScenarioError:
+                base = None
+            no_overwrite("--out", args.out, inputs(base, args.faults_file, *args.plugins),
+                         WhatIf.written(formats))
             prepare_out_dir(args.out)
         if "parquet" in formats:
             try:

@@ -240,6 +240,16 @@ class BenchClientConfig(Strict):
                 if n is not None]
         return min(cuts) if cuts else None
 
+    def prompts(self) -> int:
+        """The prompts the client means to send: ``num_prompts`` of a random dataset, the rows
+        of a trace it replays (counted when the scenario loaded)."""
+        ds = self.dataset
+        if ds.kind != "trace":
+            return self.num_prompts
+        if ds._rows is None:  # (a config made without load)
+            ds._rows = trace.check_trace(ds.resolved_path, self.trace_limit())
+        return ds._rows
+
     def most_requests(self) -> int:
         prompts = self.num_prompts or getattr(self.dataset, "_rows", None) or 0
         return prompts * (self.sdk_retries + 1) + self.warmup_requests

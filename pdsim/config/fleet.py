@@ -13,7 +13,7 @@ from pydantic import (
     model_validator,
 )
 
-from pdsim.config import registry
+from pdsim.config import profile_schema, registry
 from pdsim.config.registry import BLACKLIST_POLICIES
 from pdsim.config.units import (
     _NUM,
@@ -363,9 +363,8 @@ class FlushConfig(Strict):
     )
 
 
-Coefficient = Annotated[float, Field(ge=0, le=MAX_MS, allow_inf_nan=False), _NUM]
-FITTED_KEYS = ("prefill_a_ms", "prefill_b_ms_per_ktok", "prefill_c_ms_per_mtok2",
-               "decode_a_ms", "decode_b_ms_per_ktok", "decode_c_ms_per_seq")
+# the same coefficients and bounds as a model profile's fitted.<GPU> (MAX_MS)
+Coefficient, FITTED_KEYS = profile_schema.Coefficient, profile_schema.FITTED_KEYS
 
 
 class PredictorConfig(Strict):

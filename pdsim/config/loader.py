@@ -116,6 +116,8 @@ def read_yaml(path: str | Path, _seen: tuple = (), *, allow_outside_paths: bool 
             _ctx = Context(top, top, allow_outside_paths)
         raw = read_user_file(p, _via, MAX_FILE_BYTES)
         text = decode_utf8(raw, what)
+        _ctx.files.append((p.resolve(), "scenario file" if not _seen and _via == "scenario file"
+                           else "extends: parent"))
     except UserFileError as err:
         raise ScenarioError(str(err)) from None
     except (OSError, RuntimeError, ValueError):
@@ -204,6 +206,9 @@ def apply_overrides(data: dict, sets: list[str]) -> dict:
         if not key or any(not p for p in parts):
             raise ScenarioError(f"--set {shown}: a dotted key has no empty parts, e.g. "
                                 f"clients.0.num_prompts=200")
+        if len(parts) > MAX_YAML_DEPTH:  # (a file's limit; the walks after this recurse)
+            raise ScenarioError(f"--set {shown}: a key {len(parts)} levels deep; a scenario "
+                                f"nests at most {MAX_YAML_DEPTH} levels")
         value = parse_yaml(raw, f"--set {shown}") if raw.strip() else None
         cur: Any = data
         for i, part in enumerate(parts[:-1]):
@@ -247,6 +252,7 @@ def apply_overrides(data: dict, sets: list[str]) -> dict:
         else:
             raise ScenarioError(f"--set {shown}: '{clip('.'.join(parts[:-1]), 80)}' is a "
                                 f"{type(cur).__name__} ({echo(cur)}), not a mapping or list")
+    _nesting(data)  # a key and its value within a file's limits together, as a file is
     return _with_context(data, ctx)
 
 
@@ -291,7 +297,8 @@ def as_data(source: str | Path | dict, allow_outside_paths: bool = False,
         if not _dumped:
             _nesting(source)
         ctx = getattr(source, "context", None) or Context.cwd()
-        ctx = Context(ctx.base_dir, ctx.root, ctx.allow_outside or allow_outside_paths)
+        ctx = Context(ctx.base_dir, ctx.root, ctx.allow_outside or allow_outside_paths,
+                      files=list(ctx.files))
         data = dict(source)
         if "extends" in data:  # as in a file, relative to where the dict's paths resolve
             parent = data.pop("extends")
@@ -363,10 +370,10 @@ def load(source: str | Path | dict | Scenario, sets: list[str] | None = None, *,
 
 def limit_modules() -> tuple:
     """The modules whose ``MAX_*``/``MIN_*`` constants are the documented limits."""
-    from pdsim.config import profile_schema, units
+    from pdsim.config import profile_schema, units, unknowns
     from pdsim.util import backends, safeio
 
-    return units, safeyaml, trace, profile_schema, safeio, backends
+    return units, safeyaml, trace, profile_schema, unknowns, safeio, backends
 
 
 def limits() -> dict[str, float]:

@@ -43,6 +43,17 @@ DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp8_block": 1.0 + 4 / (128 * 128), "int
                "nvfp4": 0.5 + 1 / 16, "mxfp4": 0.5 + 1 / 32}
 KV_DTYPE_BYTES = {"bf16": 2.0, "fp8": 1.0}
 
+# the fitted predictor's coefficients (pdsim.model.predictor.FittedPredictor), in a model
+# profile's ``fitted.<GPU>`` and in a scenario's ``predictor.coefficients``: ms terms, finite, at
+# least 0 (a negative one made step times negative: a run ended at -0.049 s) and at most any
+# simulated time (pdsim.config.units.MAX_TIME_S, 1e7 s, in ms: NaN, inf and 1e300 left every
+# step past the horizon)
+FITTED_KEYS = ("prefill_a_ms", "prefill_b_ms_per_ktok", "prefill_c_ms_per_mtok2",
+               "decode_a_ms", "decode_b_ms_per_ktok", "decode_c_ms_per_seq")
+MAX_COEFFICIENT_MS = 1e10  # a fitted-predictor coefficient (ms): any simulated time, in ms
+Coefficient = Annotated[float, Field(ge=0, le=MAX_COEFFICIENT_MS, allow_inf_nan=False), _NUM]
+FittedKey = Literal[FITTED_KEYS]
+
 
 class ProfileError(ValueError):
     """A profile that cannot be used; ``str()`` is the one-line message."""
@@ -233,8 +244,9 @@ class Model(_Profile):
                                              "model dtype)")
     params_total_b: Pos | None = Field(None, description="Published total parameters "
                                        "(billions), a cross-check of the architecture")
-    fitted: dict[str, dict[str, float]] | None = Field(
-        None, description="Fitted-predictor coefficients per GPU name")
+    fitted: dict[str, dict[FittedKey, Coefficient]] | None = Field(
+        None, description=f"Fitted-predictor coefficients per GPU name (ms terms, finite, "
+        f"0..{MAX_COEFFICIENT_MS:g})")
 
     def inconsistency(self) -> tuple[tuple[str, ...], str] | None:
         """Fields that contradict each other (the first of them to blame, unless another was

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, Union
 
 from pydantic import (
@@ -57,6 +58,7 @@ from pdsim.config.units import (
     _ticks,
 )
 from pdsim.util.safeio import (
+    UserFileError,
     clip,
     echo,
 )
@@ -231,6 +233,24 @@ class Scenario(Strict):
     _source: str | None = PrivateAttr(None)
     _overrides: tuple[str, ...] = PrivateAttr(())
     _inherits: str = PrivateAttr("")  # a dict's extends: whose reported figures it took
+
+    def input_files(self) -> dict[Path, str]:
+        """Every file this scenario was read from, resolved, and what it is: the scenario
+        file and its ``extends:`` parents, profile files, traces and ShareGPT-style length
+        pairs (an output must not replace one: ``pdsim.cli``)."""
+        ctx = self._context
+        out = dict(ctx.files) if ctx is not None else {}
+        if ctx is not None:
+            for i, rel in enumerate(self.profiles):
+                try:
+                    out.setdefault(ctx.resolve(rel, f"'profiles.{i}'"), "profile file")
+                except UserFileError:  # (it loaded: only a file changed since fails here)
+                    pass
+        for c in self.clients:
+            ds = getattr(c, "dataset", None)
+            if getattr(ds, "kind", "") in ("trace", "sharegpt"):  # (files of length pairs)
+                out.setdefault(ds.resolved_path.resolve(), f"{ds.kind} file")
+        return out
 
     @property
     def unknowns(self) -> list[unknowns.Unknown]:
@@ -490,7 +510,7 @@ def check(sc: Scenario, ctx: Context) -> Scenario:
             fn(sc, Context(base, root, outside, sc))
         except Invalid as err:
             raise _invalid(err, "") from None
-    sc._context = Context(base, root, outside)
+    sc._context = Context(base, root, outside, files=ctx.files)
     return sc
 
 

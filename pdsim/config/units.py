@@ -32,6 +32,7 @@ MAX_FILE_BYTES = 256 << 10  # a scenario file (each file of an extends chain)
 # MAX_YAML_DEPTH, MAX_YAML_VALUES, MAX_INT_DIGITS: pdsim.util.safeyaml's, imported above (limits())
 MAX_EXTENDS = 16  # files in an extends chain
 MAX_TIME_S = 1e7  # any simulated time, duration or timeout (~116 days)
+MIN_BANDWIDTH_FRACTION = 1e-9  # the least a degraded NIC keeps (nic_degraded; writes checked)
 MIN_INTERVAL_S = 1e-3  # shortest period of a recurring event (samples, heartbeats, probes)
 MAX_TICKS = 200_000  # recurring events one period implies over the horizon (horizon / period)
 MAX_PROBES = 50_000_000  # blacklist probes if every (prefill rank, decode session) pair probed
@@ -125,6 +126,8 @@ class Context:
     # the validated Scenario (pdsim.config.scenario, which imports this module), set for checks
     scenario: Any = field(default=None, repr=False)
     path: str = ""  # key path of the section being checked
+    # the scenario files read, each (resolved path, what it is): the file, its extends: parents
+    files: list = field(default_factory=list, repr=False, compare=False)
 
     @classmethod
     def cwd(cls, allow_outside: bool = False) -> Context:

@@ -27,6 +27,10 @@ KEYS = (*DISTRIBUTIONS, "nominal", "why")
 # Inputs exploration must not sample: seeds are varied by --seeds; the reference is the report.
 FORBIDDEN = ("seed", "seeds", "reference", "name", "description")
 MAX_CHECKED_INTS = 64  # an integer range this short is validated at every value, not its ends
+MAX_CHOICES = 64  # values of one choice (a larger numeric set is a uniform range)
+# (``finish``: one whole-scenario validation per value while they fit, else in rounds, each
+# validating every unknown at once, plus a bisection when one is rejected)
+MAX_CHECKS = 64  # whole-scenario validations of the declared unknowns' values (rounds past it)
 
 
 class UnknownError(ValueError):
@@ -86,6 +90,9 @@ class Unknown:
             for c in spec:
                 if isinstance(c, dict | list) or (isinstance(c, float) and not math.isfinite(c)):
                     raise bad(f"choice values must be plain scalars (got {echo(c)})")
+            if len(spec) > MAX_CHOICES:
+                raise bad(f"choice lists at most {MAX_CHOICES} values (got {len(spec):,}); "
+                          f"give a numeric range as uniform: [a, b]")
             if len(set(map(repr, spec))) != len(spec):
                 raise bad(f"choice lists a value twice (got {echo(spec)})")
             if nominal not in spec:
@@ -238,16 +245,20 @@ def substitute(data: dict, values: dict[str, Any]) -> dict:
     return out
 
 
-def _replaced(data: Any, parts: list, value: Any) -> Any:
-    """``data`` with the value at path ``parts`` replaced, for a validation that only reads it:
-    the containers along the path are copied (a dict keeps its class and attributes, e.g. a
-    scenario's context), everything else is shared, where ``substitute`` copies it all."""
-    if not parts:
-        return value
-    head = parts[0]
+def _replaced(data: Any, items: list[tuple[list, Any]]) -> Any:
+    """``data`` with the value at each path ``parts`` of ``items`` replaced, for a validation
+    that only reads it: the containers along the paths are copied once each (a dict keeps its
+    class and attributes, e.g. a scenario's context), everything else is shared, where
+    ``substitute`` copies it all. (No path is a prefix of another: a declaration is a leaf.)"""
+    if len(items) == 1 and not items[0][0]:
+        return items[0][1]
     out = copy.copy(data)
-    key = head if isinstance(out, list) or head in out else str(head)
-    out[key] = _replaced(out[key], parts[1:], value)
+    below: dict[Any, list[tuple[list, Any]]] = {}
+    for parts, value in items:
+        below.setdefault(parts[0], []).append((parts[1:], value))
+    for head, sub in below.items():
+        key = head if isinstance(out, list) or head in out else str(head)
+        out[key] = _replaced(out[key], sub)
     return out
 
 
@@ -261,12 +272,20 @@ def finish(data: dict, unknowns: list[Unknown], validated: Any,
     """Type each unknown from the validated nominal scenario, then validate every range end.
 
     An integer field gets integer samples. Each unknown is checked at both ends of its range
-    (each choice; every value of a short integer range, ``Unknown.checked``), the others at
-    nominal, so that a sample cannot fail validation at run time;
-    combinations of ends are not tried (a cross-field rule between two unknowns can still fail,
-    with the same one-line error, when that run starts). Sorted by path: where a scenario
-    declares an unknown (its own file or one it extends) does not change the order, so a run
-    directory's scenario.yaml re-runs to the same summary.
+    (each choice; every value of a short integer range, ``Unknown.checked``), so that a sample
+    cannot fail validation at run time. While these checks number at most :data:`MAX_CHECKS`,
+    each is a validation of its own, the other unknowns at nominal. Beyond that (a file of
+    1,000 faults, each with a short integer range, made 64,000 validations of the whole file:
+    quadratic), they go in rounds, the k-th value of every unknown in round k, at most
+    max(MAX_CHECKED_INTS, MAX_CHOICES) rounds, so validation stays linear in the file; a
+    rejected round is bisected to the one unknown whose value is rejected alone (about
+    2 log2(unknowns) more validations). Combinations are not what is checked: a round
+    rejected only as a whole passes, as a combination of ends does one at a time, and in
+    rounds a value rejected alone by a rule across two unknowns may pass with the other's
+    value of that round; either then fails, with the same one-line error, when a run
+    samples it. Sorted by path: where a scenario declares an unknown (its own file or one it
+    extends) does not change the order, so a run directory's scenario.yaml re-runs to the same
+    summary.
     """
     typed = []
     for u in unknowns:
@@ -274,18 +293,43 @@ def finish(data: dict, unknowns: list[Unknown], validated: Any,
         integer = isinstance(v, int) and not isinstance(v, bool) and u.numeric
         typed.append(Unknown(u.path, u.dist, u.nominal, u.low, u.high, u.choices, u.why,
                              integer))
-    for u in typed:
-        for end in u.checked():
-            if end == u.nominal and type(end) is type(u.nominal):
-                continue
-            try:
-                validate(_replaced(data, _parts(u.path), end))  # (validation only reads)
-            except ValueError as err:
-                hint = ("; list the allowed values with choice: [...]"
-                        if u.integer and end not in u.ends() else "")
-                raise UnknownError(f"invalid value at '{u.path}': {u.describe()} includes "
-                                   f"{_fmt(end)}, which is rejected{hint}: {err}") from None
+    values = [[x for x in u.checked() if not (x == u.nominal and type(x) is type(u.nominal))]
+              for u in typed]
+    if sum(map(len, values)) <= MAX_CHECKS:
+        rounds = [[(u, x)] for u, xs in zip(typed, values, strict=True) for x in xs]
+    else:
+        rounds = [[(u, xs[k]) for u, xs in zip(typed, values, strict=True) if k < len(xs)]
+                  for k in range(max(map(len, values), default=0))]
+    for checks in rounds:
+        err = _rejected(data, checks, validate)
+        if err is None:
+            continue
+        while len(checks) > 1:  # the one whose value is rejected alone, if one is
+            half = len(checks) // 2
+            for part in (checks[:half], checks[half:]):
+                alone = _rejected(data, part, validate)
+                if alone is not None:
+                    checks, err = part, alone
+                    break
+            else:
+                break  # rejected only together
+        if len(checks) == 1:
+            u, x = checks[0]
+            hint = ("; list the allowed values with choice: [...]"
+                    if u.integer and x not in u.ends() else "")
+            raise UnknownError(f"invalid value at '{u.path}': {u.describe()} includes "
+                               f"{_fmt(x)}, which is rejected{hint}: {err}")
     return sorted(typed, key=lambda u: u.path)
+
+
+def _rejected(data: dict, checks: list[tuple[Unknown, Any]],
+              validate: Callable[[dict], Any]) -> ValueError | None:
+    """Why ``data`` with each unknown of ``checks`` at its value fails ``validate``, or None."""
+    try:
+        validate(_replaced(data, [(_parts(u.path), x) for u, x in checks]))  # (only reads)
+    except ValueError as err:
+        return err
+    return None
 
 
 def block(unknowns: list[Unknown]) -> list[str]:

@@ -103,8 +103,10 @@ class Client:
         self.aborted = ""
         self.index = index  # position in the scenario; namespaces this client's prompt blocks
         self.trace_rows: tuple[int, int] | None = None  # (replayed, in the file) for a trace
-        self.planned = 0  # prompts (bench) or questions (eval) it means to send
-        self.sent = 0  # prompts sent (bench) or questions finished (eval)
+        # prompts (bench) or questions (eval) it means to send, known from the start: each is
+        # sent and ended, in flight, or not sent (unsent), wherever the run ends
+        self.planned = self.cfg.prompts() if cfg.kind == "bench" else cfg.questions
+        self.sent = 0  # prompts sent (bench) or questions asked (eval)
         env.process(self._main())
 
     def _main(self) -> Generator:
@@ -132,8 +134,9 @@ class Client:
         return 0, rows if rows is not None else (cfg.num_prompts or 0)
 
     def unsent(self) -> int:
-        """Prompts (bench) or questions (eval) it had not finished sending when the run ended."""
-        return max(0, self.planned - self.sent)
+        """Prompts (bench) or questions (eval) never sent when the run ended: a client that
+        had not started, whose warmup or flush had not returned, or that aborted, sent none."""
+        return self.planned - self.sent
 
     def send(self, kind: str, input_len: int, output_len: int, stream: bool,
              on_return: Callable[[Request], None], blocks: tuple[int, ...] | range | None = None,
@@ -195,7 +198,12 @@ class BenchClient(Client):
         if rate == "inf" or (isinstance(rate, float) and math.isinf(rate)):
             return np.zeros(n)
         gaps = self.rngs["arrivals"].exponential(1.0 / float(rate), size=n)
-        return self._spiked(np.cumsum(gaps) - gaps[0])
+        with np.errstate(invalid="ignore"):
+            at = np.cumsum(gaps) - gaps[0]
+        if np.isnan(at).any():  # a rate so low (5e-324 req/s) its mean gap is inf: the first
+            # prompt at once, the others never (inf - inf made every arrival NaN, sent at once)
+            at = np.concatenate(([0.0], np.cumsum(gaps[1:])))
+        return self._spiked(at)
 
     def _spiked(self, at: np.ndarray) -> np.ndarray:
         """Arrival times (from ``t0``) under the load spikes: a Poisson stream of rate
@@ -243,7 +251,6 @@ class BenchClient(Client):
                 return
             yield env.timeout(1.0)  # bench_serving sleeps 1 s after the flush
         self.t0 = env.now
-        self.planned = len(prompts)
         if not prompts:
             return
         self._prompt_list = prompts
@@ -375,6 +382,11 @@ class BenchClient(Client):
             self._prompt_of[req.rid] = k
         front.generate(req, self._on_return)
 
+    def in_flight(self) -> int:
+        """Prompts sent whose final response has not come back: a request in flight, or, with
+        ``sdk_retries``, an SDK retry's backoff pending (then a prompt is several requests)."""
+        return self.sent - getattr(self, "_returned", 0)
+
     def _returned_one(self, req: Request) -> None:
         """The prompt's process resumed a step on and released its slot; the release granted
         it to the longest-waiting prompt one step later, which sent a step after that. A
@@ -450,7 +462,6 @@ class EvalClient(Client):
                                    ds.output_distribution)
         outs = np.minimum(outs, cfg.max_tokens)
         self._lens = list(zip(ins.tolist(), outs.tolist(), strict=True))
-        self.planned = cfg.questions
         self._next = 0
         self._running = cfg.threads
         self._all_done = env.event()
@@ -465,6 +476,7 @@ class EvalClient(Client):
         if self._next < self.cfg.questions:
             q = self._next
             self._next += 1
+            self.sent += 1  # (asked: in flight until it is answered or the run ends)
             self._ask(_Ask(q))
             return
         self._running -= 1
@@ -507,8 +519,12 @@ class EvalClient(Client):
     def _finish(self, a: _Ask, answered: bool) -> None:
         self.answers.append({"question": a.q, "answered": answered, "attempts": a.attempt,
                              "t_done": self.env.now})
-        self.sent += 1
         self._next_question()
+
+    def in_flight(self) -> int:
+        """Questions asked and not yet answered (a request of theirs in flight, or a thread
+        sleeping before its next try)."""
+        return self.sent - len(self.answers)
 
 
 class _Ask:

@@ -49,7 +49,7 @@ from pdsim.engine.decode_batch import (
 )
 from pdsim.engine.kv import PrefixCache
 from pdsim.engine.log import EventLog
-from pdsim.engine.request import Request
+from pdsim.engine.request import Request, end
 from pdsim.engine.stats import Stats
 from pdsim.model.predictor import Predictor
 
@@ -413,20 +413,19 @@ class ColocatedRank(RunningBatch):
 
     def _respond(self, req: Request, status: str, reason: str = "",
                  http_status: int | None = None) -> None:
-        if req.status == "timed_out":  # the router already answered the client
+        """Answer ``req`` (its end, :func:`pdsim.engine.request.end`), unless it already
+        ended (the gateway timed it out, maybe in this same instant): one request, one end."""
+        if http_status is None:
+            http_status = 200 if status == "completed" or req.stream else 500
+        if not end(req, status, reason, http_status, self.env._now, self.stats):
             return
-        req.status, req.reason, req.t_done = status, reason, self.env._now
-        req.http_status = http_status if http_status is not None else (
-            200 if status == "completed" or req.stream else 500)
         answer = req.on_response
         if answer is not None:
             req.on_response = None
             answer.responded()
 
     def _fail(self, req: Request, reason: str, http_status: int) -> None:
-        if req.status == "unfinished":
-            self.stats.count_request_failure(reason)
-            self._respond(req, "failed", reason, http_status)
+        self._respond(req, "failed", reason, http_status)
 
     def _drop(self, req: Request) -> None:
         """Forget a request that is no longer served (its pages freed)."""

@@ -36,7 +36,15 @@ from pdsim.config.pd_paths import ARMED_REASONS as ARMED
 from pdsim.engine.clock import KeptDeadlines, call_later
 from pdsim.engine.decode_batch import CLIP_MAX_NEW_TOKENS, GROWTH_TOKENS, RunningBatch
 from pdsim.engine.log import EventLog
-from pdsim.engine.request import DECODE, FAILED, PREFILL, SUCCESS, WAITING_FOR_INPUT, Request
+from pdsim.engine.request import (
+    DECODE,
+    FAILED,
+    PREFILL,
+    SUCCESS,
+    WAITING_FOR_INPUT,
+    Request,
+    end,
+)
 from pdsim.engine.stats import Stats
 from pdsim.model.predictor import Predictor
 
@@ -321,7 +329,6 @@ class DecodeRank(RunningBatch):
         reason = req.room.d_reason
         if (reason in ARMED and self.pd.get("deferred_decode_kv_release")
                 and req.rid in self.transfer and self._ack_later(req)):
-            self.stats.count_request_failure(reason)
             self._respond(req, "failed", reason)
             return
         self.transfer.pop(req.rid, None)
@@ -330,7 +337,6 @@ class DecodeRank(RunningBatch):
         self.load_tokens -= req.input_len + req.output_len
         if req.dead_at == req.dead_at:
             self._undead(req, reason)
-        self.stats.count_request_failure(reason)
         self._respond(req, "failed", reason)
         self._try_prealloc()
         self._kick()  # freed pages may let a retracted request back in
@@ -376,17 +382,12 @@ class DecodeRank(RunningBatch):
 
     def _respond(self, req: Request, status: str, reason: str = "",
                  http_status: int | None = None) -> None:
-        if req.status != "unfinished":  # the router already answered the client
+        """Answer ``req`` (its end, :func:`pdsim.engine.request.end`), unless it already
+        ended (the router timed it out, maybe in this same instant): one request, one end."""
+        if http_status is None:
+            http_status = 200 if status == "completed" or req.stream else 500
+        if not end(req, status, reason, http_status, self.env._now, self.stats):
             return
-        req.status = status
-        req.reason = reason
-        req.t_done = self.env._now
-        if http_status is not None:
-            req.http_status = http_status
-        elif status == "completed":
-            req.http_status = 200
-        else:
-            req.http_status = 200 if req.stream else 500
         answer = req.on_response
         if answer is not None:  # the router learns of it once
             req.on_response = None
@@ -398,7 +399,6 @@ class DecodeRank(RunningBatch):
         """The router's POST never reaches the scheduler (the server is down, or the leg
         failed at transport level): the router sees a 502 at once (what it does with it is
         its dispatch's: pdsim.engine.router)."""
-        self.stats.count_request_failure(reason)
         self._respond(req, "failed", reason, http_status=502)
 
     def crash(self) -> None:
@@ -414,9 +414,7 @@ class DecodeRank(RunningBatch):
                 self._dropped.add(req.rid)
             if req.dead_at == req.dead_at:
                 self._undead(req, "decode crashed")
-            if req.status == "unfinished":
-                self.stats.count_request_failure("decode_crashed")
-                self._respond(req, "failed", "decode_crashed", http_status=502)
+            self._respond(req, "failed", "decode_crashed", http_status=502)
         for req in self.running.values():
             self._sync(req)
         self.prealloc.clear()
@@ -432,10 +430,15 @@ class DecodeRank(RunningBatch):
         self.alloc.reset()
         self.log("decode_crash", self.name, self.index, peer=self.session, value=len(held))
 
-    def resume(self) -> None:
-        """Out of a stall: pre-allocate what queued meanwhile, then step again."""
-        super().resume()
+    def resume(self) -> bool:
+        """Out of a stall: pre-allocate what queued meanwhile, then step again. Only when
+        it resumed: a rank still held, or stepping, takes no pages here (a hang ending after
+        another had resumed it pre-allocated mid-span without a catch-up or a change, and a
+        growth of the span's quiet steps found its pages gone: AssertionError)."""
+        if not super().resume():
+            return False
         self._try_prealloc()
+        return True
 
     def restart(self) -> None:
         """Serving again (the fleet gave it a new session first)."""

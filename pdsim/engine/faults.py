@@ -31,6 +31,7 @@ from pdsim.config.units import (
     MAX_COUNT,
     MAX_TICKS,
     MAX_TIME_S,
+    MIN_BANDWIDTH_FRACTION,
     Context,
     Fraction,
     Instant,
@@ -57,7 +58,7 @@ class DecodeRankView(Protocol):
     prealloc: Sequence
 
     def halt(self) -> None: ...
-    def resume(self) -> None: ...
+    def resume(self) -> bool: ...
     def crash(self) -> None: ...
     def restart(self) -> None: ...
 
@@ -340,7 +341,8 @@ class NicDegradedParams(FaultParams):
                                       "default 0")
     at_s: Instant = Field(description="When the NICs degrade (simulated s)")
     duration_s: Seconds = Field(description="How long they stay degraded")
-    bandwidth_fraction: Annotated[float, Field(ge=1e-9, le=1, allow_inf_nan=False), _NUM] = Field(
+    bandwidth_fraction: Annotated[float, Field(ge=MIN_BANDWIDTH_FRACTION, le=1,
+                                               allow_inf_nan=False), _NUM] = Field(
         1e-5, description="Share of the line rate left; default 1e-5")
 
     def check(self, ctx: Context) -> None:

@@ -28,7 +28,7 @@ from pdsim.engine.server import Server
 from pdsim.engine.stats import Stats
 from pdsim.engine.transfer import TransferEngine
 from pdsim.model import predictor, profiles, sglang
-from pdsim.model.memory import pool
+from pdsim.model.memory import nic_layout, pool
 from pdsim.util.rng import Streams
 
 
@@ -118,18 +118,14 @@ class Fleet:
         p_pages = p_pool.pages
         chunk = self.chunked_prefill_per_rank = chunk_budget(pc, gpu, sc.engine.version)
         kvb = model.kv_bytes_per_token_sent(pc.tp, pc.dp_attention)
-        gpus_per_rank = pc.tp // pc.dp if pc.dp_attention else pc.tp
-        gpus_per_nic = tc.gpus_per_nic or gpu.gpus_per_nic
-        nic_bps = (tc.nic_gbps or gpu.nic_gbps) * 1e9 / 8
-        ranks_per_nic = max(1, gpus_per_nic // gpus_per_rank)
-        nics_per_rank = max(1, gpus_per_rank // gpus_per_nic)
+        nic_bps, ranks_per_nic = nic_layout(sc, gpu)  # (writes checked at load: memory.py)
         self.nics: list[NIC] = []
         for s in range(pc.servers):
             ranks = []
             for r in range(pc.dp):
                 g = len(self.prefill_ranks)
                 if g % ranks_per_nic == 0:
-                    self.nics.append(NIC(env, f"nic{len(self.nics)}", nic_bps * nics_per_rank,
+                    self.nics.append(NIC(env, f"nic{len(self.nics)}", nic_bps,
                                          tc.peak_utilisation, tc.min_utilisation,
                                          tc.saturation_mb * 1e6))
                 rank = PrefillRank(env, s, r, pc, p_pred, kvb, p_pages, tc.bootstrap_timeout_s,
@@ -184,7 +180,7 @@ class Fleet:
         self._decode_steppers = [s for s in self.steppers if s.ranks[0] in self.decode_ranks]
 
         self.router = MiniLB(env, self.prefill_servers, self.decode_servers, sc.router,
-                             self.rngs["routing"], self.log)
+                             self.rngs["routing"], self.log, self.stats)
         self.router.notify_decode = DECODE if pd["prefill_abort_notifies_decode"] else 0
         self.router.notify_prefill = PREFILL if pd["decode_abort_notifies_prefill"] else 0
 
@@ -229,7 +225,7 @@ class Fleet:
                 self.steppers += [lockstep.Stepper(env, [r], False) for r in server.ranks]
         self._decode_steppers = self.steppers
         self.router = Gateway(env, self.decode_servers, sc.router, self.rngs["routing"],
-                              self.log)
+                              self.log, self.stats)
 
     def _predictor(self, role: RoleConfig) -> predictor.Predictor:
         """One predictor per role: the ranks of a role share its (pure) step-time function,

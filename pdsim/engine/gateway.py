@@ -32,12 +32,13 @@ from pdsim.engine.log import EventLog
 from pdsim.engine.request import Request
 from pdsim.engine.router import _DISPATCH, MiniLB, _Call
 from pdsim.engine.server import Server
+from pdsim.engine.stats import Stats
 
 
 class Gateway(MiniLB):
     def __init__(self, env: simpy.Environment, servers: list[Server], cfg: RouterConfig,
-                 rng: np.random.Generator, log: EventLog) -> None:
-        super().__init__(env, servers, [], cfg, rng, log)  # (flushes fan out to servers)
+                 rng: np.random.Generator, log: EventLog, stats: Stats) -> None:
+        super().__init__(env, servers, [], cfg, rng, log, stats)  # (flushes fan out to them)
         self.servers = servers
         self.policy = cfg.policy or "round_robin"
         self._next = 0

@@ -91,7 +91,8 @@ class Outcome:
 
     requests = _Table()  # one row per HTTP request (REQUEST_COLUMNS)
     events = _Table()  # one row per logged event (pdsim.engine.log.COLUMNS)
-    timeseries = _Table()  # the gauges every timeseries_interval_s (SAMPLE_COLUMNS, rates)
+    # the gauges every timeseries_interval_s and at the run's end (SAMPLE_COLUMNS, rates)
+    timeseries = _Table()
     answers = _Table()  # one row per eval question answered (empty without an eval client)
 
     @property

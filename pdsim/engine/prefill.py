@@ -155,7 +155,11 @@ class PrefillRank(Rank):
         self._release(req, last=True)  # (the room's done step does nothing more after it)
 
     def _release(self, req: Request, last: bool = False) -> None:
-        """Free the request's pages and forget it. ``last``: its step does nothing more."""
+        """Free the request's pages and forget it, once: the rank stops listening to its room.
+        (A room that fails in the instant its last chunk commits is released by
+        ``commit_step``, and its done step, already pending, would release it again.)
+        ``last``: its step does nothing more."""
+        req.room.prefill = None  # no room_done after this (pdsim.request.Room._done)
         rid = req.rid
         self.bootstrap.pop(rid, None)
         self._queued.discard(rid)

@@ -34,7 +34,7 @@ class Rank:
     # instances' dicts.
     __slots__ = ("env", "server", "index", "name", "cfg", "predictor", "alloc", "log", "stats",
                  "flush", "load_tokens", "_idle_waiters", "_wake", "halted", "_resumed",
-                 "_waker", "recorder", "stepper", "_mods", "spans")
+                 "_waker", "recorder", "stepper", "_mods", "spans", "_holds")
 
     def __init__(self, env: simpy.Environment, server: int, index: int,
                  cfg: PrefillConfig | DecodeConfig, predictor: Predictor, pool_pages: int,
@@ -53,6 +53,7 @@ class Rank:
         self._idle_waiters: list[simpy.Event] = []
         self._wake = AWAKE  # (its stepper sets it: AWAKE for a solo rank, a _RankWake in a group)
         self.halted = False  # a stalled or dead process: no steps until resume()
+        self._holds = 0  # the faults holding it halted (halts not yet resumed)
         self._resumed: simpy.Event | None = None
         # a solo stepper asleep on this rank: its wake-up link (pdsim.engine.clock.Link)
         self._waker = None
@@ -102,7 +103,9 @@ class Rank:
 
     def halt(self) -> None:
         """Stop stepping (a hang or a crash) until :meth:`resume`: the step in flight is the
-        last (a fast-forwarded span ends with it)."""
+        last (a fast-forwarded span ends with it). Halts nest: a rank two faults hold (two
+        overlapping hangs, a hang of a crashed server) steps again when both have ended."""
+        self._holds += 1
         if not self.halted:
             self._catch_up()
             self.halted = True
@@ -111,14 +114,20 @@ class Rank:
             self._resumed = self.env.event()
             self._changed()
 
-    def resume(self) -> None:
-        if self.halted:
-            self.halted = False
-            if self.stepper is not None:
-                self.stepper.halted -= 1
-            ev, self._resumed = self._resumed, None
-            ev.succeed()
-            self._kick()
+    def resume(self) -> bool:
+        """One halt ends; the rank steps again when none holds it (True: it resumed now)."""
+        if not self._holds:
+            return False
+        self._holds -= 1
+        if self._holds or not self.halted:
+            return False
+        self.halted = False
+        if self.stepper is not None:
+            self.stepper.halted -= 1
+        ev, self._resumed = self._resumed, None
+        ev.succeed()
+        self._kick()
+        return True
 
     def flush_state(self) -> str:
         """``idle`` or ``busy (queue sizes)``, as the flush log and timeline show it."""

@@ -8,6 +8,8 @@ from typing import Protocol
 
 import simpy
 
+from pdsim.engine.stats import Stats
+
 NAN = float("nan")
 
 
@@ -316,3 +318,30 @@ def new_request(env: simpy.Environment, rid: int, client: str, kind: str, input_
     req.dead_at = NAN
     req.p_leg = None
     return req
+
+
+def end(req: Request, status: str, reason: str, http_status: int, now: float,
+        stats: Stats) -> bool:
+    """Give ``req`` its terminal status, once: the first end wins.
+
+    A request ends exactly once (``completed``, ``failed`` or ``timed_out``), whoever ends it:
+    the decode (its answer, a failed room, a refusal, a crash) or the router (its
+    ``request_timeout_s``). Both may try in the same instant (a bootstrap timeout and a router
+    timeout of 300 s each), and the router times out requests the decode still finishes
+    later; every attempt after the first is ignored (returns False), so the request table,
+    the failure counter behind the time series and what the client was answered agree.
+    ``pdsim.engine.decode_batch.RunningBatch._complete`` inlines this on the hot path (a
+    completion).
+
+    A failure or a timeout, whichever side ends it, is counted in ``stats.request_failures``
+    by reason as it ends: the time series' ``failed`` (``pdsim.engine.sim``) counts what the request
+    table counts, every kind of failure."""
+    if req.status != "unfinished":
+        return False
+    req.status = status
+    req.reason = reason
+    req.t_done = now
+    req.http_status = http_status
+    if status != "completed":
+        stats.count_request_failure(reason)
+    return True

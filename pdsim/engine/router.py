@@ -25,8 +25,9 @@ from simpy.events import URGENT
 from pdsim.config.fleet import RouterConfig
 from pdsim.engine.clock import KeptDeadlines, call_later, later, urgent
 from pdsim.engine.log import EventLog
-from pdsim.engine.request import DECODE, PREFILL, SUCCESS, Request, new_room
+from pdsim.engine.request import DECODE, PREFILL, SUCCESS, Request, end, new_room
 from pdsim.engine.server import Server, refused
+from pdsim.engine.stats import Stats
 
 
 class RoutingDraws:
@@ -96,8 +97,10 @@ class RoutingDraws:
 
 class MiniLB:
     def __init__(self, env: simpy.Environment, prefills: list[Server], decodes: list[Server],
-                 cfg: RouterConfig, rng: np.random.Generator, log: EventLog) -> None:
+                 cfg: RouterConfig, rng: np.random.Generator, log: EventLog,
+                 stats: Stats) -> None:
         self.env = env
+        self.stats = stats  # (a timeout ends a request: pdsim.engine.request.end counts it)
         self.prefills = prefills
         self.decodes = decodes
         self.cfg = cfg
@@ -208,10 +211,10 @@ class MiniLB:
     def _resume(self, call: _Call) -> None:
         """The handler resumes: the response, or a 504 if it had not come by then."""
         req = call.req
-        if not call.answered:
-            why = call.why
-            req.status, req.reason, req.http_status = "timed_out", why, 504
-            req.t_done = self.env._now
+        # (the server may have ended it in this instant, its answer not yet processed: the
+        # first end wins, pdsim.engine.request.end)
+        why = call.why
+        if not call.answered and end(req, "timed_out", why, 504, self.env._now, self.stats):
             self._abort(req, why != "router_timeout" and self.ttft_cancels == "prefill")
         if not self.hop:
             call.on_return(req)
@@ -361,10 +364,9 @@ class _Call:
     def _fail_if_prefill_failed(self, req: Request) -> None:
         """The answer is the prefill leg's error when it failed (502: the gateway maps a
         transport error or a 5xx to 502)."""
-        if req.room.state != SUCCESS and req.status != "timed_out":
-            req.status, req.http_status = "failed", 502
-            req.reason = f"prefill_{req.room.reason}"
-            req.t_done = self.lb.env._now
+        if req.room.state != SUCCESS:  # (a first end: pdsim.engine.request.end)
+            end(req, "failed", f"prefill_{req.room.reason}", 502, self.lb.env._now,
+                self.lb.stats)
 
     def _drop_prefill(self) -> None:
         """Drop the unanswered prefill leg: the prefill aborts its copy."""

@@ -62,17 +62,33 @@ def _sampler(fleet: Fleet, interval: float, rows: list, horizon: simpy.Event,
     """Sample the gauges every ``interval`` until the run ends, or until nothing can happen
     before the horizon (then it ends the run there: an idle horizon does not grow the time
     series, and a request that can never finish does not keep the clock ticking)."""
-    env, stats, gauges = fleet.env, fleet.stats, fleet.gauges
+    env = fleet.env
     while True:
-        g = gauges()  # first: it catches the ranks up (tokens made by steps ended by now)
-        rows.append((env.now, stats.tokens_out, sum(stats.request_failures.values()),
-                     sum(stats.transfer_failures.values()), *g))  # SAMPLE_COLUMNS
+        rows.append(_sample(fleet))
         if _nothing_scheduled(env, horizon):
             stuck = sum(r.status == "unfinished" for r in fleet.requests)
             fleet.log("run_stalled", "sim", value=stuck, detail=_stall_detail(fleet, stuck))
             stalled.succeed()
             return
         yield env.timeout(interval)
+
+
+def _sample(fleet: Fleet) -> tuple:
+    """The clock, the run's counters and the gauges now (``SAMPLE_COLUMNS``)."""
+    stats = fleet.stats
+    g = fleet.gauges()  # first: it catches the ranks up (tokens made by steps ended by now)
+    return (fleet.env.now, stats.tokens_out, sum(stats.request_failures.values()),
+            sum(stats.transfer_failures.values()), *g)
+
+
+def _close(fleet: Fleet, rows: list) -> None:
+    """The closing sample, at the run's end (a run ends when its clients are done, mostly
+    between two samples): its counters are the run's totals, so the time series adds up to
+    the request table. A sample already taken at that instant is taken again (what followed
+    it in the instant is counted too)."""
+    if rows and rows[-1][0] == fleet.env.now:
+        rows.pop()
+    rows.append(_sample(fleet))
 
 
 STALL_RANKS = 5  # ranks a stalled run's event names (those that explain it first)
@@ -197,9 +213,12 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
         m["finished"] = bool(c.done.triggered)
         if getattr(c, "trace_rows", None) is not None:
             m["trace_rows_replayed"], m["trace_rows"] = c.trace_rows
+        if c.cfg.kind == "bench" and c.cfg.sdk_retries:  # (a prompt: several requests)
+            m["prompts_in_flight"] = c.in_flight()
         if c.cfg.kind == "eval":
             answered = sum(a["answered"] for a in c.answers)
-            m["questions"] = len(c.answers)
+            m["questions"] = len(c.answers)  # answered, empty or not
+            m["questions_in_flight"] = c.in_flight()
             m["empty_answers"] = len(c.answers) - answered
             m["steady"] = steady.closed_loop()
         else:
@@ -289,6 +308,7 @@ def _simulate(sc: Scenario, recorder: Recorder | None, progress: bool | float,
     else:
         with _Progress(env, sc.horizon_s, delay, fleet.clients):
             env.run(until=stop)
+    _close(fleet, rows)
     for stepper in fleet.steppers:
         stepper.close()
     plain = _records(fleet)

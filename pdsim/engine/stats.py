@@ -15,6 +15,8 @@ class Stats:
     bytes_transferred: float = 0.0
     flushes_executed: int = 0
     transfer_failures: dict[str, int] = field(default_factory=dict)
+    # requests that ended failed or timed out, by reason, as they ended (pdsim.request.end):
+    # the time series' failed column
     request_failures: dict[str, int] = field(default_factory=dict)
     blacklisted_pairs: int = 0
     blacklisted_pairs_max: int = 0

@@ -30,13 +30,20 @@ module when a scenario is first checked (``_BUILTIN_CHECKS``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from pdsim.config.engine_version import DEFAULT_VERSION
 from pdsim.config.fleet import RoleConfig
 from pdsim.config.scenario import Scenario, load_check
-from pdsim.config.units import Context, Invalid, ScenarioError
-from pdsim.model import predictor, profiles, sglang
+from pdsim.config.units import (
+    MAX_TOKENS,
+    MIN_BANDWIDTH_FRACTION,
+    Context,
+    Invalid,
+    ScenarioError,
+)
+from pdsim.model import predictor, profiles, rates, sglang
 
 GIB = 1 << 30
 # server_args.py@0.5.9 (the same defaults in every release pdsim knows): --swa-full-tokens-ratio
@@ -210,15 +217,58 @@ def pools(sc: Scenario, ctx: Context | None = None) -> dict[str, Pool]:
             lay = predictor.layout_for(cfg, sc.predictor, gather, rp.gpu, sc.engine.version)
             pred, bad = predictor.build(sc.predictor, rp.gpu, rp.model, cfg.tp, gather,
                                         rp.engine, lay), None
+            rates.check_step_times(pred, "gpu" if sc.predictor.kind == "operator"
+                                   else "predictor")
+        except rates.RateError as err:
+            raise Invalid(err.key, str(err)) from None
         except ValueError as err:
             pred, bad = None, err
         try:
             out[role] = pool(cfg, prof.gpu, prof.model, prof.engine, pred, sc.engine.version)
+        except rates.RateError as err:
+            raise Invalid(err.key, str(err)) from None
         except ValueError as err:
             raise Invalid(f"fleet.{role}", str(err)) from None
         if bad is not None:
             raise Invalid("predictor", str(bad)) from None
+    if sc.fleet.mode == "pd":  # (colocated servers send no KV)
+        _write_times(sc, prof)
     return out
+
+
+def nic_layout(sc: Scenario, gpu: profiles.GPU) -> tuple[float, int]:
+    """The prefill side's NICs as the fleet builds them: one NIC's line rate in bytes/s (the
+    NICs of a rank that spans several, as one) and how many prefill ranks share it."""
+    pc, tc = sc.fleet.prefill, sc.transfer
+    gpus_per_rank = pc.tp // pc.dp if pc.dp_attention else pc.tp
+    gpus_per_nic = tc.gpus_per_nic or gpu.gpus_per_nic
+    nics_per_rank = max(1, gpus_per_rank // gpus_per_nic)
+    return ((tc.nic_gbps or gpu.nic_gbps) * 1e9 / 8 * nics_per_rank,
+            max(1, gpus_per_nic // gpus_per_rank))
+
+
+def _write_times(sc: Scenario, prof: profiles.Resolved) -> None:
+    """A KV write takes a finite, positive time (``bytes / rate``): the slowest rate a write
+    can have (line rate x the lower of peak_utilisation and min_utilisation x the lowest
+    bandwidth_fraction a nic_degraded fault may leave) is positive, and the largest chunk
+    (a forward's budget plus a prompt's cached prefix) over it, shared with every other
+    writer of its NIC (each transfer queue's worker and a probe per decode session, of each
+    rank on it), is finite. Valid fields whose product underflows (gpu.nic_gbps and
+    transfer.peak_utilisation of 1e-300) divided by zero in the run."""
+    floor = MIN_BANDWIDTH_FRACTION  # (a nic_degraded fault's lower bound)
+    tc, pc, dc = sc.transfer, sc.fleet.prefill, sc.fleet.decode
+    line, ranks_per_nic = nic_layout(sc, prof.gpu)
+    slowest = line * min(tc.peak_utilisation, tc.min_utilisation) * floor
+    kvb = prof.model.kv_bytes_per_token_sent(pc.tp, pc.dp_attention)
+    largest = 2.0 * MAX_TOKENS * kvb
+    writers = ranks_per_nic * (tc.queues_per_rank + dc.servers * dc.dp)
+    if slowest > 0 and math.isfinite(largest * writers / slowest):
+        return
+    key = "transfer.nic_gbps" if tc.nic_gbps else "gpu.nic_gbps"
+    raise Invalid(key, f"a KV write's slowest rate ({key} x the lower of "
+                       f"transfer.peak_utilisation and transfer.min_utilisation x a degraded "
+                       f"NIC's {floor:g}) is {slowest:.3g} bytes/s: a write of "
+                       f"{largest:.3g} bytes would take no finite time; raise them")
 
 
 def _heads_split(role: str, cfg: RoleConfig, model: profiles.Model) -> None:

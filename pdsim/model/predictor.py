@@ -26,6 +26,7 @@ from typing import Protocol
 from pdsim.config.fleet import FITTED_KEYS, PredictorConfig
 from pdsim.config.profile_schema import GPU, Engine, Model
 from pdsim.model import architectures, formats
+from pdsim.model.rates import check_rates
 from pdsim.model.simple import FittedPredictor, RooflinePredictor
 
 __all__ = ["FittedPredictor", "Layout", "OperatorPredictor", "Predictor", "RooflinePredictor",
@@ -185,6 +186,7 @@ class OperatorPredictor(_Terms):
         nic = g.nic_gbps / 8 * 1e9 / g.gpus_per_nic * g.nic_eff
         nvl = g.nvlink_gbps * 1e9 * g.nvlink_eff
         self.nic_bw, self.nvl_bw = nic, nvl
+        check_rates("gpu", self.rates())  # (before any of them divides)
         n = lay.tp
         self.ar_factor = 2 * (n - 1) / n if n > 1 else 0.0
         self.ar_bw = nvl if n <= g.domain else min(nvl, nic)
@@ -243,6 +245,19 @@ class OperatorPredictor(_Terms):
         self._dc_fixed = eng.decode_step_ms / 1e3 + m.layers * eng.decode_layer_us * 1e-6
         eager = eng.prefill_layer_us if eng.eager_layer_us is None else eng.eager_layer_us
         self._dc_eager = eng.decode_step_ms / 1e3 + m.layers * eager * 1e-6
+
+    def rates(self) -> list[tuple[str, float]]:
+        """The rates its step times divide by, each with the GPU fields it is the product of."""
+        m = self.model
+        return [(f"GEMM FLOP/s (the GPU's peak for {m.weight_dtype}) x gpu.gemm_eff", self.pk_w),
+                (f"expert GEMM FLOP/s (the GPU's peak for {m.expert_format}) x gpu.gemm_eff",
+                 self.pk_e),
+                ("LM-head FLOP/s gpu.bf16_tflops x gpu.gemm_eff", self.pk_lm),
+                ("prefill attention FLOP/s gpu.bf16_tflops x gpu.attn_eff", self.pk_attn),
+                ("decode attention FLOP/s gpu.bf16_tflops x gpu.decode_attn_eff", self.pk_dattn),
+                ("HBM bytes/s gpu.hbm_tbps x gpu.hbm_eff", self.bw),
+                ("NVLink bytes/s gpu.nvlink_gbps x gpu.nvlink_eff", self.nvl_bw),
+                ("RDMA bytes/s gpu.nic_gbps / gpu.gpus_per_nic x gpu.nic_eff", self.nic_bw)]
 
     def forget(self) -> None:
         """Drop the memos (pdsim.engine.fleet.Fleet.release, once a run's outputs are made): freed

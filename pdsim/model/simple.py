@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from pdsim.config.profile_schema import GPU, Model
+from pdsim.model.rates import check_rates
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,13 @@ class RooflinePredictor:
             2 * m.params_active, 4 * m.layers * m.hidden_size, self._flops * self.prefill_mfu,
             m.weight_bytes_total / self.tp, m.kv_bytes_per_token,
             self.gpu.hbm_tbps * 1e12 * self.hbm_derate))
+        check_rates("predictor", self.rates())
+
+    def rates(self) -> list[tuple[str, float]]:
+        """The rates its step times divide by, each with the fields it is the product of."""
+        peak = "fp8_tflops" if self.model.weight_bytes <= 1 else "bf16_tflops"
+        return [(f"peak FLOP/s gpu.{peak} x predictor.prefill_mfu", self._c[2]),
+                ("HBM bytes/s gpu.hbm_tbps x predictor.hbm_derate", self._c[5])]
 
     @property
     def _flops(self) -> float:

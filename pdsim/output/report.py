@@ -14,11 +14,16 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from pdsim.config.clients import BenchClientConfig, EvalClientConfig
-from pdsim.config.scenario import ReferenceFigure, Scenario
+from pdsim.config.scenario import ReferenceFigure
 from pdsim.config.unknowns import block as unknowns_lines
 from pdsim.engine.outcome import Outcome
 from pdsim.engine.transfer import DEAD_MSG
 from pdsim.output import incident_report
+from pdsim.output.run_warnings import (  # noqa: F401 (not_reached: API)
+    horizon_warning,
+    not_reached,
+    not_reached_warning,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -86,7 +91,7 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
     if m.get("trace_rows") is not None:
         out.append(_line("Trace rows replayed:", _trace_rows(m, cfg)))
     if m.get("aborted"):
-        out.append(_line("Aborted:", m["aborted"]))
+        out.append(_line("Aborted:", f"{m['aborted']} ({m.get('unsent', 0)} prompts not sent)"))
     streamed_aborts = m["successful_requests"] - m["completed_requests"]
     out += [
         _line("Successful requests (HTTP 200, as bench_serving):", m["successful_requests"]),
@@ -492,78 +497,6 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
         out.append(f"not a figure of this run's summary: {', '.join(missing)} (pdsim run "
                    f"--json lists its keys; a client's are under clients.<name>.)")
     return out
-
-
-def horizon_warning(res: Outcome) -> list[str]:
-    """A run that hit ``horizon_s`` before its clients finished says so, with counts."""
-    s = res.summary
-    running = int(sum(v == "unfinished" for v in res.request_values("status")))
-    if s.get("stalled_at_s") is not None:  # (robust) the run ended early: nothing could happen
-        detail = next((e.detail for e in res.event_rows() if e.event == "run_stalled"), "")
-        _, _, where = detail.partition(" unfinished: ")
-        why = (f"; where they wait: {where}." if where else
-               " (a request larger than a KV pool, or one waiting on a timeout past the "
-               "horizon).")
-        if not running:  # (a client starting past the horizon: not_reached_warning says so)
-            return [f"WARNING: the run stopped at {s['stalled_at_s']:g} s, before its horizon "
-                    f"(horizon_s={res.scenario.horizon_s:g}): nothing was left to simulate "
-                    f"before it."]
-        return [f"WARNING: the run stopped at {s['stalled_at_s']:g} s, before its horizon "
-                f"(horizon_s={res.scenario.horizon_s:g}): nothing was left to simulate and "
-                f"{running} request{'' if running == 1 else 's'} can never finish{why} The "
-                f"figures above leave them out."]
-    if not s.get("stopped_at_horizon"):
-        return []
-    per = []
-    for name, m in s["clients"].items():
-        bits = [f"{m['unfinished']} in flight"] if m["unfinished"] else []
-        if m.get("unsent"):
-            bits.append(f"{m['unsent']} not sent")
-        if not m.get("finished", True) and not bits:
-            bits.append("not finished")
-        if bits:
-            per.append(f"{name}: {', '.join(bits)}")
-    unsent = sum(m.get("unsent", 0) for m in s["clients"].values())
-    h = res.scenario.horizon_s
-    return [f"WARNING: the run stopped at its horizon (horizon_s={h:g}) before the clients "
-            f"finished: {running} request{'' if running == 1 else 's'} still in flight, "
-            f"{unsent} prompt{'' if unsent == 1 else 's'}/question{'' if unsent == 1 else 's'} "
-            f"not sent "
-            f"({'; '.join(per)}).",
-            f"  The figures above leave them out: raise the horizon (--set horizon_s={2 * h:g}) "
-            f"or lower the load."]
-
-
-def not_reached(sc: Scenario, end: float) -> list[str]:
-    """What the scenario schedules after the run's end (``end``), so never happened: a run
-    ends when its clients are done, and a fault or flush timed past that would otherwise
-    leave a report that reads as "no harm done"."""
-    out = [f"operator_flushes.{i} at {op.at_s:g} s" for i, op in enumerate(sc.operator_flushes)
-           if op.at_s > end]
-    for i, f in enumerate(sc.faults):
-        start = f.window(sc.horizon_s)[0]
-        if start > end:
-            out.append(f"faults.{i} {f.kind} at {start:g} s")
-    out += [f"clients.{i} {c.name!r} starting at {c.start_s:g} s"
-            for i, c in enumerate(sc.clients) if c.start_s > end]
-    return out
-
-
-def not_reached_warning(res: Outcome) -> list[str]:
-    """Faults, operator flushes and clients timed after the run ended say so: they never
-    happened, so the figures above show nothing of them."""
-    end = res.summary["simulated_s"] if math.isnan(res.end_s) else res.end_s  # (unrounded:
-    # the summary's 3 decimals put a fault at 3.44025 s after a run that ended at 3.4405 s)
-    missed = not_reached(res.scenario, end)
-    if not missed:
-        return []
-    why = ("its horizon" if res.summary.get("stopped_at_horizon") else
-           "nothing was left to simulate" if res.summary.get("stalled_at_s") is not None
-           else "its clients were done")
-    return [f"WARNING: never happened, the run ended at {end:.6g} s ({why}): "
-            f"{'; '.join(missed)}.",
-            "  Nothing above shows them: start them earlier, or keep the load going past them "
-            "(more num_prompts, a later horizon_s)."]
 
 
 def render(res: Outcome, verbose: bool = False) -> str:

@@ -22,6 +22,15 @@ from pdsim.util.version import __version__
 _TEXT = {"requests": ("client", "kind", "status", "reason", "session"),
          "events": ("event", "component", "peer", "detail")}
 
+# what Result.write puts in a run directory: a table per name (csv or parquet), then files
+RUN_DIR_TABLES = ("requests", "events", "timeseries", "answers")
+RUN_DIR_FILES = ("summary.json", "scenario.yaml", "run.json", "report.txt")
+
+
+def run_dir_names(fmt: str) -> list[str]:
+    """The file names :meth:`Result.write` may write in a run directory."""
+    return [f"{name}.{fmt}" for name in RUN_DIR_TABLES] + list(RUN_DIR_FILES)
+
 
 class Result(Outcome):
     """What a run produced: the summary, DataFrames for notebooks and tests, and the run
@@ -142,7 +151,8 @@ class Result(Outcome):
                 "what_if": self.what_if or None,
                 "rerun": rerun,
                 "files": {"requests": "one row per HTTP request", "events": "one row per event",
-                          "timeseries": f"gauges every {sc.timeseries_interval_s:g} simulated s",
+                          "timeseries": f"gauges every {sc.timeseries_interval_s:g} simulated s "
+                                        f"and at the run's end",
                           "summary.json": "the metrics (pdsim run --json)",
                           "report.txt": "the human report (pdsim run)",
                           "scenario.yaml": "the scenario exactly as run"}}

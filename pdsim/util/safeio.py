@@ -84,6 +84,18 @@ def _inside(path: Path, root: Path) -> bool:
         return False
 
 
+def why(err: BaseException) -> str:
+    """What went wrong with a path, in a few words: the OS's reason (``strerror``), or "a
+    symlink loop" (``Path.resolve`` raises RuntimeError for one on Python < 3.13, with no
+    ``strerror``), or the error's type."""
+    reason = getattr(err, "strerror", None)
+    if reason:
+        return reason
+    if isinstance(err, RuntimeError) and "loop" in str(err).lower():
+        return "a symlink loop"
+    return type(err).__name__
+
+
 def resolve_user_path(base_dir: str | os.PathLike, rel: str, what: str,
                       allow_outside: bool = False, root: str | os.PathLike | None = None
                       ) -> Path:
@@ -100,15 +112,15 @@ def resolve_user_path(base_dir: str | os.PathLike, rel: str, what: str,
     if "\x00" in rel or len(rel) > MAX_PATH_CHARS:
         raise UserFileError(f"{what}: not a usable path ({len(rel)} characters; at most "
                             f"{MAX_PATH_CHARS}, no NUL bytes): {show_path(rel)}")
-    base = Path(base_dir).resolve()
-    top = Path(root).resolve() if root is not None else base
     given = Path(os.path.expanduser(rel)) if rel.startswith("~") else Path(rel)
     hint = "; pass --allow-outside-paths (library: allow_outside_paths=True) to allow it"
     try:
+        base = Path(base_dir).resolve()
+        top = Path(root).resolve() if root is not None else base
         resolved = (base / given).resolve()
     except (OSError, RuntimeError) as err:  # symlink loops, name too long
         raise UserFileError(f"{what}: cannot resolve {show_path(rel)} "
-                            f"({clip(err.strerror or type(err).__name__)})") from None
+                            f"({clip(why(err))})") from None
     if not allow_outside and not _inside(resolved, top):
         raise UserFileError(f"{what}: {show_path(rel)} leads outside the scenario's directory "
                             f"{show_path(top)}{hint}")
@@ -146,7 +158,7 @@ def open_user_file(path: str | os.PathLike, what: str, max_bytes: int) -> Binary
         raise UserFileError(f"{what}: {show_path(p)} is a directory, not a file") from None
     except OSError as err:
         raise UserFileError(f"{what}: cannot open {show_path(p)} "
-                            f"({clip(err.strerror or type(err).__name__)})") from None
+                            f"({clip(why(err))})") from None
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
@@ -171,7 +183,7 @@ def read_user_file(path: str | os.PathLike, what: str, max_bytes: int) -> bytes:
             data = f.read(max_bytes + 1)
         except OSError as err:
             raise UserFileError(f"{what}: cannot read {show_path(path)} "
-                                f"({clip(err.strerror or type(err).__name__)})") from None
+                                f"({clip(why(err))})") from None
     if len(data) > max_bytes:  # grew while we read it
         raise UserFileError(f"{what}: {show_path(path)} is larger than the limit of "
                             f"{max_bytes:,} bytes")
