@@ -181,31 +181,40 @@ def test_explain_prints_the_rows_assumptions(capsys):
     assert main(["validate-model", "--explain", rid]) == 0
     out = capsys.readouterr().out
     assert "InferenceX config dsr1-fp8-h200-sglang" in out and "warmup:" in out
-    assert "calibration (colocated): die GH100 / family deepseek-mla-moe" in out
+    # (the deepseek-mla-moe set is recorded, not shipped: the profiles as shipped)
+    assert "calibration (colocated): none: the profiles as shipped" in out
+    assert main(["validate-model", "--explain", corpus.QUICK[0]]) == 0  # Qwen3-32B
+    assert "calibration (colocated): die GH100 / family qwen3-dense" in capsys.readouterr().out
     assert main(["validate-model", "--explain", "no-such-row"]) == 2
 
 
-def test_quick_subset_runs_and_the_fit_matters():
-    """The quick subset (one row per GPU, model and mode, and a refused one) runs with the
-    shipped family calibrations within the corpus's error budget; with every fitted value
-    back at its shipped start (the calibrations removed) it misses by several times more."""
+def test_quick_subset_runs_and_the_fit_matters(cases):
+    """The quick subset (one row per GPU, model and mode, and a refused one) runs; a row of a
+    shipped set runs with its family calibration, a row of a set not shipped with the profiles
+    as shipped. The shipped sets' colocated rows land within the corpus's error budget, and
+    with every fitted value back at its shipped start they miss by more (a small margin: the
+    shipped Hopper defaults were already close for Qwen3-32B)."""
     qc = corpus.cases(corpus.read()[lambda d: d.id.isin(corpus.QUICK)])
     assert len(qc) == len(corpus.QUICK) and sum(c.skip is not None for c in qc) == 1
+    by_id = {c.id: c for c in cases}
+    rec = corpus_table.load_fits()["sets"]
+    ships = {s["family"]: corpus_fit.ships(s, by_id)[0] for s in rec}
     df = corpus_run.run(qc, workers=1)
     ran = df[df.skipped.isna()]
+    shipped = ran.family.map(ships).astype(bool)
     fams = set(ran.calibration.str.extract(r"family (\S+)")[0].dropna())
-    assert fams == {"qwen3-dense", "qwen3-moe", "deepseek-mla-moe", "qwen3.5"}
-    # (the llama-3 set is recorded, not shipped: its rows run with the profiles as shipped)
-    assert (ran[ran.family == "llama-3"].calibration == "none (profile defaults)").all()
-    fitted = ran[["ttft_error", "tpot_error"]].abs().median()
-    starts = {}
-    for s in corpus_table.load_fits()["sets"]:
-        starts[s["family"]] = s["start"]
-    bare = corpus_run.run([corpus_fit.with_values(c, starts[c.family]) for c in qc
-                           if c.skip is None], workers=1)
+    assert fams == set(ran[shipped].family) and fams
+    assert (ran[~shipped].calibration == "none (profile defaults)").all()
+    fit_rows = ran[shipped & (ran["mode"] == "agg")]
+    fitted = fit_rows[["ttft_error", "tpot_error"]].abs().median()
+    starts = {s["family"]: s["start"] for s in rec}
+    bare = corpus_run.run([corpus_fit.with_values(by_id[i], starts[by_id[i].family])
+                           for i in fit_rows.id], workers=1)
     unfitted = bare[["ttft_error", "tpot_error"]].abs().median()
     assert fitted.ttft_error < 0.25 and fitted.tpot_error < 0.15, fitted
-    assert unfitted.ttft_error > 2 * fitted.ttft_error, (fitted, unfitted)
+    # (removing the calibrations runs the rows at their start values: no improvement)
+    assert fitted.ttft_error < unfitted.ttft_error, (fitted, unfitted)
+    assert fitted.sum() < unfitted.sum(), (fitted, unfitted)
 
 
 def test_the_shipped_corpus_calibrations_are_the_fit_record():
@@ -217,7 +226,7 @@ def test_the_shipped_corpus_calibrations_are_the_fit_record():
     entries = yaml.safe_load(block)
     by_id = {c.id: c for c in corpus.cases(corpus.read())}
     shipped = [s for s in rec["sets"] if corpus_fit.ships(s, by_id)[0]]
-    assert len(rec["sets"]) == 5 and len(entries) == len(shipped) >= 4
+    assert len(rec["sets"]) == 5 and len(entries) == len(shipped) >= 1
     for e, s in zip(entries, shipped, strict=True):
         assert (e["die"], e["family"], e["layout"]) == (s["die"], s["family"], s["layout"])
         assert {k: v["value"] for k, v in e["set"].items()} == s["values"]
@@ -236,22 +245,31 @@ def test_refitting_a_set_on_its_committed_rows_gives_the_committed_values(cases)
     assert f.values == rec["values"] and f.start == rec["start"]
 
 
-def test_a_family_calibration_holds_for_its_layout_only():
-    """DeepSeek-R1 at TP8 on an H200 takes the (GH100, deepseek-mla-moe) corpus set; DeepSeek-V3
-    with DeepEP and DP attention keeps its own (H100) fit; on a TP layout DeepSeek-V3 falls
-    through to the family set (the DeepEP fit does not hold there); a DP-attention layout
-    without DeepEP has neither."""
+def test_a_family_calibration_holds_for_its_layout_only(cases):
+    """Qwen3-32B at TP8 on an H200 takes the shipped (GH100, qwen3-dense) corpus set, fitted on
+    TP layouts; with DP attention it does not (no calibration). DeepSeek-V3 with DeepEP and DP
+    attention keeps its own (H100) fit; on a TP layout (where that fit does not hold) it takes
+    the (GH100, deepseek-mla-moe) set if that ships, else none."""
     def cal(model: str, **role) -> str:
         sc = pdsim.load({"fleet": {"gpu": "H200", "model": model, "mode": "colocated",
                                    "colocated": {"tp": 8, **role}},
                          "clients": [{"kind": "bench", "num_prompts": 1}]})
         return profiles.for_role(sc, sc.fleet.colocated).calibration
 
-    assert cal("deepseek-r1").startswith("die GH100 / family deepseek-mla-moe")
-    assert cal("deepseek-v3").startswith("die GH100 / family deepseek-mla-moe")
+    by_id = {c.id: c for c in cases}
+    ships = {s["family"]: corpus_fit.ships(s, by_id)[0]
+             for s in corpus_table.load_fits()["sets"]}
+    assert ships["qwen3-dense"]
+    assert cal("qwen3-32b").startswith("die GH100 / family qwen3-dense")
+    assert cal("qwen3-32b", dp=8, dp_attention=True) == ""
     deepep = cal("deepseek-v3", dp=8, dp_attention=True, ep=8, moe_a2a_backend="deepep",
                  mem_fraction_static=0.8, cuda_graph_max_bs=64)
     assert deepep.startswith("H100 / deepseek-v3 / sglang (fitted on H100")
+    tp = cal("deepseek-v3")
+    if ships["deepseek-mla-moe"]:
+        assert tp.startswith("die GH100 / family deepseek-mla-moe")
+    else:
+        assert tp == ""
     assert cal("deepseek-v3", dp=8, dp_attention=True, mem_fraction_static=0.8,
                cuda_graph_max_bs=64) == ""
 
@@ -269,3 +287,74 @@ def test_a_malformed_layout_condition_is_one_line(tmp_path, layout, says):
     with pytest.raises(profiles.ProfileError) as e:
         profiles.catalog((str(f),))
     assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def _a_set(values: dict[str, float]) -> dict:
+    """A fit record's set (no cross-validation), of the qwen3-dense rows, with ``values``."""
+    rec = {s["family"]: s for s in corpus_table.load_fits()["sets"]}["qwen3-dense"]
+    return {**rec, "values": values, "cv": {}}
+
+
+def test_an_unphysical_fit_is_recorded_not_shipped(cases):
+    """A set whose fitted value lies outside its physical range (the unbounded fit of the
+    DeepSeek-R1/GLM-5 rows: attention at 3.4% efficiency, 199 ms per prefill forward), or pressed
+    against an end of it, is not a calibration: it does not ship, and the reason names each
+    value and its range; the same set with physical values ships."""
+    by_id = {c.id: c for c in cases}
+    ok = {"gpu.gemm_eff": 0.61, "gpu.attn_eff": 0.55, "engine.prefill_step_ms": 0.77,
+          "gpu.hbm_eff": 0.87, "engine.decode_step_ms": 2.2}
+    bad = {**ok, "gpu.attn_eff": 0.03363, "engine.prefill_step_ms": 198.9}
+    assert corpus_fit.ships(_a_set(ok), by_id) == (True, "")
+    shipped, why = corpus_fit.ships(_a_set(bad), by_id)
+    assert not shipped
+    assert "gpu.attn_eff 0.03363 outside [0.2, 0.8]" in why
+    assert "engine.prefill_step_ms 198.9 outside [0, 30]" in why and "gemm" not in why
+    # pressed against an end of its range (the bounded fit of the same rows) is the same miss
+    pinned = {**ok, "gpu.attn_eff": 0.2, "engine.prefill_step_ms": 30.0}
+    shipped, why = corpus_fit.ships(_a_set(pinned), by_id)
+    assert not shipped and "gpu.attn_eff 0.2 at an end of [0.2, 0.8]" in why
+    entries = corpus_fit.calibration_entries({"sets": [_a_set(bad), _a_set(ok)]}, cases)
+    assert [e["set"]["gpu.attn_eff"]["value"] for e in entries] == [0.55]
+    # the fit itself cannot leave the physical ranges
+    assert corpus_fit.BOUNDS == corpus_fit.PHYSICAL
+
+
+def test_out_of_sample_counts_cross_validation_for_fitted_rows_and_as_run_for_the_rest(cases):
+    """The out-of-sample column takes a fitted row's cross-validated prediction and an unfitted
+    row's error as it ran (no fit saw it), never a fitted row's in-sample error."""
+    rec = corpus_table.load_fits()
+    by_id = {c.id: c for c in cases}
+    shipped = next(s for s in rec["sets"] if corpus_fit.ships(s, by_id)[0])
+    fitted_id = next(iter(shipped["cv"]["predictions"]))
+    unshipped = [s for s in rec["sets"] if not corpus_fit.ships(s, by_id)[0]]
+    other_id = unshipped[0]["rows"][0] if unshipped else None
+    ids = [i for i in (fitted_id, other_id) if i]
+    df = pd.DataFrame({"id": ids, "gpu": [by_id[i].gpu for i in ids],
+                       "model": [by_id[i].model for i in ids],
+                       "mode": [by_id[i].mode for i in ids],
+                       "family": [by_id[i].family for i in ids],
+                       "measured_ttft_ms": [by_id[i].measured_ttft_ms for i in ids],
+                       "measured_tpot_ms": [by_id[i].measured_tpot_ms for i in ids],
+                       "ttft_error": [0.01] * len(ids), "tpot_error": [0.02] * len(ids),
+                       "skipped": [None] * len(ids)})
+    out = corpus_table.with_cv(df, rec).set_index("id")
+    cv = shipped["cv"]["predictions"][fitted_id]
+    assert out.loc[fitted_id, "oos_ttft_error"] == pytest.approx(
+        cv[0] / by_id[fitted_id].measured_ttft_ms - 1)
+    assert out.loc[fitted_id, "oos_ttft_error"] != 0.01
+    if other_id:
+        assert out.loc[other_id, "oos_ttft_error"] == 0.01
+        assert out.loc[other_id, "oos_tpot_error"] == 0.02
+
+
+def test_the_bar_is_said_plainly_in_and_out_of_sample():
+    """Issue 29's bar (90% of rows run, median |error| TTFT <= 15%, TPOT <= 10%) is judged apart
+    in-sample and out of sample, and a miss on any one of the three says NOT met."""
+    ran = pd.DataFrame({"ttft_error": [0.05, -0.1, 0.12], "tpot_error": [0.02, 0.05, -0.08],
+                        "oos_ttft_error": [0.3, -0.4, 0.2], "oos_tpot_error": [0.02, 0.05, 0.08]})
+    line = corpus_table.bar_lines(3, 3, ran)
+    ins, oos = line.split("; out of sample")
+    assert " met (" in ins and "NOT" not in ins
+    assert "NOT met" in oos and "TTFT 30.0%" in oos
+    assert "NOT met" in corpus_table.bar_lines(8, 10, ran).split(";")[0]  # 80% of rows run
+    assert "not a prediction" in line

@@ -158,7 +158,10 @@ def fit(args: argparse.Namespace) -> int:
         out.write_text(head + yaml.safe_dump({"calibrations": entries}, sort_keys=False,
                                              width=100))
         print(f"wrote {show_path(out)}", file=sys.stderr)
+    by_id = {c.id: c for c in cases}
     for s in record["sets"]:
+        ok, why = corpus_fit.ships(s, by_id)
         print(f"{s['name']}: " + ", ".join(f"{k} {v:g}" for k, v in s["values"].items())
-              + (f" (at bound: {', '.join(s['at_bound'])})" if s["at_bound"] else ""))
+              + (f" (at bound: {', '.join(s['at_bound'])})" if s["at_bound"] else "")
+              + ("" if ok else f"; {why}"))
     return 0

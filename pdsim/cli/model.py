@@ -88,7 +88,7 @@ def add_validate_model(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
         "validation/published.csv (published vs simulated vs error), then every row of the "
         "training corpus validation/corpus/aic_sglang_hopper_train.csv as a generated scenario "
         "(per GPU, model and mode: median |error| of mean TTFT and TPOT, the share within "
-        "+-10%% and +-25%%, and every row pdsim cannot express with its reason). --case and "
+        "+-10% and +-25%, and every row pdsim cannot express with its reason). --case and "
         "--holdout run the published cases only; --corpus, --quick, --json, --explain and "
         "--fit the corpus only.", epilog=corpus.CORPUS_EPILOG, formatter_class=RAW)
     vm.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
@@ -144,7 +144,7 @@ def profiles_cmd(args: argparse.Namespace) -> int:
                 continue
             if key in declared:  # chosen, not known: its range and why are in the scenario
                 origin = f"declared unknown at its nominal ({declared[key].describe()})"
-            print(f"  {key:<30}{value!s:<12}{origin}")
+            print(f"  {key:<30}{value!s:<11} {origin}")
         return 0
     gpus, models = profiles.raw_gpus(), profiles.raw_models()
     engines = profiles.raw_engines()
@@ -159,7 +159,7 @@ def profiles_cmd(args: argparse.Namespace) -> int:
                 for g, coeffs in v["value"].items():
                     print(f"  {g}: " + ", ".join(f"{c}={x:g}" for c, x in coeffs.items()))
                 continue
-            print(f"{k:<24}{v['value']!s:<12}{v['source']}")
+            print(f"{k:<24}{v['value']!s:<11} {v['source']}")
         return 0
     print(f"{'GPU':<8}{'die':<17}{'BF16 TF':>8}{'FP8 TF':>8}{'FP4 TF':>8}{'HBM MiB':>9}"
           f"{'HBM TB/s':>9}{'NVLink GB/s':>12}{'domain':>7}{'NIC Gb/s':>9}")
