@@ -280,6 +280,11 @@ def whatif(base: str | Path | dict, policies: Iterable[str | dict] = ("permanent
     data = loader.as_data(base, allow_outside_paths)  # keeps where its paths resolve
     if sets:
         data = loader.apply_overrides(data, list(sets))
+    fleet = data.get("fleet") if isinstance(data, dict) else None
+    if isinstance(fleet, dict) and fleet.get("mode") == "colocated":  # (its faults are PD's)
+        raise ValueError("whatif weighs PD blacklist policies under PD faults: it needs a PD "
+                         "fleet (fleet.mode: pd); this scenario's fleet is colocated (pdsim "
+                         "sweep or compare weigh a colocated fleet)")
     if len(seeds := seeds if isinstance(seeds, range) else list(seeds)) > MAX_RUNS:
         raise ValueError(f"{len(seeds):,} seeds; at most {MAX_RUNS:,} runs")
     pols = expand_policies(policies)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from pdsim.cli.common import (
     RAW,
+    Output,
     UsageError,
-    check_output_file,
+    check_outputs,
     die,
     inputs,
     load_scenario,
-    no_overwrite,
     outside_flag,
 )
 from pdsim.util.safeio import UserFileError, echo, read_user_file, show_path, why
@@ -196,7 +196,7 @@ def _import_cmd(args: argparse.Namespace) -> int:
         return die("profiles import takes a config.json, not --scenario or --set")
     out = args.out or f"{args.import_name}.profile.yaml"
     try:
-        check_output_file(out, "--out")
+        check_outputs(inputs(None, args.config), Output("--out", out))
         model, text = hf_import.import_config(args.config, args.import_name)
     except (hf_import.ConfigImportError, UsageError) as err:
         return die(str(err))
@@ -235,15 +235,8 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
         stem = Path(args.data).with_suffix("")
         out = Path(args.out or f"{stem}.profile.yaml")
         plot = Path(args.plot or f"{stem}.residuals.png")
-        found = inputs(None, args.data, *args.profiles)
-        no_overwrite("--out", str(out), found)
-        no_overwrite("--plot", str(plot), found)
-        check_output_file(str(out), "--out")
-        check_output_file(str(plot), "--plot")
-        kinds = calibrate.plot_formats()
-        if plot.suffix[1:].lower() not in kinds:
-            raise UsageError(f"--plot {show_path(plot)}: give a file name ending in an image "
-                             f"format ({', '.join('.' + k for k in sorted(kinds))})")
+        check_outputs(inputs(None, args.data, *args.profiles), Output("--out", str(out)),
+                      Output("--plot", str(plot), image=True))
         keys = [k.strip() for k in args.fit.split(",")] if args.fit else None
         fit = calibrate.fit(rows, args.gpu, args.model, args.engine, keys,
                             tuple(args.profiles), source=args.data)
@@ -321,9 +314,9 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
                    "not take --set")
     try:  # the output paths are checked before the refit, not after it
         if args.csv:  # (the validation data and cases are its inputs)
-            no_overwrite("--csv", args.csv, {p.resolve(): "validation file" for p in
-                                             validation.ROOT.rglob("*") if p.is_file()})
-            check_output_file(args.csv, "--csv")
+            check_outputs({p.resolve(): "validation file" for p in
+                           validation.ROOT.rglob("*") if p.is_file()},
+                          Output("--csv", args.csv))
         if args.write_docs:
             _check_page(args.write_docs)
     except UsageError as err:

@@ -22,13 +22,13 @@ from pdsim.engine.nic import NIC
 from pdsim.engine.peers import Peers
 from pdsim.engine.prefill import PrefillRank
 from pdsim.engine.recorder import Recorder
-from pdsim.engine.request import DECODE, PREFILL, Request, new_request
+from pdsim.engine.request import BY_PEER, DECODE, PREFILL, Request, new_request
 from pdsim.engine.router import MiniLB
 from pdsim.engine.server import Server
 from pdsim.engine.stats import Stats
 from pdsim.engine.transfer import TransferEngine
 from pdsim.model import predictor, profiles, sglang
-from pdsim.model.memory import nic_layout, pool
+from pdsim.model.memory import max_running, nic_layout, pool
 from pdsim.util.rng import Streams
 
 
@@ -100,8 +100,8 @@ class Fleet:
                 rank.bootstrap_s = d_engine.bootstrap_ms / 1e3
                 rank.retract_20_steps = not has(sc.engine.version, "retract_until_next_step_fits")
                 rank.tokenize_s_per_token = d_engine.tokenize_us_per_token * 1e-6
-                if d_pool.max_running is not None:  # a hybrid model's state pool caps it
-                    rank.max_running = min(rank.max_running, d_pool.max_running)
+                rank.max_running = max_running(dc, d_pool, model)  # (given, or SGLang's)
+                rank.slots = rank.max_running + dc.extra_slots(rank.max_running)
                 ranks.append(rank)
                 self.decode_ranks.append(rank)
             self.decode_servers.append(Server(env, "decode", s, ranks, balance.build(dc.balance),
@@ -132,6 +132,7 @@ class Fleet:
                                    sc.flush.semantics, self.log, self.stats, chunk)
                 rank.page_aligned_chunk = has(sc.engine.version, "page_aligned_chunk")
                 rank.chunk_capped_by_memory = has(sc.engine.version, "chunk_capped_by_memory")
+                rank.drops_failed_waiting = has(sc.engine.version, "prefill_drops_failed_waiting")
                 bl = blacklist.build(sc.blacklist, env, f"{rank.name}.r{r}", self.log)
                 bl.on_change = self._blacklist_changed
                 rank.engine = TransferEngine(env, rank.name, r, self.nics[-1], bl,
@@ -141,8 +142,7 @@ class Fleet:
                                              self.faults.write_error
                                              if self.faults.injects_errors else None)
                 bl.probe = rank.engine.probe  # probes cost what a small write on the path costs
-                if p_pool.max_running is not None:
-                    rank.max_running = min(rank.max_running, p_pool.max_running)
+                rank.max_running = max_running(pc, p_pool, model)
                 ranks.append(rank)
                 self.prefill_ranks.append(rank)
                 self.engines.append(rank.engine)
@@ -182,7 +182,8 @@ class Fleet:
         self.router = MiniLB(env, self.prefill_servers, self.decode_servers, sc.router,
                              self.rngs["routing"], self.log, self.stats)
         self.router.notify_decode = DECODE if pd["prefill_abort_notifies_decode"] else 0
-        self.router.notify_prefill = PREFILL if pd["decode_abort_notifies_prefill"] else 0
+        self.router.notify_prefill = (PREFILL | BY_PEER if pd["decode_abort_notifies_prefill"]
+                                     else 0)
 
     def _build_colocated(self, recorder: Recorder | None) -> None:
         """Colocated servers (each rank prefilling and decoding, pdsim.engine.colocated) behind
@@ -206,8 +207,7 @@ class Fleet:
                 rank = ColocatedRank(env, s, r, cc, pred, pages, sc.flush.semantics, self.log,
                                      self.stats, chunk, rules)
                 rank.tokenize_s_per_token = c_engine.tokenize_us_per_token * 1e-6
-                if c_pool.max_running is not None:  # a hybrid model's state pool caps it
-                    rank.max_running = min(rank.max_running, c_pool.max_running)
+                rank.max_running = max_running(cc, c_pool, self.model)
                 if together and cc.dp > 1:  # a lockstep group plans every step (no spans)
                     rank.spans = False
                 rank.recorder = recorder
@@ -330,6 +330,20 @@ class Fleet:
         return (p_used / p_cap, d_used / d_cap, p_queue, p_inflight,
                 sum([e.queued() for e in self.engines]), prealloc, transfer, running,
                 self.stats.blacklisted_pairs)
+
+    def check_held(self) -> None:
+        """Invariant, checked as a run ends: an unfinished request holding KV on a colocated
+        rank is in one of that rank's queues (one in none would never finish and its pages
+        would leak; ``ColocatedRank.abort`` checks the same of an aborted request)."""
+        if self.scenario.fleet.mode != "colocated":
+            return
+        ranks = {(r.server, r.index): r for r in self.decode_ranks}
+        for req in self.requests:
+            if req.status == "unfinished" and req.d_pages is not None:
+                rank = ranks[req.d_server, req.d_rank]
+                if not rank.holds(req):
+                    raise AssertionError(f"{rank.name}/r{rank.index}: request {req.rid} "
+                                         f"holds KV but is in no queue at the end of the run")
 
     def release(self) -> None:
         """Let reference counting free the run's requests, once its outputs are made.
