@@ -358,3 +358,10 @@ def test_the_bar_is_said_plainly_in_and_out_of_sample():
     assert "NOT met" in oos and "TTFT 30.0%" in oos
     assert "NOT met" in corpus_table.bar_lines(8, 10, ran).split(";")[0]  # 80% of rows run
     assert "not a prediction" in line
+
+
+def test_csv_onto_the_corpus_itself_is_refused_in_one_line(capsys):
+    """--csv never overwrites the corpus it reads (the merge of main's output checks)."""
+    assert main(["validate-model", "--quick", "--csv", str(corpus.TRAIN)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "a validation file of this command" in err and len(err.splitlines()) == 1

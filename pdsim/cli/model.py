@@ -295,8 +295,10 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
         if args.family and not args.fit:
             return die("--family says which sets --fit refits; give --fit too")
         try:
-            if args.csv:
-                check_output_file(args.csv, "--csv")
+            if args.csv:  # (the corpus and validation files are its inputs)
+                check_outputs({p.resolve(): "validation file" for p in
+                               validation.ROOT.rglob("*") if p.is_file()},
+                              Output("--csv", args.csv))
             if args.explain:
                 return corpus.explain(args)
             if args.fit:
