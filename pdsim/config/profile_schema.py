@@ -167,6 +167,10 @@ class Model(_Profile):
 
     architecture: str = Field("", max_length=128, description="architectures[0] of config.json "
                               "(what the profile was made from; informational)")
+    family: str = Field("", max_length=64, description="The model family its calibrations "
+                        "belong to (e.g. qwen3-dense, deepseek-mla-moe): a calibration written "
+                        "for a family (calibrations.yaml ``family:``) applies to its models on "
+                        "that GPU or die unless one for the model itself exists; default: none")
     attention: Literal["gqa", "mla"] = Field(description="gqa (incl. MHA) or mla")
     layers: PosInt = Field(description="num_hidden_layers")
     hidden_size: PosInt = Field(description="hidden_size (model width)")

@@ -89,6 +89,7 @@ class Fleet:
         self.decode_servers: list[Server] = []
         d_pred = self._predictor(dc)
         d_pool = pool(dc, gpu, model, engine, d_pred, sc.engine.version)
+        d_engine = self._engine(dc)
         d_pages = d_pool.pages
         for s in range(dc.servers):
             ranks = []
@@ -96,9 +97,9 @@ class Fleet:
                 port = tc.base_port + len(self.decode_ranks)
                 rank = DecodeRank(env, s, r, dc, d_pred, d_pages, tc.waiting_timeout_s, port,
                                   sc.flush.semantics, self.log, self.stats, sc.flush.dooms)
-                rank.bootstrap_s = engine.bootstrap_ms / 1e3
+                rank.bootstrap_s = d_engine.bootstrap_ms / 1e3
                 rank.retract_20_steps = not has(sc.engine.version, "retract_until_next_step_fits")
-                rank.tokenize_s_per_token = engine.tokenize_us_per_token * 1e-6
+                rank.tokenize_s_per_token = d_engine.tokenize_us_per_token * 1e-6
                 rank.max_running = max_running(dc, d_pool, model)  # (given, or SGLang's)
                 rank.slots = rank.max_running + dc.extra_slots(rank.max_running)
                 ranks.append(rank)
@@ -194,6 +195,7 @@ class Fleet:
         rules = {k: has(sc.engine.version, k) for k in RULES}
         pred = self._predictor(cc)
         c_pool = pool(cc, self.gpu, self.model, self.engine, pred, sc.engine.version)
+        c_engine = self._engine(cc)
         pages = c_pool.pages
         chunk = self.chunked_prefill_per_rank = chunk_budget(cc, self.gpu, sc.engine.version)
         self.prefill_ranks, self.prefill_servers, self.engines, self.nics = [], [], [], []
@@ -204,7 +206,7 @@ class Fleet:
             for r in range(cc.dp):
                 rank = ColocatedRank(env, s, r, cc, pred, pages, sc.flush.semantics, self.log,
                                      self.stats, chunk, rules)
-                rank.tokenize_s_per_token = self.engine.tokenize_us_per_token * 1e-6
+                rank.tokenize_s_per_token = c_engine.tokenize_us_per_token * 1e-6
                 rank.max_running = max_running(cc, c_pool, self.model)
                 if together and cc.dp > 1:  # a lockstep group plans every step (no spans)
                     rank.spans = False
@@ -226,12 +228,18 @@ class Fleet:
                               self.log, self.stats)
 
     def _predictor(self, role: RoleConfig) -> predictor.Predictor:
-        """One predictor per role: the ranks of a role share its (pure) step-time function."""
+        """One predictor per role: the ranks of a role share its (pure) step-time function,
+        made with the calibration that holds for the role's layout (profiles.for_role)."""
+        res = profiles.for_role(self.scenario, role)
         gather = role.dp if role.dp_attention else 1
-        lay = predictor.layout_for(role, self.scenario.predictor, gather, self.gpu,
+        lay = predictor.layout_for(role, self.scenario.predictor, gather, res.gpu,
                                    self.scenario.engine.version)
-        return predictor.build(self.scenario.predictor, self.gpu, self.model, role.tp, gather,
-                               self.engine, lay)
+        return predictor.build(self.scenario.predictor, res.gpu, res.model, role.tp, gather,
+                               res.engine, lay)
+
+    def _engine(self, role: RoleConfig) -> profiles.Engine:
+        """The engine profile of a role (its calibration may set the per-request costs)."""
+        return profiles.for_role(self.scenario, role).engine
 
     def frontend(self) -> _Frontend:
         """The fleet as its clients see it (pdsim.engine.client.Frontend)."""

@@ -235,9 +235,10 @@ def pools(sc: Scenario, ctx: Context | None = None) -> dict[str, Pool]:
         _heads_split(role, cfg, prof.model)
         gather = cfg.dp if cfg.dp_attention else 1
         try:  # (built first, for pool to reuse; its error is reported second)
-            lay = predictor.layout_for(cfg, sc.predictor, gather, prof.gpu, sc.engine.version)
-            pred, bad = predictor.build(sc.predictor, prof.gpu, prof.model, cfg.tp, gather,
-                                        prof.engine, lay), None
+            rp = profiles.for_role(sc, cfg, ctx)  # (the calibration of the role's layout)
+            lay = predictor.layout_for(cfg, sc.predictor, gather, rp.gpu, sc.engine.version)
+            pred, bad = predictor.build(sc.predictor, rp.gpu, rp.model, cfg.tp, gather,
+                                        rp.engine, lay), None
             rates.check_step_times(pred, "gpu" if sc.predictor.kind == "operator"
                                    else "predictor")
         except rates.RateError as err:
