@@ -11,8 +11,9 @@ incident's own behaviour and under its _fixed twin, with the replay at the nomin
 so a rerun resumes) and keeps a compact copy (the unknowns' values, the seed, the figures) in
 reports/incidents_runs/<name>.csv, which is committed; the tables are recomputed from those
 CSVs with ``pdsim.analysis.explore.analyse``, the code ``pdsim explore`` prints them with. The
-whole of incidents.md is generated. On a shared 2-core host ``--explore`` takes about 6
-minutes (768 runs, two workers); the tables and replays alone about 15 s.
+whole of incidents.md is generated. On a shared 2-core host ``--explore`` takes 6-12 minutes
+(768 runs, two workers; 11.4 minutes under ``nice -n 10`` beside other jobs on 2026-12-07);
+the tables and replays alone about 10 s.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ def explore(name: str) -> None:
     ex = pdsim.explore(ROOT / f"scenarios/incidents/{name}.yaml", samples=SAMPLES,
                        seeds=SEEDS, out=STORE / name, workers=2)
     figs = explore_mod.judged(sc.reference)
-    extra = ["failed", "incident.dead_rooms", "incident.recovered", "incident.recovery_s"]
+    extra = ["failed", "unfinished", "incident.stuck_requests", "incident.dead_rooms",
+             "incident.recovered", "incident.recovery_s"]
     cols = ["sample", "seed", *[u.path for u in sc.unknowns], *[f.metric for f in figs],
             *[c for c in extra if c in ex.runs]]
     RUNS.mkdir(exist_ok=True)
@@ -167,21 +169,40 @@ def harm_line(broken, fixed) -> str:
 
 
 def replay_lines(name: str) -> list[str]:
-    """Both scenarios at their nominal values (what ``pdsim run`` prints)."""
+    """Both scenarios at their nominal values (what ``pdsim run`` prints): failed requests
+    beside those left unanswered (a run that leaves requests stuck fails fewer than its fix),
+    the recovery as the report says it, and each reported figure with its verdict."""
     import pdsim
+    from pdsim.output import incident_report
+    from pdsim.output.report import _get
 
-    rows = ["| run (nominal) | failed | dead rooms (most at once, longest s) | recovery |",
-            "|---|---|---|---|"]
+    rows = ["| run (nominal) | failed | unanswered at the end | dead rooms (most at once, "
+            "longest s) | recovery |", "|---|---|---|---|---|"]
+    figures = []
     for n in (name, f"{name}_fixed"):
-        s = pdsim.run(ROOT / f"scenarios/incidents/{n}.yaml").summary
+        res = pdsim.run(ROOT / f"scenarios/incidents/{n}.yaml")
+        s = res.summary
         inc = s.get("incident", {})
-        rec = inc.get("recovery_s")
         recovery = ("no trigger window" if inc.get("trigger_from_s") is None
-                    else f"{rec:g} s after the trigger" if rec is not None
-                    else "not within the run")
+                    else "no goodput before the trigger" if inc.get("base_goodput_tok_s") is None
+                    else incident_report.recovery_text(s))
         rows.append(f"| `pdsim run scenarios/incidents/{n}.yaml` | {s['failed']:,} | "
+                    f"{incident_report.unanswered_text(s) or 0} | "
                     f"{inc.get('dead_rooms', 0):,} ({inc.get('dead_rooms_max', 0)}, "
                     f"{_fmt(inc.get('dead_room_held_max_s', 0))}) | {recovery} |")
+        said = []
+        for r in res.scenario.reference:
+            if r.metric and r.limit is not None:
+                v = _get(s, r.metric)
+                v = int(v) if isinstance(v, bool) else v
+                ok = r.within(v)
+                said.append(f"{r.label}: {_fmt(v)} ("
+                            + ("no value" if ok is None else "within" if ok else "outside")
+                            + f" {_fmt(r.reported)} ± {_fmt(r.limit)})")
+        if said:
+            figures.append(f"At the nominal values, `{n}`: " + "; ".join(said) + ".")
+    for line in figures:
+        rows += ["", line]
     return rows
 
 
@@ -219,7 +240,7 @@ def render(replay: bool) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--explore", action="store_true", help="explore every incident and twin "
-                    "first (resumable; ~6 minutes on 2 cores)")
+                    "first (resumable; 6-12 minutes on 2 cores)")
     ap.add_argument("--no-replay", action="store_true", help="no run at the nominal values")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))

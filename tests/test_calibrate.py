@@ -157,8 +157,9 @@ def test_calibrate_reads_its_table_as_a_bounded_regular_file(tmp_path, monkeypat
     ("--out", "nodir/x.yaml", "--out {tmp}/nodir/x.yaml: directory {tmp}/nodir does not exist"),
     ("--out", "adir", "--out {tmp}/adir: is a directory"),
     ("--plot", "nodir/x.png", "--plot {tmp}/nodir/x.png: directory {tmp}/nodir does not exist"),
-    ("--plot", "x.pdfx", "--plot {tmp}/x.pdfx: give a file name ending in an image format (.avif"),
-    ("--plot", "noext", "--plot {tmp}/noext: give a file name ending in an image format"),
+    ("--plot", "x.pdfx",
+     "--plot {tmp}/x.pdfx: .pdfx is not an image format; end the name with one of .avif"),
+    ("--plot", "noext", "--plot {tmp}/noext: no extension is not an image format"),
 ])
 def test_calibrate_output_paths_are_checked_before_the_fit(tmp_path, capsys, opt, value,
                                                           needle):

@@ -243,9 +243,14 @@ def test_validate_prints_the_kv_pool_each_rank_gets(capsys):
     import pdsim
 
     sets = ["fleet.decode.kv_pool_tokens=123456", "fleet.prefill.page_size=64"]
-    assert main(["validate", "scenarios/healthy.yaml", *[a for s in sets for a in ("--set", s)]]
-                ) == 0
-    line = capsys.readouterr().out.splitlines()[1]
+    assert main(["validate", "scenarios/healthy.yaml", *[a for s in sets for a in ("--set", s)],
+                 "--set", "fleet.prefill.max_running_requests=64"]) == 0
+    line, running = capsys.readouterr().out.splitlines()[1:3]
+    # and the running requests a rank takes: given, or SGLang's default for its pool (123,456
+    # tokens / DeepSeek-V3's 163,840-token context x 512 = 385 request slots, raised to 2,048)
+    assert running == ("Running requests per DP rank (max_running_requests): prefill 64 "
+                       "(given), decode 2,048 (SGLang's default for the pool: min(pool // 2, "
+                       "request slots))")
     res = pdsim.run("scenarios/healthy.yaml", [*sets, "clients.0.num_prompts=5"])
     pages = {r.split("-")[0]: p["capacity"] for r, p in res.kv_pools.items()}
     prefill = pages["prefill"] * 64  # (tokens, not pages)

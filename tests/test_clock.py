@@ -285,6 +285,24 @@ def test_a_chain_runs_at_once_only_when_nothing_else_is_due():
     assert ran == [0, "timer", "chain"]
 
 
+def test_urgent_pending_sees_a_process_start_or_an_urgent_callback_due_now():
+    """``urgent_pending`` (the router's and gateway's check before acting for a handler
+    process started now): true while a process start (SimPy's urgent queue entry) or an
+    ``urgent`` callback (the step heap's) is due this instant, on either environment."""
+    for env in (clock.Environment(), simpy.Environment()):
+        assert not clock.urgent_pending(env)
+        env.timeout(1)
+        assert not clock.urgent_pending(env)  # (normal priority)
+        env.process(x for x in ())
+        assert clock.urgent_pending(env)
+        env.step()
+        assert not clock.urgent_pending(env)
+        clock.urgent(env, lambda: None)
+        assert clock.urgent_pending(env)
+        env.step()
+        assert not clock.urgent_pending(env)
+
+
 def test_an_inner_step_end_waits_for_this_instants_links():
     """A link made at an instant is processed at that instant, before the clock moves on: a
     batch step's inner steps (pdsim.engine.lockstep.Stepper.tick) end without entries of their own

@@ -47,10 +47,10 @@ def test_run_plot_draws_the_figure_that_fits_the_scenario(tmp_path, monkeypatch,
 
 
 @pytest.mark.parametrize(("plot", "says"), [
-    ("{scenario}", "would overwrite a file the run reads or writes"),
+    ("{scenario}", "would replace {scenario}, a scenario file of this command"),
     ("{dir}/fig.txt", ".txt is not an image format"),
     ("{dir}/nodir/fig.png", "does not exist"),
-    ("{dir}/out/summary.json", "would overwrite a file the run reads or writes"),
+    ("{dir}/out/summary.json", "would replace {dir}/out/summary.json, a file --out writes"),
 ])
 def test_run_plot_refuses_in_one_line_before_running(tmp_path, monkeypatch, capsys, plot,
                                                      says):
@@ -62,7 +62,7 @@ def test_run_plot_refuses_in_one_line_before_running(tmp_path, monkeypatch, caps
     target = plot.format(scenario=scenario, dir=tmp_path)
     assert main(["run", str(scenario), "--out", str(tmp_path / "out"), "--plot", target]) == 2
     err = capsys.readouterr().err
-    assert says in err and err.count("\n") == 1
+    assert says.format(scenario=scenario, dir=tmp_path) in err and err.count("\n") == 1, err
     assert not (tmp_path / "out").exists()  # (refused before the run directory was made)
 
 
@@ -123,7 +123,7 @@ def test_compare_reads_run_directories_without_running_them(tmp_path, capsys, mo
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--plot",
                  str(tmp_path / "a" / "report.txt")]) == 2
-    assert "would overwrite" in capsys.readouterr().err
+    assert "a file of the run directory" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("args", "says"), [

@@ -254,19 +254,32 @@ def test_a_weaker_part_is_never_predicted_faster_than_a_stronger_one_of_its_die(
 
 
 def test_cli_profiles_scenario_says_which_calibration_a_run_uses(capsys, tmp_path):
+    """Per role: a calibration holds for the layout it was fitted on (the DeepEP fit for the
+    DeepEP decode, not for the TP prefill; the corpus's TP fit of a model family for TP)."""
     sc = tmp_path / "s.yaml"
-    sc.write_text("fleet: {gpu: H200, model: deepseek-v3, prefill: {tp: 8}, decode: {tp: 8}}\n"
+    sc.write_text("fleet: {gpu: H200, model: deepseek-v3, prefill: {tp: 8}, decode: {tp: 16, "
+                  "dp: 16, dp_attention: true, ep: 16, moe_a2a_backend: deepep, "
+                  "mem_fraction_static: 0.8, cuda_graph_max_bs: 64}}\n"
                   "clients: [{kind: bench, num_prompts: 2}]\n")
     assert main(["profiles", "--scenario", str(sc)]) == 0
     out = capsys.readouterr().out
     assert "(SGLang 0.5.9)" in out
-    assert ("calibration: H100 / deepseek-v3 / sglang (fitted on H100; applies to H200 through "
-            "their die GH100") in out
+    assert ("calibration (decode): H100 / deepseek-v3 / sglang (fitted on H100; applies to H200 "
+            "through their die GH100") in out
+    # (the TP prefill: the DeepEP fit does not hold there, and the corpus's deepseek-mla-moe set
+    # is recorded, not shipped)
+    assert "calibration (prefill): none" in out
     assert "Large-scale EP deployment (LMSYS, S2)" in out  # the fit, by its source
     assert "calibrations.yaml calibration H100/deepseek-v3/sglang" in out  # per value
+    sc.write_text("fleet: {gpu: H200, model: qwen3-32b, prefill: {tp: 8}, decode: {tp: 8}}\n"
+                  "clients: [{kind: bench, num_prompts: 2}]\n")
+    assert main(["profiles", "--scenario", str(sc)]) == 0
+    assert ("calibration (prefill): die GH100 / family qwen3-dense / sglang (written for the die "
+            "of H200) for layouts with dp_attention False, moe_a2a_backend none"
+            ) in capsys.readouterr().out
     sc.write_text("fleet: {gpu: B200, model: llama-3.1-8b}\nclients: [{kind: bench}]\n")
     assert main(["profiles", "--scenario", str(sc)]) == 0
-    assert "calibration: none" in capsys.readouterr().out
+    assert "calibration (prefill): none" in capsys.readouterr().out  # (no Blackwell fit)
 
 
 def test_a_scenario_on_blackwell_runs():

@@ -57,6 +57,26 @@ def test_the_importer_reads_each_layer_kind():
         == "fp8_block"
 
 
+def test_context_len_is_sglangs_get_context_length():
+    """The first context-length key, times rope_scaling's factor unless the scaling names
+    original_max_position_embeddings (DeepSeek's yarn) or is llama3 (hf_transformers_utils.py
+    get_context_length@0.5.9): it sizes the default max_running_requests."""
+    ctx = lambda c: hf_import.profile_from_config(c)["context_len"]["value"]  # noqa: E731
+    cfg = _config("Qwen3-32B")
+    assert ctx(cfg) == 40960
+    cfg["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0}
+    assert ctx(cfg) == 4 * 40960
+    cfg["rope_scaling"] = {"rope_type": "yarn", "factor": 40,  # (DeepSeek-V3's)
+                           "original_max_position_embeddings": 4096}
+    assert ctx(cfg) == 40960
+    cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0}  # (Llama-3.1's)
+    assert ctx(cfg) == 40960
+    cfg["seq_length"] = 8192  # (an earlier key of SGLang's list wins)
+    assert ctx(cfg) == 8192
+    del cfg["seq_length"], cfg["max_position_embeddings"]  # none: not known (the slots' floor)
+    assert "context_len" not in hf_import.profile_from_config(cfg)
+
+
 @pytest.mark.parametrize("edit, says", [
     (lambda c: c.update(architectures=["MambaForCausalLM"]),
      "architecture 'MambaForCausalLM' is not one pdsim models"),

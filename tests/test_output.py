@@ -154,7 +154,9 @@ def test_the_unknowns_block_offers_a_fit_only_when_there_are_figures_to_fit():
     assert "which values fit the reported figures" in "\n".join(report.unknowns_block(incident))
 
 
-def test_a_reported_figure_s_long_label_is_cut_with_an_ellipsis():
+def test_a_reported_figure_s_long_label_wraps_and_keeps_every_word():
+    """Cut at 51 characters, "..., for context" lost the qualifier that says a figure is not
+    judged (review finding 8): a long label wraps, its first line beside the figures."""
     from pdsim.output import report
 
     res = pdsim.run("scenarios/forward_timeout.yaml", ["clients.0.num_prompts=100",
@@ -164,7 +166,18 @@ def test_a_reported_figure_s_long_label_is_cut_with_an_ellipsis():
     assert long
     lines = report.reference_block(res.summary, res.scenario.reference, "x", "forward_timeout")
     for x in long:
-        assert any(line.startswith(x[:50] + "…") for line in lines)
+        first = next(i for i, line in enumerate(lines) if line.startswith(x[:30]))
+        words = lines[first][:52].split()
+        for line in lines[first + 1:]:
+            if not line.startswith("  "):
+                break
+            words += line.split()
+        assert words == x.split(), (x, words)
+    assert not any("…" in line for line in lines)
+    refs = pdsim.load("scenarios/incidents/small_decode_window.yaml").reference
+    assert any(len(r.label) > 51 and r.label.endswith("for context") for r in refs)
+    lines = report.reference_block({}, refs, "x", "small_decode_window")
+    assert any(line.strip().endswith("for context") for line in lines)
 
 
 def test_a_reference_metric_the_summary_lacks_is_named_not_left_blank():

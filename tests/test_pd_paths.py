@@ -107,14 +107,16 @@ def test_every_switch_is_in_the_schema_with_its_sglang_name():
 
 
 def _timeouts(**pd) -> dict:
-    """A decode window of 1 slot, a prefill bootstrap deadline shorter than a request."""
+    """A decode window of 1 slot (no pre-allocation slots beyond the running one: SGLang's
+    rule would add 2), a prefill bootstrap deadline shorter than a request."""
     return small_fleet(
         horizon_s=200,
         transfer={"bootstrap_timeout_s": 2.0, "waiting_timeout_s": 6.0},
         disaggregation=pd,
         fleet={"gpu": "H20", "model": "dsv3-ci-test",
-               "prefill": {"dp": 1, "tp": 2}, "decode": {"dp": 1, "tp": 2,
-                                                         "max_running_requests": 1}},
+               "prefill": {"dp": 1, "tp": 2},
+               "decode": {"dp": 1, "tp": 2, "max_running_requests": 1,
+                          "disaggregation_decode_extra_slots": 0}},
         clients=[{"kind": "bench", "num_prompts": 4, "warmup_requests": 0,
                   "dataset": {"kind": "random", "input_len": 512, "output_len": 1500,
                               "range_ratio": 1.0}}])
@@ -132,21 +134,45 @@ def test_a_bootstrap_timeout_the_decode_is_not_told_of_holds_its_slot_until_its_
     assert told.summary["simulated_s"] < res.summary["simulated_s"]
 
 
-def test_a_decode_abort_reaches_the_prefill_only_from_0_5_13():
-    """A waiting timeout: from 0.5.13 the prefill drops the room (no prefill, no transfer);
-    before, it prefills and writes the KV into pages the decode already freed."""
+def test_the_bootstrap_timeout_runs_only_while_the_room_is_bootstrapping():
+    """SGLang checks SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT only in KVPoll.Bootstrapping:
+    once the decode's metadata arrived, a request prefilling (a 60k prompt, ~10 s of chunks)
+    or waiting in the prefill's waiting queue (40 prompts behind it) has no prefill-side
+    clock. A 1 s bootstrap timeout: every request bootstraps at once and none fails."""
+    d = small_fleet(horizon_s=300, transfer={"bootstrap_timeout_s": 1.0}, clients=[
+        {"kind": "bench", "name": "long", "num_prompts": 1, "warmup_requests": 0,
+         "dataset": {"kind": "random", "input_len": 60000, "output_len": 4, "range_ratio": 1.0}},
+        {"kind": "bench", "name": "short", "num_prompts": 40, "warmup_requests": 0,
+         "start_s": 0.2, "request_rate": "inf",
+         "dataset": {"kind": "random", "input_len": 4000, "output_len": 4, "range_ratio": 1.0}}])
+    req = pdsim.run(d).requests
+    long = req[req.client == "long"].iloc[0]
+    assert long.t_prefill_end - long.t_prefill_start > 5.0
+    assert ((req.t_prefill_start - req.t_arrival) > 1.0).sum() > 30
+    assert (req.status == "completed").all()
+
+
+def test_a_decode_abort_reaches_the_prefill_from_0_5_13_and_empties_its_queue_from_0_5_14():
+    """A waiting timeout. Before 0.5.13 the prefill is not told: it prefills and writes the KV
+    into pages the decode already freed. 0.5.13 sends ABORT (PR #27372): the room fails, the
+    transfer worker drops its chunks (no KV written), but the request still in the prefill's
+    waiting queue is prefilled all the same. 0.5.14 drops it from the waiting queue
+    (resolve_waiting_queue_bootstrap): only the chunks under way are computed."""
     d = small_fleet(horizon_s=100, transfer={"waiting_timeout_s": 0.1},
                     clients=[{"kind": "bench", "num_prompts": 30, "warmup_requests": 0,
                               "request_rate": 5.0,
                               "dataset": {"kind": "random", "input_len": 8000,
                                           "output_len": 16, "range_ratio": 1.0}}])
-    old = pdsim.run({**d, "engine": {"version": "0.5.12"}})
-    new = pdsim.run({**d, "engine": {"version": "0.5.13"}})
-    for res in (old, new):
-        assert res.summary["failed_by_reason"] == {"waiting_timeout": 30}
-    assert old.summary["kv_transferred_gb"] > 1 and new.summary["kv_transferred_gb"] == 0
-    # (0.5.13's prefill still finishes the chunk it is on: SGLang does not stop a forward)
-    assert old.summary["prefill_tokens_computed"] > 1.5 * new.summary["prefill_tokens_computed"]
+    runs = {v: pdsim.run({**d, "engine": {"version": v}}).summary
+            for v in ("0.5.12", "0.5.13", "0.5.14")}
+    for s in runs.values():
+        assert s["failed_by_reason"] == {"waiting_timeout": 30}
+    old, told, dropped = runs["0.5.12"], runs["0.5.13"], runs["0.5.14"]
+    assert old["kv_transferred_gb"] > 1
+    assert told["kv_transferred_gb"] == dropped["kv_transferred_gb"] == 0
+    assert told["prefill_tokens_computed"] == old["prefill_tokens_computed"]
+    # (0.5.14's prefill still finishes the chunk it is on: SGLang does not stop a forward)
+    assert told["prefill_tokens_computed"] > 1.5 * dropped["prefill_tokens_computed"]
 
 
 def _deferred(**pd) -> dict:
@@ -174,6 +200,24 @@ def test_deferred_release_holds_pages_until_the_write_drains_or_the_timeout():
     assert np.allclose(freed.value, 1.5)
     off = pdsim.run(_deferred(deferred_decode_kv_release=False))
     assert not len(_ev(off, "dead_room"))
+
+
+def test_ack_after_drain_frees_at_the_drain_not_the_timeout():
+    """PR #40645: the prefill answers ABORT_ACK once its write of the room drains. The path
+    comes back at 6 s, before a 10 s release timeout: with the switch the held slots are freed
+    at 6 s (held under 10 s); without it the ACK is dropped and they are held the whole 10 s."""
+    for ack in (True, False):
+        d = _deferred(ack_after_drain=ack, deferred_release_timeout_s=10.0)
+        d["clients"][0]["num_prompts"] = 400  # (arrivals to 20 s: the run outlasts the timeout)
+        res = pdsim.run(d)
+        held, freed = _ev(res, "dead_room"), _ev(res, "dead_room_freed")
+        assert len(held) and len(freed) == len(held)
+        if ack:
+            assert np.allclose(freed.time, 6.0) and (freed.value < 10.0).all()
+            assert set(freed.detail) == {"ABORT_ACK after the write drained"}
+        else:
+            assert np.allclose(freed.value, 10.0)
+            assert set(freed.detail) == {"deferred release timed out"}
 
 
 # --- router: dispatch, gateway TTFT timeouts, leg failures ------------------------------------
@@ -328,7 +372,7 @@ def test_the_report_tells_the_release_the_dead_rooms_and_the_recovery():
     res = pdsim.run("scenarios/incidents/abort_storm_fixed.yaml")
     text = report.render(res)
     assert "SGLang 0.5.13's PD paths: prefill_abort_notifies_decode on*" in text
-    assert "Recovery (goodput within 10% of before):" in text and "after the trigger" in text
+    assert "Recovery (goodput back, no request stuck):" in text and "after the trigger" in text
     broken = report.render(pdsim.run("scenarios/incidents/abort_storm.yaml"))
     assert "newly held by dead rooms (prefill aborted, decode not told)" in broken
     assert "not within the run" in broken

@@ -226,8 +226,9 @@ def test_the_postmortem_colorbar_sits_by_its_matrix_and_counts_group_thousands(t
     drop = run_cached("drop_timeout")
     fig = plots.postmortem(drop)
     fig.savefig(tmp_path / "pm.png", dpi=50)  # lays the figure out
-    matrix = next(ax for ax in fig.axes if ax.get_title(loc="left").startswith("failed /"))
-    bar = next(ax for ax in fig.axes + matrix.child_axes if ax.get_ylabel() == "failed share")
+    matrix = next(ax for ax in fig.axes if ax.get_title(loc="left").startswith("not completed /"))
+    bar = next(ax for ax in fig.axes + matrix.child_axes
+               if ax.get_ylabel() == "share not completed")
     gap = bar.get_position().x0 - matrix.get_position().x1
     assert 0 < gap < 0.02, gap
     assert f"{drop.summary['failed']:,} failed requests" in fig._suptitle.get_text()

@@ -73,8 +73,10 @@ def test_a_calibration_applies_to_its_gpu_and_model_only(tmp_path):
     f = _scenario(tmp_path, BODY, cal)
     res = profiles.for_scenario(pdsim.load(f))
     assert res.calibrated and res.gpu.gemm_eff == 0.33
-    other = profiles.for_scenario(pdsim.load(f, ["fleet.model=deepseek-v2-lite"]))
+    other = profiles.for_scenario(pdsim.load(f, ["fleet.model=qwen2.5-7b"]))  # (no family)
     assert not other.calibrated and other.gpu.gemm_eff == 0.7
+    kin = profiles.for_scenario(pdsim.load(f, ["fleet.model=deepseek-v2-lite"]))
+    assert kin.gpu.gemm_eff != 0.33 and "tiny-moe" not in kin.calibration  # (its family's)
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -230,3 +232,28 @@ def test_cli_profiles_refuses_options_it_would_ignore(capsys, argv, says):
     assert main(["profiles", *argv]) == 2
     cap = capsys.readouterr()
     assert cap.out == "" and cap.err.count("\n") == 1 and says in cap.err, cap.err
+
+
+def test_a_family_calibration_applies_after_the_models_own_and_for_its_layout(tmp_path):
+    """Resolution order: the model's own calibration before its family's; a calibration that
+    says which layout it holds for applies to a role of that layout only (the next most
+    specific one to the others). Checked with a profile file of one's own."""
+    f = tmp_path / "cal.yaml"
+    f.write_text("""calibrations:
+  - {die: GH100, family: qwen3-dense, set: {gpu.gemm_eff: 0.11}}
+  - {gpu: H100, model: qwen3-32b, layout: {dp_attention: true}, set: {gpu.gemm_eff: 0.22}}
+  - {die: GH100, family: qwen3-dense, engine: other, set: {gpu.gemm_eff: 0.33}}
+""")
+    tp = (("dp_attention", False), ("moe_a2a_backend", "none"))
+    dpa = (("dp_attention", True), ("moe_a2a_backend", "none"))
+    res = profiles.resolve("H200", "qwen3-32b", files=(str(f),), layout=tp)
+    assert res.gpu.gemm_eff == 0.11 and "family qwen3-dense" in res.calibration
+    res = profiles.resolve("H200", "qwen3-32b", files=(str(f),), layout=dpa)
+    assert res.gpu.gemm_eff == 0.22 and res.calibration.startswith("H100 / qwen3-32b")
+    assert "for layouts with dp_attention True" in res.calibration
+    res = profiles.resolve("H200", "qwen3-8b", files=(str(f),), layout=dpa)
+    assert res.gpu.gemm_eff == 0.11  # the family's, for another model of it
+    res = profiles.resolve("H200", "llama-3.1-8b", files=(str(f),), layout=tp)
+    assert res.gpu.gemm_eff == 0.7 and res.calibration == ""  # another family: none
+    res = profiles.resolve("H200", "qwen3-32b", files=(str(f),))  # no role: the most specific
+    assert res.gpu.gemm_eff == 0.22

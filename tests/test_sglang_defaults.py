@@ -54,6 +54,70 @@ def test_mem_fraction_static_defaults_per_gpu_tp_and_release(gpu):
         assert _mfs(gpu, 8, "0.5.9", 8, True) == pytest.approx(new_dpa, abs=5e-4)
 
 
+def test_the_10_gib_reserve_floor_binds_above_60_gib():
+    """>= 0.5.3 reserves at least 10 GiB on GPUs above 60 GiB (``reserved_mem = max(
+    reserved_mem, 10 * 1024)``). An H100 at TP 1 with a 2,048-token chunk and 256 graph slots
+    asks for 512 + 1.5 x 2,048 + 2 x 256 + 128 = 4,224 MiB: the floor makes it 10,240, so
+    mem_fraction_static is round((81,559 - 10,240) / 81,559, 3) = 0.874, not 0.948. Below 60
+    GiB (an A10, 24 GiB) no floor applies."""
+    h100, a10 = profiles.gpu("H100"), profiles.gpu("A10")
+    assert sglang.reserved_mib(h100, 1, 1, False, 2048, 256, "0.5.9") == 10 * 1024
+    assert sglang.mem_fraction_static(h100, profiles.model("llama-3.1-8b"), 1, 1, False, 2048,
+                                      256, "0.5.9") == pytest.approx(0.874, abs=5e-4)
+    assert sglang.reserved_mib(a10, 1, 1, False, 2048, 24, "0.5.9") == pytest.approx(
+        512 + 3072 + 48 + 128)
+
+
+def test_max_running_requests_defaults_to_sglangs_derivation():
+    """Unset, a rank's max_running_requests is SGLang's min(pool // 2, request slots), the
+    slots min(max(pool / context_len x 512, 2048), 4096) (model_runner.py@0.5.9): 2,048 for
+    Llama-3.1-8B on an H100 (pool 422k, context 131,072: 1,649 -> the floor), 4,096 for the CI
+    DeepSeek checkpoint's 7.4M-token H20 ranks (context 163,840: 23,058 -> the ceiling), half a
+    3,000-token pool; a value the scenario gives is kept, and a profile with no context length
+    takes the floor."""
+    from pdsim.engine.fleet import Fleet
+
+    assert sglang.default_max_running(422286, 131072) == 2048
+    assert sglang.default_max_running(7378463, 163840) == 4096
+    assert sglang.default_max_running(800_000, 131072) == 3125  # (between floor and ceiling)
+    assert sglang.default_max_running(3000, 131072) == 1500
+    assert sglang.default_max_running(7378463, None) == 2048
+
+    def ranks(fleet, **role):
+        sc = pdsim.load({"fleet": {"gpu": fleet[0], "model": fleet[1], "prefill": role,
+                                   "decode": role},
+                         "clients": [{"kind": "bench", "num_prompts": 1}]})
+        f = Fleet(sc)
+        return [r.max_running for r in (*f.prefill_ranks, *f.decode_ranks)]
+
+    assert ranks(("H100", "llama-3.1-8b")) == [2048, 2048]
+    assert ranks(("H20", "dsv3-ci-test"), dp=2, tp=2, dp_attention=True) == [4096] * 4
+    assert ranks(("H100", "llama-3.1-8b"), kv_pool_tokens=3000) == [1500, 1500]
+    assert ranks(("H100", "llama-3.1-8b"), max_running_requests=256) == [256, 256]
+
+
+@pytest.mark.parametrize("mode", ["colocated", "pd"])
+def test_an_unset_max_running_requests_lets_a_rank_run_more_than_256(mode):
+    """600 short requests at once on one Llama-3.1-8B H100 server: unset, the running batch
+    passes 256 (SGLang's 2,048 slots bind nowhere); the old fixed 256 would cap it there."""
+    def peak(**role):
+        one = {"servers": 1, **role}
+        roles = {"colocated": one} if mode == "colocated" else {"prefill": {"servers": 1},
+                                                                 "decode": one}
+        res = pdsim.run({"name": "mrr", "seed": 1, "horizon_s": 300,
+                         "fleet": {"mode": mode, "gpu": "H100", "model": "llama-3.1-8b",
+                                   **roles},
+                         "clients": [{"kind": "bench", "num_prompts": 600,
+                                      "max_concurrency": 600,
+                                      "dataset": {"kind": "random", "input_len": 64,
+                                                  "output_len": 256}}]})
+        assert res.summary["completed_requests"] == 600
+        return res.timeseries.decode_running.max()
+
+    assert peak() > 400
+    assert peak(max_running_requests=256) <= 256
+
+
 def test_cuda_graph_cap_and_chunk_defaults_per_release():
     cap = sglang.cuda_graph_max_bs
     g = {n: profiles.gpu(n) for n in ("H100", "H20", "H200", "B200", "A10")}
@@ -146,6 +210,9 @@ def test_recurrent_states_are_carved_first_and_cap_running_requests():
     on = _pool("H200", "qwen3.5-397b-a17b-fp8",
                PrefillConfig(tp=8, mem_fraction_static=0.8, prefix_cache=True))
     assert on.states == int(rest * 0.9 / 1.9 // per) and on.max_running == on.states // 3
+    # radix cache off without --max-running-requests: the ratio's states, one a request
+    unset = _pool("H200", "qwen3.5-397b-a17b-fp8", DecodeConfig(tp=8, mem_fraction_static=0.8))
+    assert unset.states == on.states and unset.max_running == unset.states
     # the engine applies the cap: a prefill server with the radix cache on
     sc = {"name": "q35", "seed": 1, "horizon_s": 60,
           "fleet": {"gpu": "H200", "model": "qwen3.5-397b-a17b-fp8",

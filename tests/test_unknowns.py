@@ -152,9 +152,9 @@ def test_validate_lists_the_declared_unknowns(tmp_path, capsys):
     d["clients"][0]["request_rate"] = {"uniform": [1, 8], "nominal": 4, "why": "not reported"}
     (tmp_path / "s.yaml").write_text(json.dumps(d))
     assert main(["validate", str(tmp_path / "s.yaml")]) == 0
-    out = capsys.readouterr().out.splitlines()  # (out[1]: the KV pools)
-    assert out[2].startswith("1 declared unknown(s)")
-    assert out[3] == "  clients.0.request_rate: uniform [1, 8], nominal 4"
+    out = capsys.readouterr().out.splitlines()  # (out[1], out[2]: KV pools, running requests)
+    assert out[3].startswith("1 declared unknown(s)")
+    assert out[4] == "  clients.0.request_rate: uniform [1, 8], nominal 4"
     # a range end run would reject is caught by validate, named by its key
     d["clients"][0]["request_rate"] = {"uniform": [-1, 8], "nominal": 4}
     (tmp_path / "s.yaml").write_text(json.dumps(d))

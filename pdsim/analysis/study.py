@@ -28,7 +28,13 @@ import pandas as pd
 from pdsim.analysis import capacity as cap_mod
 from pdsim.analysis import verdict as vd
 from pdsim.analysis import windows as win
-from pdsim.analysis.whatif import expand_faults, expand_policies, prepare, run_conditions
+from pdsim.analysis.whatif import (
+    expand_faults,
+    expand_policies,
+    pd_only,
+    prepare,
+    run_conditions,
+)
 from pdsim.analysis.whatif_table import WhatIf
 from pdsim.config import loader
 from pdsim.util.backends import MAX_RUNS
@@ -250,6 +256,7 @@ def plan_of(base: str | Path | dict, fset: dict[str, list], pols: list, sets: Se
     data = loader.as_data(base, allow_outside_paths)
     if sets:
         data = loader.apply_overrides(data, list(sets))
+    pd_only(data)
     spans = {}
     for fault, items in fset.items():
         d = loader.ScenarioData({**data, "faults": items, "blacklist": pols[0][1]})

@@ -131,9 +131,10 @@ def sweep(scenario: str | Path | dict, vary: dict[str, Iterable], seeds: Iterabl
 # --- what the table shows ---------------------------------------------------------------------
 
 # an incident's columns: what the flush did to the KV transfers and the blacklist, and what the
-# client saw ({c}: the client the table is about)
+# client saw ({c}: the client the table is about); the requests left unanswered beside the
+# failed ones (a run that leaves requests stuck fails fewer than its fix)
 INCIDENT = {"transfer_failures.flush_freed_pages": "ret!=0", "blacklisted_pairs_max": "pairs",
-            "failed": "failed", "{c}.empty_share": "empty",
+            "failed": "failed", "unfinished": "unanswered", "{c}.empty_share": "empty",
             "{c}.true_output_throughput_tok_s": "gen tok/s", "blacklisted_pairs_final": "pairs end"}
 # a capacity sweep's: whether the client's offered load is kept up with, latency percentiles,
 # then goodput under the scenario's SLO (or output throughput without one)
@@ -148,11 +149,12 @@ OUTPUT = {"{c}.output_throughput_tok_s": "tok/s"}
 
 
 def is_incident(sc: object) -> bool:
-    """A scenario about an incident (faults, operator flushes or a client's flush), whose
-    sweep shows the incident's columns, rather than a capacity question."""
-    return bool(sc.faults or sc.operator_flushes
-                or any(getattr(c, "flush", None) is not None and c.flush.mode != "none"
-                       for c in sc.clients))
+    """A scenario about an incident, whose sweep shows the incident's columns, rather than a
+    capacity question: :func:`pdsim.engine.incident.is_incident`, the rule the run's figure
+    and report follow too."""
+    from pdsim.engine.incident import is_incident as rule
+
+    return rule(sc)
 
 
 def default_columns(sc: object, client: str) -> dict[str, str]:

@@ -52,8 +52,8 @@ def ranks_per_node(sc: Any, role_name: str) -> int:
 def _step_predictor(sc: Any, role_name: str) -> tuple[Any, Any, int]:
     from pdsim.model import predictor, profiles
 
-    prof = profiles.for_scenario(sc)
     role = getattr(sc.fleet, role_name)
+    prof = profiles.for_role(sc, role)
     gather = role.dp if role.dp_attention else 1
     lay = predictor.layout_for(role, sc.predictor, gather, prof.gpu, sc.engine.version)
     pred = predictor.build(sc.predictor, prof.gpu, prof.model, role.tp, gather, prof.engine, lay)

@@ -347,6 +347,16 @@ def _with(data: Any, over: dict) -> Any:
     return d
 
 
+def pd_only(data: Any) -> None:
+    """The what-if weighs PD blacklist policies under PD faults: a colocated base is refused
+    in one line (it said "invalid value at 'faults.0.kind'", a key the user never wrote)."""
+    fleet = data.get("fleet") if isinstance(data, dict) else None
+    if isinstance(fleet, dict) and fleet.get("mode") == "colocated":  # (its faults are PD's)
+        raise ValueError("whatif weighs PD blacklist policies under PD faults: it needs a PD "
+                         "fleet (fleet.mode: pd); this scenario's fleet is colocated (pdsim "
+                         "sweep or compare weigh a colocated fleet)")
+
+
 def prepare(base: str | Path | dict, pols: list[tuple[str, dict]], fset: dict[str, list],
             seeds: Sequence[int], sets: Sequence[str] = (), plugins: Sequence[str] = (),
             *, timeline: win.Timeline | None = None, label: str = "",
@@ -357,6 +367,7 @@ def prepare(base: str | Path | dict, pols: list[tuple[str, dict]], fset: dict[st
     data = loader.as_data(base, allow_outside_paths)  # keeps where its paths resolve
     if sets:
         data = loader.apply_overrides(data, list(sets))
+    pd_only(data)
     first_policy = pols[0][1]
     spans = {}
     fset = dict(fset)

@@ -7,6 +7,7 @@ import argparse
 import fnmatch
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,63 +60,17 @@ def check_output_file(out: str, option: str) -> None:
                          f"not exist")
 
 
-def check_plot_file(out: str, inputs: list[Path], run_dirs: list[Path] = (),
-                    option: str = "--plot") -> None:
-    """A figure's output file: a name whose extension matplotlib writes (.png, .svg, .pdf,
-    ...), in an existing directory, and none of the run's own files (``inputs``: the files it
-    reads; ``run_dirs``: the run directories it reads or writes, whose files it must not
-    replace)."""
-    p = Path(out).resolve()
-    if p.parent not in [Path(d).resolve() for d in run_dirs]:  # (--out DIR: made by the run)
-        check_output_file(out, option)
-    for given in [*inputs, *run_dirs]:
-        src = Path(given).resolve()
-        if p == src or (given in run_dirs and p.parent == src and p.name in RUN_DIR_FILES):
-            raise UsageError(f"{option} {show_path(out)}: would overwrite a file the run "
-                             f"reads or writes ({show_path(given)}); give another file name")
-    from matplotlib.figure import Figure
+def image_formats() -> set[str]:
+    """File name endings matplotlib's savefig writes (.png, .svg, .pdf, ...)."""
+    from matplotlib.backend_bases import FigureCanvasBase
 
-    kinds = Figure().canvas.get_supported_filetypes()
-    ext = p.suffix.lower().lstrip(".")
-    if ext not in kinds:
-        raise UsageError(f"{option} {show_path(out)}: {('.' + ext) if ext else 'no extension'}"
-                         f" is not an image format; end the name with one of "
-                         f"{', '.join('.' + k for k in sorted(kinds))}")
-
-
-# what a run directory holds (pdsim.output.result.Result.write)
-RUN_DIR_FILES = ("requests.csv", "requests.parquet", "events.csv", "events.parquet",
-                 "timeseries.csv", "timeseries.parquet", "answers.csv", "answers.parquet",
-                 "summary.json", "report.txt", "scenario.yaml", "run.json")
-
-
-def scenario_inputs(path: str | Path, sc: Scenario | None = None) -> list[Path]:
-    """The files a scenario reads: itself, the files it extends, its trace or dataset files and
-    its profile files. A loaded scenario knows them (``Scenario.input_files``, the rule every
-    output check uses, :func:`no_overwrite`); without one, the ``extends:`` chain is followed
-    from ``path`` as far as it can be read."""
-    if sc is not None:
-        return [Path(path).resolve(), *sc.input_files()]
-    from pdsim.config import loader
-    from pdsim.util.safeio import UserFileError, decode_utf8, read_user_file
-
-    files = []
-    p: Path | None = Path(path)
-    while p is not None and p.is_file() and p.resolve() not in files and len(files) < 64:
-        files.append(p.resolve())
-        try:
-            data = loader.parse_yaml(decode_utf8(read_user_file(p, "scenario file", 1 << 24),
-                                                 str(p)), str(p))
-        except (UserFileError, ValueError):
-            break
-        parent = data.get("extends") if isinstance(data, dict) else None
-        p = (p.parent / parent) if isinstance(parent, str) else None
-    return files
+    return set(FigureCanvasBase.get_supported_filetypes())
 
 
 def inputs(sc: Scenario | None, *files: str | None) -> dict[Path, str]:
     """The files a command reads: the scenario's (its file, extends: parents, profiles,
-    traces) and ``files`` (plugin files, --faults-file, a data table), resolved."""
+    traces) and ``files`` (plugin files, --faults-file, a data table, a config.json),
+    resolved."""
     found = dict(sc.input_files()) if sc is not None else {}
     for f in files:
         if f:
@@ -125,6 +80,18 @@ def inputs(sc: Scenario | None, *files: str | None) -> dict[Path, str]:
     return found
 
 
+def run_dir_inputs(run_dir: str | Path) -> dict[Path, str]:
+    """The files of a run directory a command reads (``pdsim compare DIR``): every name
+    :meth:`pdsim.output.result.Result.write` writes, in either table format."""
+    from pdsim.output.result import run_dir_names
+
+    base = _resolved(run_dir)
+    if base is None:
+        return {}
+    return {base / name: f"file of the run directory {show_path(run_dir)}"
+            for name in dict.fromkeys([*run_dir_names("csv"), *run_dir_names("parquet")])}
+
+
 def _resolved(path: str | Path) -> Path | None:
     try:
         return Path(path).resolve()
@@ -132,36 +99,93 @@ def _resolved(path: str | Path) -> Path | None:
         return None
 
 
-def no_overwrite(option: str, out: str | None, inputs: dict[Path, str],
-                 written: list[str] | tuple[str, ...] = ()) -> None:
-    """Refuse an output that would replace one of the command's input files, before anything
-    is written (``pdsim run s.yaml --perfetto s.yaml`` replaced the scenario with the trace):
-    the file ``out``, or, given ``written`` (glob patterns relative to it), the files the
-    command writes in the directory ``out``. Paths compare resolved (symlinks followed), and
-    an existing output that is the same file as an input (a hard link) counts too."""
-    if not out:
-        return
-    target = _resolved(out)
-    if target is None:
-        return
-    for p, what in inputs.items():
-        if written:
-            try:
-                rel = p.relative_to(target).as_posix()
-            except ValueError:
-                continue
-            hit = any(fnmatch.fnmatch(rel, pattern) for pattern in written)
-        else:
-            hit = p == target
-            if not hit and target.exists():
-                try:
-                    hit = os.path.samefile(p, target)
-                except OSError:
-                    hit = False
-        if hit:
-            raise UsageError(f"{option} {show_path(out)}: would replace {show_path(p)}, "
-                             f"{'an' if what[0] in 'aeiou' else 'a'} {what} of this command; "
-                             f"write it elsewhere")
+@dataclass(frozen=True)
+class Output:
+    """Where a command writes: the file ``path`` given to ``option``, or, with ``writes``
+    (glob patterns relative to it), the directory ``path`` and the files the command puts in
+    it (run --out: ``run_dir_names``; explore: ``explore.WRITTEN``; whatif:
+    ``WhatIf.written``). ``image``: a figure, whose name must end in a format matplotlib
+    writes."""
+
+    option: str
+    path: str | None
+    writes: tuple[str, ...] = ()
+    image: bool = False
+
+
+def check_outputs(inputs: dict[Path, str], *outputs: Output) -> None:
+    """The one rule every output option follows, checked before anything is run or written:
+    an output never replaces an input, nor another output of the same command.
+
+    - a file output is none of ``inputs`` (the command's input files, resolved: symlinks
+      followed; an existing output that is the same file as an input, a hard link, counts);
+    - a directory output writes none of them (an input inside it with a name it writes);
+    - two outputs are not the same file, and a file output is not one a directory output
+      writes (``run --out DIR --perfetto DIR/requests.csv``);
+    - a file output is not a directory and its directory exists (or is a directory output,
+      which the command makes); a figure's name ends in an image format.
+
+    ``pdsim run s.yaml --perfetto s.yaml`` replaced the scenario with the trace (issue #28);
+    ``profiles import cfg.json --out cfg.json`` the config with the profile."""
+    done: list[tuple[Output, Path]] = []
+    for o in outputs:
+        target = _resolved(o.path) if o.path else None
+        if target is None:  # (none given; a symlink loop: the write fails later, one line)
+            continue
+        for p, what in inputs.items():
+            if _writes(o, target, p):
+                _refuse(o, p, f"{'an' if what[0] in 'aeiou' else 'a'} {what} of this command")
+        for other, where in done:
+            if not o.writes and not other.writes and _same(target, where):
+                raise UsageError(f"{o.option} {show_path(o.path)}: is also {other.option}'s "
+                                 f"output; give each its own file")
+            if other.writes and not o.writes and _writes(other, where, target):
+                _refuse(o, target, f"a file {other.option} writes")
+            if o.writes and not other.writes and _writes(o, target, where):
+                _refuse(other, where, f"a file {o.option} writes")
+        done.append((o, target))
+    made = [t for o, t in done if o.writes]
+    for o, target in done:
+        if o.writes:
+            continue
+        if str(o.path).endswith(("/", os.sep)):  # (Path drops it: "adir/" wrote a file adir)
+            raise UsageError(f"{o.option} {show_path(o.path)}: names a directory; give a file "
+                             f"name")
+        if target.parent not in made:  # (a directory output is made by the command)
+            check_output_file(o.path, o.option)
+        if o.image:
+            kinds = image_formats()
+            ext = target.suffix.lower().lstrip(".")
+            if ext not in kinds:
+                raise UsageError(f"{o.option} {show_path(o.path)}: "
+                                 f"{('.' + ext) if ext else 'no extension'} is not an image "
+                                 f"format; end the name with one of "
+                                 f"{', '.join('.' + k for k in sorted(kinds))}")
+
+
+def _same(a: Path, b: Path) -> bool:
+    if a == b:
+        return True
+    try:
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _writes(o: Output, target: Path, p: Path) -> bool:
+    """Whether output ``o`` (resolved to ``target``) would write the file ``p``."""
+    if not o.writes:
+        return _same(target, p)
+    try:
+        rel = p.relative_to(target).as_posix()
+    except ValueError:
+        return False
+    return any(fnmatch.fnmatch(rel, pattern) for pattern in o.writes)
+
+
+def _refuse(o: Output, p: Path, what: str) -> None:
+    raise UsageError(f"{o.option} {show_path(o.path)}: would replace {show_path(p)}, {what}; "
+                     f"write it elsewhere")
 
 
 def prepare_out_dir(out: str) -> None:

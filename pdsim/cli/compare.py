@@ -10,11 +10,13 @@ from pathlib import Path
 from pdsim.cli.common import (
     PROGRESS_AFTER_S,
     RAW,
+    Output,
     UsageError,
-    check_plot_file,
+    check_outputs,
     die,
+    inputs,
     outside_flag,
-    scenario_inputs,
+    run_dir_inputs,
 )
 from pdsim.util.safeio import show_path, why
 
@@ -77,7 +79,7 @@ def compare_cmd(args: argparse.Namespace) -> int:
         names = _names(args)
         sets = [*args.sets, *([f"seed={args.seed}"] if args.seed is not None else [])]
         per_run = _set_runs(args.set_runs, len(args.runs))
-        scenarios, own, dirs = {}, [], []
+        scenarios, read, dirs = {}, {}, []
         for i, given in enumerate(args.runs):
             p = Path(given)
             if p.is_dir():
@@ -85,16 +87,22 @@ def compare_cmd(args: argparse.Namespace) -> int:
                     raise UsageError(f"--set-run {i + 1}:...: run {i + 1} ({show_path(given)}) "
                                      f"is a run directory, read as it ran; give a scenario file")
                 dirs.append(p)
+                read.update(run_dir_inputs(p))
                 continue
-            sc = loader.load(given, [*sets, *per_run[i]],
-                             allow_outside_paths=args.allow_outside_paths)
+            try:
+                sc = loader.load(given, [*sets, *per_run[i]],
+                                 allow_outside_paths=args.allow_outside_paths)
+            except units.ScenarioError as err:  # (which of the runs it is)
+                msg = str(err)
+                raise units.ScenarioError(msg if show_path(given) in msg else
+                                          f"{show_path(given)}: {msg}") from None
             scenarios[i] = sc
-            own += scenario_inputs(given, sc)
+            read.update(inputs(sc))
         if dirs and len(dirs) == len(args.runs) and sets:
             raise UsageError("--set and --seed change scenario files; every run given is a "
                              "run directory, read as it ran")
-        if args.plot:
-            check_plot_file(args.plot, own, dirs)
+        check_outputs({**read, **inputs(None, *args.plugins)},
+                      Output("--plot", args.plot, image=True))
     except (units.ScenarioError, UsageError) as err:
         return die(str(err))
     runs = []

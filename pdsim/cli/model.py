@@ -10,12 +10,12 @@ from pathlib import Path
 
 from pdsim.cli.common import (
     RAW,
+    Output,
     UsageError,
-    check_output_file,
+    check_outputs,
     die,
     inputs,
     load_scenario,
-    no_overwrite,
     outside_flag,
 )
 from pdsim.util.safeio import UserFileError, echo, read_user_file, show_path, why
@@ -79,10 +79,18 @@ def add_calibrate(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 def add_validate_model(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """``pdsim validate-model``."""
+    from pdsim.cli import corpus
+
     vm = sub.add_parser(
-        "validate-model", help="published measurements vs pdsim, per row (validation/)",
-        description="Runs every case in validation/cases.yaml against validation/"
-        "published.csv and prints published vs simulated vs error.")
+        "validate-model", help="published and measured-corpus figures vs pdsim, per row "
+        "(validation/)",
+        description="Without corpus flags: every case in validation/cases.yaml against "
+        "validation/published.csv (published vs simulated vs error), then every row of the "
+        "training corpus validation/corpus/aic_sglang_hopper_train.csv as a generated scenario "
+        "(per GPU, model and mode: median |error| of mean TTFT and TPOT, the share within "
+        "+-10% and +-25%, and every row pdsim cannot express with its reason). --case and "
+        "--holdout run the published cases only; --corpus, --quick, --json, --explain and "
+        "--fit the corpus only.", epilog=corpus.CORPUS_EPILOG, formatter_class=RAW)
     vm.add_argument("--case", action="append", default=[], help="only this case (repeatable)")
     vm.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                     help="override applied to every case's scenario")
@@ -90,10 +98,12 @@ def add_validate_model(sub: argparse._SubParsersAction) -> argparse.ArgumentPars
     vm.add_argument("--holdout", action="store_true", help="also refit each shipped parameter "
                     "set without some of its rows (validation/holdout.yaml, pdsim calibrate's "
                     "fit) and print every row's held-out error next to its in-sample one")
-    vm.add_argument("--write-docs", dest="write_docs", metavar="PAGE", help="replace the table "
-                    "between the validate-model markers in this page, e.g. docs/validation.md "
-                    "(implies --holdout)")
+    vm.add_argument("--write-docs", dest="write_docs", metavar="PAGE", help="replace the tables "
+                    "between the validate-model and validate-corpus markers in this page, e.g. "
+                    "docs/validation.md (implies --holdout; the corpus's cross-validation comes "
+                    "from validation/corpus/fits.yaml)")
     vm.add_argument("--write-readme", dest="write_docs", help=argparse.SUPPRESS)  # (old name)
+    corpus.add_args(vm)
     return vm
 
 
@@ -124,14 +134,17 @@ def profiles_cmd(args: argparse.Namespace) -> int:
             return die(str(err))
         print(f"{args.scenario}: {res.gpu.name} / {res.model.name} / {res.engine.name} "
               f"(SGLang {sc.engine.version})")
-        print(f"calibration: {res.calibration or 'none: the GPU and engine profiles as shipped'}")
+        for role, cfg in sc.fleet.roles():  # (a calibration may hold for one layout only)
+            cal = profiles.for_role(sc, cfg).calibration
+            print(f"calibration ({role}): "
+                  f"{cal or 'none: the GPU and engine profiles as shipped'}")
         declared = {u.path: u for u in sc.unknowns}
         for key, (value, origin) in res.origins.items():
             if key == "model.fitted":
                 continue
             if key in declared:  # chosen, not known: its range and why are in the scenario
                 origin = f"declared unknown at its nominal ({declared[key].describe()})"
-            print(f"  {key:<30}{value!s:<12}{origin}")
+            print(f"  {key:<30}{value!s:<11} {origin}")
         return 0
     gpus, models = profiles.raw_gpus(), profiles.raw_models()
     engines = profiles.raw_engines()
@@ -146,7 +159,7 @@ def profiles_cmd(args: argparse.Namespace) -> int:
                 for g, coeffs in v["value"].items():
                     print(f"  {g}: " + ", ".join(f"{c}={x:g}" for c, x in coeffs.items()))
                 continue
-            print(f"{k:<24}{v['value']!s:<12}{v['source']}")
+            print(f"{k:<24}{v['value']!s:<11} {v['source']}")
         return 0
     print(f"{'GPU':<8}{'die':<17}{'BF16 TF':>8}{'FP8 TF':>8}{'FP4 TF':>8}{'HBM MiB':>9}"
           f"{'HBM TB/s':>9}{'NVLink GB/s':>12}{'domain':>7}{'NIC Gb/s':>9}")
@@ -183,7 +196,7 @@ def _import_cmd(args: argparse.Namespace) -> int:
         return die("profiles import takes a config.json, not --scenario or --set")
     out = args.out or f"{args.import_name}.profile.yaml"
     try:
-        check_output_file(out, "--out")
+        check_outputs(inputs(None, args.config), Output("--out", out))
         model, text = hf_import.import_config(args.config, args.import_name)
     except (hf_import.ConfigImportError, UsageError) as err:
         return die(str(err))
@@ -222,15 +235,8 @@ def calibrate_cmd(args: argparse.Namespace) -> int:
         stem = Path(args.data).with_suffix("")
         out = Path(args.out or f"{stem}.profile.yaml")
         plot = Path(args.plot or f"{stem}.residuals.png")
-        found = inputs(None, args.data, *args.profiles)
-        no_overwrite("--out", str(out), found)
-        no_overwrite("--plot", str(plot), found)
-        check_output_file(str(out), "--out")
-        check_output_file(str(plot), "--plot")
-        kinds = calibrate.plot_formats()
-        if plot.suffix[1:].lower() not in kinds:
-            raise UsageError(f"--plot {show_path(plot)}: give a file name ending in an image "
-                             f"format ({', '.join('.' + k for k in sorted(kinds))})")
+        check_outputs(inputs(None, args.data, *args.profiles), Output("--out", str(out)),
+                      Output("--plot", str(plot), image=True))
         keys = [k.strip() for k in args.fit.split(",")] if args.fit else None
         fit = calibrate.fit(rows, args.gpu, args.model, args.engine, keys,
                             tuple(args.profiles), source=args.data)
@@ -274,17 +280,45 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
     import pandas as pd
 
     from pdsim.analysis import holdout, validation, validation_table
+    from pdsim.analysis.corpus import CorpusError
+    from pdsim.cli import corpus
     from pdsim.config import units
 
+    if corpus.wanted(args):
+        bad = [o for o, v in (("--case", args.case), ("--holdout", args.holdout),
+                              ("--write-docs", args.write_docs)) if v]
+        if bad:
+            return die(f"{bad[0]} belongs to the published cases; the corpus flags (--corpus, "
+                       f"--quick, --json, --explain, --fit) run the corpus only")
+        if args.workers is not None and args.workers < 1:
+            return die(f"--workers {args.workers}: give at least 1")
+        if args.family and not args.fit:
+            return die("--family says which sets --fit refits; give --fit too")
+        try:
+            if args.csv:  # (the corpus and validation files are its inputs)
+                check_outputs({p.resolve(): "validation file" for p in
+                               validation.ROOT.rglob("*") if p.is_file()},
+                              Output("--csv", args.csv))
+            if args.explain:
+                return corpus.explain(args)
+            if args.fit:
+                return corpus.fit(args)
+            code, cdf = corpus.run(args)
+            if args.csv:
+                cdf.to_csv(args.csv, index=False)
+                print(f"wrote {show_path(args.csv)}", file=sys.stderr)
+            return code
+        except (CorpusError, UsageError, units.ScenarioError, ValueError) as err:
+            return die(str(err))
     do_holdout = args.holdout or bool(args.write_docs)
     if do_holdout and args.sets:
         return die("--holdout (and --write-docs) refit the shipped parameter sets; they do "
                    "not take --set")
     try:  # the output paths are checked before the refit, not after it
         if args.csv:  # (the validation data and cases are its inputs)
-            no_overwrite("--csv", args.csv, {p.resolve(): "validation file" for p in
-                                             validation.ROOT.rglob("*") if p.is_file()})
-            check_output_file(args.csv, "--csv")
+            check_outputs({p.resolve(): "validation file" for p in
+                           validation.ROOT.rglob("*") if p.is_file()},
+                          Output("--csv", args.csv))
         if args.write_docs:
             _check_page(args.write_docs)
     except UsageError as err:
@@ -322,13 +356,34 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
     if do_holdout:
         print("\nrefitted with pdsim calibrate on each split's rows (shipped -> refitted):")
         print(holdout.fits_text(ho.splits))
+    cdf = None
+    if not args.case and (not args.holdout or args.write_docs):  # then the training corpus
+        print("\nmeasured corpus (validation/corpus/aic_sglang_hopper_train.csv), one "
+              "generated scenario per row:\n")
+        try:
+            _code, cdf = corpus.run(args)
+        except (CorpusError, units.ScenarioError, ValueError) as err:
+            return die(str(err))
     try:
         if args.csv:
             df.to_csv(args.csv, index=False)
             print(f"wrote {show_path(args.csv)}", file=sys.stderr)
         if args.write_docs:
             validation_table.write_table(df, Path(args.write_docs))
-            print(f"wrote the table into {show_path(args.write_docs)}", file=sys.stderr)
+            from pdsim.analysis import corpus_table
+
+            if cdf is not None and corpus_table.BEGIN not in Path(args.write_docs).read_text():
+                print(f"--write-docs: {show_path(args.write_docs)} has no "
+                      f"{corpus_table.BEGIN} block: the corpus table is not written",
+                      file=sys.stderr)
+            elif cdf is not None:
+                from pdsim.analysis.corpus import ROOT
+
+                ours = Path(args.write_docs).resolve() == ROOT.parents[1] / "docs" / \
+                    "validation.md"
+                corpus_table.write_readme(cdf, corpus_table.load_fits(), Path(args.write_docs),
+                                          ROOT / "README.md" if ours else None)
+            print(f"wrote the tables into {show_path(args.write_docs)}", file=sys.stderr)
     except OSError as err:
         return die(f"cannot write ({why(err)}): "
                    f"{show_path(err.filename or args.csv or args.write_docs)}")

@@ -6,21 +6,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from pdsim.cli.common import (
     PROGRESS_AFTER_S,
     RAW,
+    Output,
     UsageError,
-    check_output_file,
-    check_plot_file,
+    check_outputs,
     die,
     inputs,
     load_scenario,
-    no_overwrite,
     outside_flag,
     prepare_out_dir,
-    scenario_inputs,
 )
 from pdsim.util.safeio import show_path, why
 
@@ -140,17 +137,12 @@ def run_or_validate(args: argparse.Namespace) -> int:
         if args.cmd == "run":
             from pdsim.output.result import run_dir_names
 
-            found = inputs(sc, *args.plugins)
-            no_overwrite("--out", args.out, found, run_dir_names(args.format or "csv"))
-            no_overwrite("--perfetto", args.perfetto, found)
-        if args.cmd == "run" and args.plot:
-            own = scenario_inputs(args.scenario, sc) + (
-                [Path(args.perfetto)] if args.perfetto else [])
-            check_plot_file(args.plot, own, [Path(args.out)] if args.out else [])
-        if args.cmd == "run" and args.out:
-            prepare_out_dir(args.out)
-        if args.cmd == "run" and args.perfetto:
-            check_output_file(args.perfetto, "--perfetto")
+            tables = tuple(run_dir_names(args.format or "csv"))
+            check_outputs(inputs(sc, *args.plugins), Output("--out", args.out, tables),
+                          Output("--perfetto", args.perfetto),
+                          Output("--plot", args.plot, image=True))
+            if args.out:
+                prepare_out_dir(args.out)
     except (units.ScenarioError, UsageError) as err:
         return die(str(err))
     if args.cmd == "validate":
@@ -164,6 +156,16 @@ def run_or_validate(args: argparse.Namespace) -> int:
                for role, cfg in sc.fleet.roles()}
         print("KV pool per DP rank (SGLang's max_total_num_tokens): " + ", ".join(
             f"{role} {p.tokens:,} tokens ({how[role]})" for role, p in roles.items()))
+        from pdsim.model.memory import running_limits
+
+        given = dict(sc.fleet.roles())
+        print("Running requests per DP rank (max_running_requests): " + ", ".join(
+            f"{role} {n:,} ("
+            + ("given" if given[role].max_running_requests is not None else
+               "SGLang's default for the pool: min(pool // 2, request slots)")
+            + (", capped by the recurrent-state pool" if roles[role].max_running is not None
+               and n == roles[role].max_running else "") + ")"
+            for role, n in running_limits(sc).items()))
         if sc.unknowns:  # each range end (or choice) was validated as a value of its own
             print(f"{len(sc.unknowns)} declared unknown(s); run uses the nominal, explore "
                   f"samples the range (validated at its ends, and at every value of a short "
@@ -235,10 +237,10 @@ def _plot(res: object, out: str) -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pdsim.analysis.sweep import is_incident
+    from pdsim.engine.incident import is_incident
     from pdsim.output import plots, plots_capacity
 
-    fig = (plots.postmortem(res) if is_incident(res.scenario)
+    fig = (plots.postmortem(res) if is_incident(res.scenario, res.summary)
            else plots_capacity.capacity(res))
     try:
         fig.savefig(out, dpi=90)

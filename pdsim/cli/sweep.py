@@ -10,12 +10,12 @@ from pathlib import Path
 from pdsim.cli.common import (
     MAX_SEEDS,
     RAW,
+    Output,
     UsageError,
-    check_output_file,
+    check_outputs,
     check_worker_args,
     die,
     inputs,
-    no_overwrite,
     outside_flag,
 )
 from pdsim.util.backends import MAX_RUNS
@@ -28,6 +28,9 @@ INCIDENT_COLUMNS = {
               "one-strike blacklist each one blacklists its (prefill rank, decode session) pair",
     "pairs": "most pairs blacklisted at once (blacklisted_pairs_max)",
     "failed": "requests of all clients answered with a 5xx or an abort (failed)",
+    "unanswered": "requests of all clients with no answer when the run ended (unfinished): "
+                  "in flight at the horizon, or stuck for ever where the run stalled "
+                  "(incident.stuck_requests); a run that leaves requests stuck fails fewer",
     "empty": "share of --client's requests that got no token (<client>.empty_share)",
     "gen tok/s": "--client's generated tokens per second, aborts counting 0, unlike "
                  "bench_serving's printed figure (<client>.true_output_throughput_tok_s)",
@@ -70,7 +73,8 @@ def legend(columns: dict[str, str], shown: list[str] | None = None, client: str 
 
 SWEEP_COLUMNS = f"""\
 table columns (median over the seeds of each grid point; which ones fits the scenario):
-an incident (faults:, operator_flushes: or a client's flush:) shows
+an incident (faults:, operator_flushes:, a client's flush:, or reported figures read from
+the incident block: pdsim.engine.incident.is_incident) shows
 {legend(INCIDENT_COLUMNS)}
 a capacity question (anything else) shows
 {legend(CAPACITY_COLUMNS)}
@@ -206,8 +210,6 @@ def _check_sweep_args(args: argparse.Namespace, grid_points: int) -> None:
     if runs > MAX_RUNS:
         raise UsageError(f"the sweep has {runs:,} runs (grid points x seeds); at most "
                          f"{MAX_RUNS:,}")
-    if args.out:
-        check_output_file(args.out, "--out")
 
 
 def _check_explore_args(args: argparse.Namespace) -> None:
@@ -239,7 +241,7 @@ def sweep_cmd(args: argparse.Namespace) -> int:
         _check_sweep_args(args, points)
         data = loader.read_yaml(args.scenario, allow_outside_paths=args.allow_outside_paths)
         sc = loader.load(data, args.sets)
-        no_overwrite("--out", args.out, inputs(sc, *args.plugins))
+        check_outputs(inputs(sc, *args.plugins), Output("--out", args.out))
         benches = [c.name for c in sc.clients if c.kind == "bench"] or [sc.clients[-1].name]
         main_client = benches[-1] if args.client is None else args.client
         if main_client not in {c.name for c in sc.clients}:  # before the runs, not after
@@ -310,7 +312,8 @@ def explore_cmd(args: argparse.Namespace) -> int:
         name = sc.name
         # (a name is free text: its slashes must not lead the default directory elsewhere)
         out = Path(args.out or "explore-" + name.replace("/", "_").replace("\\", "_"))
-        no_overwrite("--out", str(out), inputs(sc, *args.plugins), WRITTEN)
+        check_outputs(inputs(sc, *args.plugins),
+                      Output("--out", str(out), tuple(WRITTEN)))
         ex = explore(data, args.samples, args.seeds, args.sets, args.design, args.design_seed,
                      out, args.backend, args.workers, args.address, progress=sys.stderr.isatty())
     except (units.ScenarioError, UsageError, ValueError) as err:

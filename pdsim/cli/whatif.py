@@ -11,11 +11,12 @@ from pathlib import Path
 from pdsim.cli.common import (
     MAX_SEEDS,
     RAW,
+    Output,
     UsageError,
+    check_outputs,
     check_worker_args,
     die,
     inputs,
-    no_overwrite,
     outside_flag,
     prepare_out_dir,
 )
@@ -283,8 +284,8 @@ def whatif_cmd(args: argparse.Namespace) -> int:
                                    allow_outside_paths=args.allow_outside_paths)
             except units.ScenarioError:
                 base = None
-            no_overwrite("--out", args.out, inputs(base, args.faults_file, *args.plugins),
-                         WhatIf.written(formats))
+            check_outputs(inputs(base, args.faults_file, *args.plugins),
+                          Output("--out", args.out, tuple(WhatIf.written(formats))))
             prepare_out_dir(args.out)
         if "parquet" in formats:
             try:

@@ -272,7 +272,7 @@ class BenchClientConfig(Strict):
         elif ds.kind == "sharegpt":
             try:
                 p = _resolve(ds, ctx)
-                rows = trace.read_rows(p)  # (the client samples the same rows, cached)
+                rows = trace.read_rows(p, pairs=True)  # (the client samples the same rows, cached)
             except (UserFileError, trace.TraceError) as err:
                 raise Invalid(where, str(err)) from None
             usable = [r[1] for r in rows

@@ -41,9 +41,10 @@ SGLANG_VERSIONS: dict[str, str] = {
     "0.5.13": "scheduler as 0.5.9; PD: a decode abort or waiting timeout sends ABORT to the "
               "prefill (PR #27372), the metadata gate, the failed-session probe's variable "
               "(off)",
-    "0.5.14": "scheduler as 0.5.9; PD paths as 0.5.13",
-    "0.5.15": "scheduler as 0.5.9; PD paths as 0.5.13",
-    "0.5.16": "scheduler as 0.5.9; PD paths as 0.5.13",
+    "0.5.14": "scheduler as 0.5.9; PD: a prefill drops a room the decode's ABORT failed from its "
+              "waiting queue (resolve_waiting_queue_bootstrap)",
+    "0.5.15": "scheduler as 0.5.9; PD paths as 0.5.14",
+    "0.5.16": "scheduler as 0.5.9; PD paths as 0.5.14",
     "0.5.17": "scheduler as 0.5.9; PD: a 1 s ZMQ send timeout (PR #31144)",
     "0.5.18": "scheduler as 0.5.9; PD paths as 0.5.17",
     "0.5.19": "scheduler as 0.5.9; PD: a waiting timeout or failed send drops the cached "
@@ -87,6 +88,12 @@ RULES: dict[str, tuple[str, str]] = {
         "4096 on 35-60 GiB parts (0.5.1.post1 __post_init__: a reserved-memory table by GPU "
         "memory, graphs up to 160/256/512 by memory, chunk 8192 from 35 GiB; "
         "pdsim.model.sglang)"),
+    "prefill_drops_failed_waiting": (
+        "0.5.14", "disaggregation/prefill.py resolve_waiting_queue_bootstrap: a prefill drops a "
+        "request whose room failed (the decode's ABORT, PR #27372 from 0.5.13) from its waiting "
+        "queue; 0.5.13 marks the room Failed but still prefills the request, its chunks skipped "
+        "by the transfer worker and its KV freed once the in-flight poll sees Failed "
+        "(docs/pd_paths.md, version map)"),
     "chunk_capped_by_memory": (
         "0.5.6.post2", "PrefillAdder.add_chunked_req: the continuing chunk takes at most "
         "min(rem_chunk_tokens, rem_total_tokens) (0.5.1.post1: rem_chunk_tokens)"),

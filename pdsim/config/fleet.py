@@ -70,10 +70,12 @@ class RoleConfig(Strict):
         "round_robin", description="How a server spreads requests over its DP ranks "
         "(--load-balance-method); default round_robin"
     )
-    max_running_requests: PosInt = Field(
-        256, le=MAX_RUNNING, description="Requests running at once on each DP rank; default "
-        "256. SGLang's --max-running-requests is this without DP attention, and dp times this "
-        "with it (its model runner divides the flag by dp)")
+    max_running_requests: PosInt | None = Field(
+        None, le=MAX_RUNNING, description="Requests running at once on each DP rank. SGLang's "
+        "--max-running-requests is this without DP attention, and dp times this with it (its "
+        "model runner divides the flag by dp). Default: SGLang's when the flag is not given, "
+        "min(KV pool // 2, request slots), the slots min(max(pool / the model's context_len x "
+        "512, 2048), 4096) (model_runner.py): 2,048-4,096 on most pools")
     kv_pool_tokens: PosInt | None = Field(
         None, le=MAX_KV_TOKENS,
         description="KV pool of each DP rank in tokens (SGLang logs it as max_total_num_tokens); "
@@ -163,6 +165,21 @@ class DecodeConfig(RoleConfig):
         "pre-allocation takes the prompt's pages only, and admits a request only while the "
         "free tokens beyond every such reserve cover its prompt and its own reserve; "
         "DecodePreallocQueue._allocatable_tokens); default 512, as SGLang's")
+    disaggregation_decode_extra_slots: NonNegInt | None = Field(
+        None, le=MAX_RUNNING, description="Request slots each DP rank has beyond "
+        "max_running_requests for pre-allocated and transferring requests (SGLang's "
+        "DecodeReqToTokenPool pre_alloc_size; 0.5.23's --disaggregation-decode-extra-slots): "
+        "pre-allocation, transfers, waiting and running requests share max_running_requests + "
+        "these, the running batch alone is capped at max_running_requests. Default: SGLang's "
+        "rule in every release 0.5.1.post1-0.5.23, 2 x max_running_requests when that is at "
+        "most 32, else 0 (model_runner.py / model_runner_kv_cache_mixin.py)")
+
+    def extra_slots(self, max_running: int) -> int:  # (max_running: the rank's, resolved)
+        """The pre-allocation slots a DP rank running at most ``max_running`` requests has
+        beyond them (``disaggregation_decode_extra_slots``, or SGLang's rule)."""
+        if self.disaggregation_decode_extra_slots is not None:
+            return self.disaggregation_decode_extra_slots
+        return 2 * max_running if max_running <= 32 else 0
 
     @model_validator(mode="before")
     @classmethod
@@ -205,10 +222,19 @@ class ColocatedConfig(PrefillConfig):
         "which the ratio falls linearly from its initial value to its floor; default 600")
 
 
+# Defaults a scenario written out by an earlier pdsim holds in every section (a run
+# directory's scenario.yaml has all three): max_running_requests was 256 until SGLang's own
+# derivation became the default. In the section of the mode not in use they are no edit.
+EARLIER_DEFAULTS = {"max_running_requests": 256}
+
+
 def _changed(fleet: Strict, key: str) -> bool:
-    """Whether the fleet's section ``key`` was given with a value other than its defaults."""
-    section = getattr(fleet, key)
-    return key in fleet.model_fields_set and section != type(section)()
+    """Whether the fleet's section ``key`` was given with a value other than its defaults (or
+    an earlier pdsim's: :data:`EARLIER_DEFAULTS`)."""
+    if key not in fleet.model_fields_set:
+        return False
+    given = getattr(fleet, key).model_dump(exclude_defaults=True)
+    return any(EARLIER_DEFAULTS.get(k, object()) != v for k, v in given.items())
 
 
 class FleetConfig(Strict):

@@ -124,6 +124,7 @@ def read_yaml(path: str | Path, _seen: tuple = (), *, allow_outside_paths: bool 
         raise ScenarioError(f"scenario file: not a usable path: {what}") from None
     data = parse_yaml(text, what)
     data = data if data is not None else {}
+    declares = isinstance(data, dict) and "reference" in data
     if isinstance(data, dict) and "extends" in data:
         parent = data.pop("extends")
         if len(_seen) >= MAX_EXTENDS:
@@ -141,6 +142,8 @@ def read_yaml(path: str | Path, _seen: tuple = (), *, allow_outside_paths: bool 
                                 f"(its top level is not a mapping)")
         _rebase_paths(base, ppath.parent, p.parent.resolve())
         data = _merge(base, data)
+    if declares:  # (its figures: a parent's, by its name; the top file's own, "")
+        _ctx.reference_owner = str(data.get("name", "scenario")) if _seen else ""
     if not isinstance(data, dict):
         return data  # from_dict says it must be a mapping
     return _with_context(data, _ctx)
@@ -298,7 +301,7 @@ def as_data(source: str | Path | dict, allow_outside_paths: bool = False,
             _nesting(source)
         ctx = getattr(source, "context", None) or Context.cwd()
         ctx = Context(ctx.base_dir, ctx.root, ctx.allow_outside or allow_outside_paths,
-                      files=list(ctx.files))
+                      files=list(ctx.files), reference_owner=ctx.reference_owner)
         data = dict(source)
         if "extends" in data:  # as in a file, relative to where the dict's paths resolve
             parent = data.pop("extends")
@@ -313,6 +316,8 @@ def as_data(source: str | Path | dict, allow_outside_paths: bool = False,
                                     f"(its top level is not a mapping)")
             _rebase_paths(base, ppath.parent, Path(ctx.base_dir).resolve())
             data = _merge(dict(base), data)
+            if "reference" in source:  # (its own figures)
+                ctx.reference_owner = ""
         return _with_context(data, ctx)
     return read_yaml(source, allow_outside_paths=allow_outside_paths)
 
@@ -334,12 +339,13 @@ def load(source: str | Path | dict | Scenario, sets: list[str] | None = None, *,
                              or not all(isinstance(x, str) for x in sets)):
         raise ScenarioError(f"sets: a list of 'dotted.key=value' strings, e.g. ['seed=2'] "
                             f"(got {echo(sets)})")
-    origin, before, inherits, dumped = None, (), "", False
+    origin, before, inherits, dumped, owner = None, (), "", False, None
     if isinstance(source, Scenario):
         ctx = source._context
         if not sets and ctx is not None and (ctx.allow_outside or not allow_outside_paths):
             return source
         origin, before, inherits = source._source, source._overrides, source._inherits
+        owner = source._reference_owner
         dumped = True
         ctx = ctx or Context.cwd()
         source = _with_context(unknowns.redeclare(source.model_dump(mode="json"),
@@ -365,6 +371,8 @@ def load(source: str | Path | dict | Scenario, sets: list[str] | None = None, *,
             raise ScenarioError(str(err)) from None
     sc._source, sc._overrides = origin, (*before, *(sets or ()))
     sc._inherits = inherits
+    sc._reference_owner = (owner if owner is not None
+                           else getattr(ctx, "reference_owner", "") if ctx is not None else "")
     return sc
 
 

@@ -167,6 +167,10 @@ class Model(_Profile):
 
     architecture: str = Field("", max_length=128, description="architectures[0] of config.json "
                               "(what the profile was made from; informational)")
+    family: str = Field("", max_length=64, description="The model family its calibrations "
+                        "belong to (e.g. qwen3-dense, deepseek-mla-moe): a calibration written "
+                        "for a family (calibrations.yaml ``family:``) applies to its models on "
+                        "that GPU or die unless one for the model itself exists; default: none")
     attention: Literal["gqa", "mla"] = Field(description="gqa (incl. MHA) or mla")
     layers: PosInt = Field(description="num_hidden_layers")
     hidden_size: PosInt = Field(description="hidden_size (model width)")
@@ -222,6 +226,13 @@ class Model(_Profile):
         0, description="Width of all shared experts together (Qwen: shared_expert_intermediate_"
         "size); 0: shared_experts x moe_intermediate_size (DeepSeek)")
     vocab_size: PosInt = Field(description="vocab_size (the LM head's width)")
+    context_len: PosInt | None = Field(
+        None, description="SGLang's context length (model_config.context_len, "
+        "get_context_length: the first of max_sequence_length, seq_length, max_seq_len, "
+        "model_max_length, max_position_embeddings, times a rope_scaling factor unless the "
+        "scaling names original_max_position_embeddings or is llama3). It sizes the request "
+        "slots SGLang gives a rank when max_running_requests is unset; default null: not "
+        "known, the slots' floor (2,048) is taken")
     tie_word_embeddings: bool = Field(False, description="tie_word_embeddings: the LM head is "
                                       "the embedding table (its weights stored once)")
     vision_layers: NonNegInt = Field(0, description="Vision tower depth (vision_config."

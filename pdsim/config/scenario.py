@@ -233,6 +233,8 @@ class Scenario(Strict):
     _source: str | None = PrivateAttr(None)
     _overrides: tuple[str, ...] = PrivateAttr(())
     _inherits: str = PrivateAttr("")  # a dict's extends: whose reported figures it took
+    # the name of the extends: parent whose reference: figures these are ("": its own)
+    _reference_owner: str = PrivateAttr("")
 
     def input_files(self) -> dict[Path, str]:
         """Every file this scenario was read from, resolved, and what it is: the scenario
@@ -322,6 +324,11 @@ class Scenario(Strict):
                 raise Invalid("router", "dispatch and ttft_timeout_s apply to a PD fleet's "
                               "router (a prefill and a decode leg per request); a colocated "
                               "fleet's gateway sends each request to one server")
+            pd_only = _pd_only_keys(self)
+            if pd_only:
+                raise Invalid(pd_only[0], f"applies to a PD fleet (fleet.mode: pd); a colocated "
+                              f"fleet sends no KV between servers (no transfer engine, no "
+                              f"blacklist) and would ignore it: remove {', '.join(pd_only)}")
         wait = getattr(self.disaggregation, "req_waiting_timeout_s", None)
         if wait is not None and not at_least(self.engine.version, "0.5.20"):
             raise Invalid("disaggregation.req_waiting_timeout_s", f"SGLANG_REQ_WAITING_TIMEOUT "
@@ -333,6 +340,26 @@ class Scenario(Strict):
         if self.transfer.base_port + n_decode - 1 > 65535:
             raise Invalid("transfer.base_port", f"base_port + {n_decode} decode ranks passes "
                           f"port 65535", self.transfer.base_port)
+
+
+def _pd_only_keys(sc: Scenario) -> list[str]:
+    """The keys of a PD fleet's sections (the transfer engine, its blacklist, which transfers a
+    flush dooms, which leg a TTFT timeout cancels) this scenario sets to other than their
+    defaults: a colocated fleet has none of these and would run as if they were not there.
+    By value, not by what the file wrote: a scenario reloaded from its dump sets every key."""
+    out = [f"transfer.{k}" for k, v in type(sc.transfer)().model_dump().items()
+           if getattr(sc.transfer, k) != v]
+    policy = next((p for floor, p in BLACKLIST_BY_VERSION
+                   if at_least(sc.engine.version, floor)), None)
+    default = BLACKLIST_POLICIES.validate({"policy": policy} if policy else {})
+    if sc.blacklist != default:
+        mine, theirs = sc.blacklist.model_dump(), default.model_dump()
+        out += [f"blacklist.{k}" for k in mine if mine.get(k) != theirs.get(k)] or ["blacklist"]
+    if sc.flush.dooms != type(sc.flush)().dooms:
+        out.append("flush.dooms")
+    if sc.router.ttft_timeout_cancels != type(sc.router)().ttft_timeout_cancels:
+        out.append("router.ttft_timeout_cancels")
+    return out
 
 
 def _decode_ranks(sc: Scenario) -> int:

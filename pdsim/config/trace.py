@@ -67,7 +67,7 @@ _INT = frozenset((int,))
 _JSON_WHITESPACE = json.decoder.WHITESPACE  # what JSONDecoder.decode allows after a value
 
 
-def _row(line: bytes) -> tuple[float, int, int, tuple[int, ...]]:
+def _row(line: bytes, pairs: bool = False) -> tuple[float, int, int, tuple[int, ...]]:
     """A line's row (``_check``), or the line's problem (``_Bad``)."""
     try:
         text = line.decode("utf-8")
@@ -81,14 +81,17 @@ def _row(line: bytes) -> tuple[float, int, int, tuple[int, ...]]:
     except ValueError as err:  # JSONDecodeError, or an integer past Python's digit limit
         msg = err.msg if isinstance(err, json.JSONDecodeError) else str(err)
         raise _Bad(f"not valid JSON ({clip(msg, 80)})") from None
-    return _check(row)
+    return _check(row, pairs)
 
 
-def _check(row: object) -> tuple[float, int, int, tuple[int, ...]]:
-    """A decoded line's (timestamp ms, input length, output length, prefix blocks)."""
+def _check(row: object, pairs: bool = False) -> tuple[float, int, int, tuple[int, ...]]:
+    """A decoded line's (timestamp ms, input length, output length, prefix blocks). ``pairs``:
+    length pairs, whose timestamp is not used and may be left out (0 then)."""
     if not isinstance(row, dict):
         raise _Bad("each line must be a JSON object")
     ts = row.get("timestamp")
+    if ts is None and pairs:
+        ts = 0
     if type(ts) is not int and (isinstance(ts, bool) or not isinstance(ts, int | float)
                                 or not math.isfinite(ts)):
         raise _Bad("'timestamp' (ms) must be a number")
@@ -170,21 +173,21 @@ def _key(path: str | Path) -> tuple:
 
 
 @lru_cache(maxsize=4)
-def _parse(key: tuple, limit: int) -> tuple:
+def _parse(key: tuple, limit: int, pairs: bool = False) -> tuple:
     """The rows, parsed with CPython's cyclic collector paused: each row is a new tuple of
     numbers, which the collector can only untrack, and on a 100k-row trace they set off 141
     collections, one of the whole heap (60-80 ms, finding 10 objects; speed.py's 100k stream,
     2026-11-30). Paused, the next young collection untracks them all at once."""
     if not gc.isenabled():
-        return _parse_rows(key, limit)
+        return _parse_rows(key, limit, pairs)
     gc.disable()
     try:
-        return _parse_rows(key, limit)
+        return _parse_rows(key, limit, pairs)
     finally:
         gc.enable()
 
 
-def _parse_rows(key: tuple, limit: int) -> tuple:
+def _parse_rows(key: tuple, limit: int, pairs: bool) -> tuple:
     rows: list = []
     append = rows.append
     scan, space = _DECODER.scan_once, _JSON_WHITESPACE.match
@@ -217,10 +220,10 @@ def _parse_rows(key: tuple, limit: int) -> tuple:
                 except (ValueError, StopIteration, RecursionError):  # (UnicodeDecodeError too)
                     end = -1
                 if end >= 0 and space(text, end).end() == len(text):
-                    append(_check(row))
+                    append(_check(row, pairs))
                     continue
                 text = row = None  # (one decoded copy of a long line at a time: _row decodes)
-                append(_row(line))
+                append(_row(line, pairs))
             else:  # read to its end: its non-blank lines are its rows (count_rows)
                 if f.read(1):
                     raise _too_many_lines(key[0])
@@ -252,19 +255,20 @@ def count_rows(path: str | Path) -> int:
     return whole if whole is not None else _count_rows(key)
 
 
-def _rows(path: str | Path, limit: int | None) -> tuple:
-    rows = _parse(_key(path), limit if limit is not None else MAX_TRACE_ROWS + 1)
+def _rows(path: str | Path, limit: int | None, pairs: bool = False) -> tuple:
+    rows = _parse(_key(path), limit if limit is not None else MAX_TRACE_ROWS + 1, pairs)
     if limit is None and len(rows) > MAX_TRACE_ROWS:
         raise TraceError(f"trace file {show_path(path)} holds more than {MAX_TRACE_ROWS:,} "
                          f"requests; replay its first rows with num_prompts")
     return rows
 
 
-def read_rows(path: str | Path) -> tuple:
+def read_rows(path: str | Path, pairs: bool = False) -> tuple:
     """Every row of a trace as ``(timestamp ms, input, output, blocks)`` tuples, parsed and
-    checked (cached by content key, as the client's read); a length-pair dataset's rows
-    (``dataset: {kind: sharegpt}``). Raises :class:`TraceError`."""
-    return _rows(path, None)
+    checked (cached by content key, as the client's read). ``pairs``: a length-pair dataset's
+    rows (``dataset: {kind: sharegpt}``), which need no timestamp (docs/reference/scenario.md:
+    "timestamps are not used"; one left out reads as 0). Raises :class:`TraceError`."""
+    return _rows(path, None, pairs)
 
 
 def check_trace(path: str | Path, limit: int | None) -> int:

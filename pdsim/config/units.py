@@ -128,6 +128,8 @@ class Context:
     path: str = ""  # key path of the section being checked
     # the scenario files read, each (resolved path, what it is): the file, its extends: parents
     files: list = field(default_factory=list, repr=False, compare=False)
+    # the name of the extends: parent whose reference: figures the scenario took ("": its own)
+    reference_owner: str = field(default="", repr=False, compare=False)
 
     @classmethod
     def cwd(cls, allow_outside: bool = False) -> Context:

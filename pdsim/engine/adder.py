@@ -1,7 +1,12 @@
-"""SGLang's ``PrefillAdder`` over a colocated rank: which waiting requests the next prefill
-forward takes (python/sglang/srt/managers/schedule_policy.py ``PrefillAdder`` and scheduler.py
-``Scheduler.get_new_batch_prefill``, 0.5.x; the releases' differences in
-:mod:`pdsim.config.engine_version`).
+"""SGLang's ``PrefillAdder``: which waiting requests the next prefill forward takes, on a
+colocated rank and on a PD prefill rank alike (python/sglang/srt/managers/schedule_policy.py
+``PrefillAdder`` and scheduler.py ``Scheduler.get_new_batch_prefill``, 0.5.x; the releases'
+differences in :mod:`pdsim.config.engine_version`).
+
+A PD prefill server runs the same adder with no running batch and every request's
+``max_new_tokens`` set to 1 (disaggregation/prefill.py ``_process_req``: "so PrefillAdder memory
+estimation is accurate"), its request slots those ``req_to_token_pool`` has left (the requests
+whose KV awaits its transfer hold theirs).
 
 Budgets, in tokens (page-rounded where SGLang rounds them):
 
@@ -40,28 +45,42 @@ def _clip(n: int) -> int:
     return n if n < CLIP_MAX_NEW_TOKENS else CLIP_MAX_NEW_TOKENS
 
 
+NO_RUNNING: dict = {}  # (a PD prefill rank's running batch)
+
+
 class Adder:
-    """One forward's admission on a colocated rank (``form``)."""
+    """One forward's admission on a rank (``form``)."""
 
     __slots__ = ("rank", "page", "rem_input", "rem_chunk", "offset", "cur_offset", "avail",
-                 "evictable_known", "ratio", "states")
+                 "evictable_known", "ratio", "states", "running", "slots", "one_token",
+                 "stale")
 
-    def __init__(self, rank: Any) -> None:
-        """``rank``: a :class:`pdsim.engine.colocated.ColocatedRank` (not imported: it
-        imports this module)."""
+    def __init__(self, rank: Any, running: dict, slots: int, mix: int = 0,
+                 offset: float = 0.0, ratio: float = 1.0, one_token: bool = False,
+                 stale: Any = None) -> None:
+        """``rank``: a :class:`pdsim.engine.colocated.ColocatedRank` or
+        :class:`pdsim.engine.prefill.PrefillRank` (not imported: they import this module).
+        ``running``: its running batch; ``slots``: the requests the forward may hold
+        (``get_num_allocatable_reqs``, and on a PD prefill ``req_to_token_pool``'s free
+        slots); ``mix``: decode tokens mixed in (``mixed_with_decode_tokens``); ``offset``:
+        what the running batch reserves (``rem_total_token_offset``); ``ratio``: the
+        new-token ratio; ``one_token``: every request's output reserved as one token (a PD
+        prefill); ``stale``: a test of the waiting queue's head, dropped when true (a PD
+        prefill's lazily deleted entries)."""
         self.rank = rank
         alloc = rank.alloc
         self.page = alloc.page_size
-        mix = len(rank.running) if rank.mixed_chunk else 0
         self.rem_input = rank.max_prefill - mix
         self.rem_chunk = rank.chunk_budget - mix
-        self.ratio = rank.ratio()
-        self.offset = mix + rank._running_left() * self.ratio
+        self.ratio = ratio
+        self.offset = offset
         self.cur_offset = mix
         self.avail = (alloc.capacity - alloc.used) * self.page
         cache = rank.cache
         self.evictable_known = cache is None or not cache.blocks
         self.states: list[tuple[float, int]] | None = None
+        self.running, self.slots, self.one_token = running, slots, one_token
+        self.stale = stale
 
     def _paged(self, n: int) -> int:
         return -(-n // self.page) * self.page
@@ -83,7 +102,8 @@ class Adder:
 
     def _spend(self, tokens: int, reserve: int) -> None:
         """``_update_prefill_budget``: ``tokens`` page-rounded, plus the output reserved."""
-        tokens = self._paged(tokens)
+        page = self.page
+        tokens = -(-tokens // page) * page  # (_paged, inline: once a request a forward)
         self.offset += tokens + reserve
         self.cur_offset += tokens
         self.rem_input -= tokens
@@ -91,7 +111,8 @@ class Adder:
 
     def _state(self) -> int:
         """``budget_state``."""
-        if self.rem_total() <= 0 or self.cur_rem() <= 0:
+        avail = self.avail
+        if avail - self.offset <= 0 or avail - self.cur_offset <= 0:  # (rem_total, cur_rem)
             if not (self._evictable() and self.rem_total() > 0 and self.cur_rem() > 0):
                 return NO_TOKEN
         if self.rem_input <= 0 or self.rem_chunk <= 0:
@@ -102,7 +123,8 @@ class Adder:
         """The forward's chunks ``(request, tokens, first chunk of its fill)``, pages taken;
         the rank's ``chunked`` and ``batch_is_full`` updated, the waiting queue popped."""
         rank = self.rank
-        running_bs = len(rank.running)
+        running_bs = len(self.running)
+        one = self.one_token
         batch: list[tuple[Request, int, bool]] = []
         chunked = rank.chunked
         if chunked is not None:
@@ -110,25 +132,30 @@ class Adder:
                 rank.batch_is_full = True
                 return batch
             rem = self.rem_chunk
-            if rank.chunk_capped_by_memory:  # add_chunked_req: min(rem_chunk, rem_total)
-                fit = int(self.rem_total())
-                if fit <= 0 and self._evictable():
+            if rank.chunk_capped_by_memory:  # add_chunked_req: min(rem_chunk, rem_total),
+                fit = int(self.rem_total())  # rem_total counting the evictable tokens (when
+                if fit < rem and self._evictable():  # the free ones would cap the chunk)
                     fit = int(self.rem_total())
-                if fit < rem:
+                if fit < rem:  # (rem_chunk if that is <= 0: "the chunked_req must be added")
                     rem = fit if fit > 0 else rem
             left = chunked.fill_target - chunked.fill_done
             n = left if left <= rem else rem
             if n <= 0 or not rank.take(chunked, n):
                 return batch  # (its pages are not free: it waits)
-            self._spend(n, _clip(chunked.output_len) if n == left else 0)
+            self._spend(n, (1 if one else _clip(chunked.output_len)) if n == left else 0)
             batch.append((chunked, n, False))
+            if n == left:  # its last chunk: another request may become the chunked one
+                chunked = None
         waiting, cache = rank.waiting, rank.cache
-        slots = rank.max_running - running_bs
+        slots, stale = self.slots, self.stale
         while waiting:
             if len(batch) >= slots:
                 rank.batch_is_full = True
                 break
             req = waiting[0]
+            if stale is not None and stale(req):
+                waiting.popleft()
+                continue
             cached = 0
             if cache is not None and req.blocks:
                 hit = cache.match(req.blocks) * cache.block_tokens
@@ -147,7 +174,11 @@ class Adder:
                 waiting.popleft()
                 batch.append((req, n, True))
                 if n < extend:
-                    rank.chunked = req
+                    if chunked is not None:  # (it would be in no queue: never to finish)
+                        raise AssertionError(
+                            f"{rank.name}/r{rank.index}: request {req.rid} truncated while "
+                            f"request {chunked.rid} is still being chunked")
+                    rank.chunked = chunked = req
             if res != CONTINUE:
                 if res == NO_TOKEN:
                     rank.batch_is_full = True
@@ -156,14 +187,15 @@ class Adder:
 
     def _one(self, req: Request, extend: int, others: bool) -> tuple[int, int]:
         """``add_one_req``: (tokens admitted, 0 if none; the budget state)."""
-        total = extend + _clip(max(req.output_len - req.generated, 0))
+        one = self.one_token
+        total = extend + (1 if one else _clip(max(req.output_len - req.generated, 0)))
         if total >= self.rem_total() and not (self._evictable() and total < self.rem_total()):
             return 0, NO_TOKEN
         paged = self._paged(extend)
         if paged >= self.rem_input and others:
             return 0, OTHER
         if paged <= self.rem_chunk:
-            self._spend(extend, _clip(req.output_len))
+            self._spend(extend, 1 if one else _clip(req.output_len))
             return extend, self._state()
         page = self.page
         if self.rank.page_aligned_chunk:
@@ -179,10 +211,18 @@ class Adder:
                         batch: list[tuple[Request, int, bool]]) -> tuple[int, int]:
         """``add_one_req_ignore_eos`` (radix cache off, an ``ignore_eos`` request): admitted
         only if every request, finishing shortest-first, always finds its tokens free."""
-        paged = self._paged(extend)
-        cur, tot = self.cur_rem(), self.rem_total()
+        page, avail = self.page, self.avail
+        paged = -(-extend // page) * page
+        cur, tot = avail - self.cur_offset, avail - self.offset  # (cur_rem, rem_total)
         if paged > (cur if cur < tot else tot):
             return 0, NO_TOKEN
+        one = self.one_token
+        if one:  # a PD prefill: every request (this one, those admitted) has one token left
+            # and none running, so the first state of the walk below binds: the free tokens
+            # less this prompt must exceed 2 tokens a request
+            if cur - paged <= (IGNORE_EOS_RESERVE_TOKENS + 1) * (len(batch) + 1):
+                return 0, NO_TOKEN
+            return self._take_whole_or_chunk(extend, 1)
         rank = self.rank
         ratio = self.ratio
         left = req.output_len - req.generated  # (ignore_eos: ratio 1)
@@ -192,12 +232,13 @@ class Adder:
             states = self.states = []
             if left > 0:
                 states.append(mine)
-            step = rank.step
-            for r in rank.running.values():
-                gen = r.gen_at_join + step - r.join_step
-                r_left = r.output_len * (1.0 if r.kind != "eval" else ratio) - gen
-                if r_left > 0:
-                    states.append((r_left, r.input_len + gen))
+            if self.running:
+                step = rank.step
+                for r in self.running.values():
+                    gen = r.gen_at_join + step - r.join_step
+                    r_left = r.output_len * (1.0 if r.kind != "eval" else ratio) - gen
+                    if r_left > 0:
+                        states.append((r_left, r.input_len + gen))
             for r, _n, _first in batch:  # (admitted this forward: the chunked request)
                 r_left = r.output_len * (1.0 if r.kind != "eval" else ratio) - r.generated
                 if r_left > 0:
@@ -220,8 +261,13 @@ class Adder:
             if cur + freed - (t_left + block) * bs <= IGNORE_EOS_RESERVE_TOKENS * bs:
                 return 0, NO_TOKEN
             freed += occupied
+        return self._take_whole_or_chunk(extend, _clip(req.output_len))
+
+    def _take_whole_or_chunk(self, extend: int, reserve: int) -> tuple[int, int]:
+        """``add_one_req_ignore_eos``'s end: the whole request if the chunk budget holds it
+        (its output reserved), else ``rem_chunk`` tokens of it (none reserved)."""
         if extend <= self.rem_chunk:
-            self._spend(extend, _clip(req.output_len))
+            self._spend(extend, reserve)
             return extend, self._state()
         if self.rem_chunk <= 0:
             return 0, OTHER

@@ -172,8 +172,9 @@ class BenchClient(Client):
         n = self.cfg.num_prompts
         base = (self.index + 1) * HASH_ID_LIMIT
         if ds.kind == "sharegpt":
-            ins, outs = sharegpt_lengths(self.rngs["lengths"], read_rows(ds.resolved_path), n,
-                                         ds.output_len, ds.context_len)
+            pairs = read_rows(ds.resolved_path, pairs=True)
+            ins, outs = sharegpt_lengths(self.rngs["lengths"], pairs, n, ds.output_len,
+                                         ds.context_len)
             # private blocks as a random prompt's (below), each prompt as many as it needs
             per = np.cumsum([0] + [-(-i // 512) for i in ins]) + base
             blocks = map(range, per[:-1].tolist(), per[1:].tolist())

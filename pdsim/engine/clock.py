@@ -15,7 +15,8 @@ pieces:
   and a callback scheduled later under it.
 - :func:`later` / :func:`soon` / :func:`urgent`: a callback one or more zero-delay steps later
   (where a chain of events, e.g. response event, condition, process resumption, would have run
-  it), or where a process started now would run.
+  it), or where a process started now would run; :func:`urgent_pending`: whether one such
+  start is due this instant (work standing for a process started now waits behind it).
 - :func:`run_inline`: a generator driven as the process that used to ``yield from`` it.
 - :func:`timer_at`, :class:`KeptDeadlines`, :class:`Relay`, :class:`Link`: the per-request
   path's entries (a timer under a reserved id; fixed-timeout deadlines carried by the items
@@ -312,6 +313,20 @@ def urgent(env: simpy.Environment, callback: Callable[[], None]) -> None:
     ev._value = None
     ev.callbacks.append(lambda _e: callback())
     env.schedule(ev, URGENT)
+
+
+def urgent_pending(env: simpy.Environment) -> bool:
+    """Whether an urgent entry (a process starting, or :func:`urgent`'s callback) is due this
+    instant: then work that stands for a process started now (a handler the router would have
+    started) must wait for it, behind it (``urgent``)."""
+    now = env._now
+    if isinstance(env, Environment):
+        steps = env._steps
+        if steps and steps[0][1] == URGENT and steps[0][0] == now:
+            return True
+        return env._queue_at == now and env._queue[0][1] == URGENT
+    queue = env._queue
+    return bool(queue) and queue[0][0] == now and queue[0][1] == URGENT
 
 
 def run_inline(gen: Generator, then: Callable[[object], None]) -> None:

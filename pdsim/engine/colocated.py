@@ -57,7 +57,7 @@ from pdsim.model.predictor import Predictor
 class ColocatedRank(RunningBatch):
     role = "colocated"
     SPANS = True
-    __slots__ = ("max_running", "reserve_tokens", "waiting", "retracted", "running", "step",
+    __slots__ = ("max_running", "waiting", "running", "step",
                  "ctx_sum", "_finish", "_grow", "_seq", "growth_pages", "_block_tokens", "_lag",
                  "_late", "_epoch", "_planned", "retract_20_steps", "port", "session",
                  "tokenize_s_per_token", "chunk_budget", "max_prefill", "cache", "chunked",
@@ -71,10 +71,10 @@ class ColocatedRank(RunningBatch):
                  stats: Stats, chunk_budget: int, version_rules: dict[str, bool]) -> None:
         super().__init__(env, server, index, cfg, predictor, pool_pages, flush_semantics, log,
                          stats)
-        self.max_running = cfg.max_running_requests
-        self.reserve_tokens = 0  # (a PD decode's; read by nothing here)
-        self.waiting: deque[Request] = deque()  # FCFS (--schedule-policy fcfs, the default)
-        self.retracted: deque[Request] = deque()  # (always empty: victims go to waiting)
+        self.max_running = cfg.max_running_requests or 1  # (the fleet sets it: its pool's)
+        # FCFS (--schedule-policy fcfs, the default); retracted requests come back here too
+        # (RunningBatch's PD-only parts, the retracted queue and its resumes, are not used)
+        self.waiting: deque[Request] = deque()
         self.running: dict[int, Request] = {}
         self.step = 0  # decode steps (a mixed step is one): the running batch's token clock
         self.ctx_sum = 0
@@ -195,7 +195,10 @@ class ColocatedRank(RunningBatch):
         (batch, context, 0), RunningBatch's."""
         running = self.running
         if self.chunked is not None or (self.waiting and not self.batch_is_full):
-            batch = Adder(self).form()
+            mix = len(running) if self.mixed_chunk else 0
+            ratio = self.ratio()
+            batch = Adder(self, running, self.max_running - len(running), mix,
+                          mix + self._running_left() * ratio, ratio).form()
             if batch:
                 return self._extend_plan(batch)
         if not running:
@@ -357,44 +360,31 @@ class ColocatedRank(RunningBatch):
             self.cache.insert(req.blocks)
 
     def _retract_for(self, needy: Request) -> bool:
-        """Retract to cover a growth (``ScheduleBatch.retract_decode``): fewest generated
-        tokens first, the longest prompt first among equals, at least one; until the growth
-        fits (0.5.2 on) or the free tokens cover 20 steps of every request left (earlier).
-        Victims free their KV and go to the back of the waiting queue (``recompute``); the
-        new-token ratio jumps to what the requests left have generated of their outputs,
-        plus 20 steps each. True if ``needy`` still runs."""
-        alloc, kept = self.alloc, True
-        cache = self.cache
-        if cache is not None and cache.blocks:  # check_decode_mem evicts from the radix
-            cache.evict(self.growth_pages)  # cache first
+        """Retract to cover a growth: ``check_decode_mem`` evicts from the radix cache first,
+        then ``retract_decode`` (RunningBatch's rule); the new-token ratio then jumps to what
+        the requests left have generated of their outputs, plus 20 steps each (from the next
+        decode step on: the step after a retraction does not decay it). True if ``needy``
+        still runs."""
+        alloc, cache = self.alloc, self.cache
+        if cache is not None and cache.blocks:
+            cache.evict(self.growth_pages)
             if alloc.capacity - alloc.used >= self.growth_pages:
                 return True
-        while True:
-            free = alloc.capacity - alloc.used
-            if free >= self.growth_pages and (not self.retract_20_steps or free * alloc.page_size
-                                              >= RETRACT_DECODE_STEPS * len(self.running)):
-                break
-            step = self.step
-            victim = min(self.running.values(),
-                         key=lambda r: (r.gen_at_join + step - r.join_step, -r.input_len))
-            self._leave(victim)
-            alloc.release(victim.d_pages)
-            victim.d_pages = None
-            victim.fill_target, victim.fill_done = victim.input_len + victim.generated, 0
-            self.waiting.append(victim)
-            self.stats.retractions += 1
-            self.log("retract", self.name, self.index, victim.rid, -1, value=victim.generated)
-            if victim is needy:
-                kept = False
-                break
+        kept = super()._retract_for(needy)
         n = len(self.running)
         decoded = self.ctx_sum - self.in_sum
         denominator = self.out_sum + (1 if self.ratio_plus_one else 0)
         ratio = (decoded + RETRACT_DECODE_STEPS * n) / denominator if denominator else 1.0
-        # (from the next decode step on: the step after a retraction does not decay it)
         self._r_base, self._r_at, self._r_skip = min(1.0, ratio), self.step + 1, 0
         self.batch_is_full = False
         return kept
+
+    def _requeue(self, victim: Request) -> int:
+        """A colocated victim's KV is freed, not kept: it goes to the back of the waiting queue
+        to be prefilled again, prompt and generated tokens both (``recompute``)."""
+        victim.fill_target, victim.fill_done = victim.input_len + victim.generated, 0
+        self.waiting.append(victim)
+        return -1
 
     def take(self, req: Request, n: int) -> bool:
         """Allocate pages for ``n`` more tokens of ``req``'s fill (cached blocks evicted for
@@ -454,8 +444,17 @@ class ColocatedRank(RunningBatch):
             try:
                 self.waiting.remove(req)
             except ValueError:
+                if req.d_pages is not None:  # (holding KV, it must be in one of the above)
+                    raise AssertionError(f"{self.name}/r{self.index}: aborted request "
+                                         f"{req.rid} holds KV but is in no queue") from None
                 return  # (being tokenized: _tokenized drops it)
             self._drop(req)
+
+    def holds(self, req: Request) -> bool:
+        """Whether ``req``, holding KV here, is in one of this rank's queues (the forward,
+        the request being chunked, the running batch): ``Fleet.check_held``'s invariant."""
+        return (req.rid in self.running or req is self.chunked
+                or any(r is req for r, _n, _f in self.batch))
 
     def refuse(self, req: Request) -> None:
         """The server is down: the connection is refused, the router answers 502 at once."""

@@ -37,6 +37,7 @@ from pdsim.engine.clock import KeptDeadlines, call_later
 from pdsim.engine.decode_batch import CLIP_MAX_NEW_TOKENS, GROWTH_TOKENS, RunningBatch
 from pdsim.engine.log import EventLog
 from pdsim.engine.request import (
+    BY_PEER,
     DECODE,
     FAILED,
     PREFILL,
@@ -52,7 +53,7 @@ from pdsim.model.predictor import Predictor
 class DecodeRank(RunningBatch):
     role = "decode"
     SPANS = True
-    __slots__ = ("flush_dooms", "max_running", "reserve_tokens", "waiting_timeout", "port",
+    __slots__ = ("flush_dooms", "max_running", "slots", "reserve_tokens", "waiting_timeout", "port",
                  "session", "alive", "on_waiting_timeout", "prealloc", "transfer", "waiting",
                  "retracted", "running", "step", "ctx_sum", "_finish", "_grow", "_seq",
                  "growth_pages", "_block_tokens", "_lag", "_late", "bootstrap_s",
@@ -68,7 +69,10 @@ class DecodeRank(RunningBatch):
         self.flush_dooms = flush_dooms  # scenario flush.dooms: which destinations a flush fails
         # (cfg fields as plain attributes, read from here only: a pydantic model's are slow to
         # read per request; nothing changes them during a run)
-        self.max_running = cfg.max_running_requests
+        self.max_running = cfg.max_running_requests or 1  # (the fleet sets it: its pool's)
+        # request slots (req_to_token_pool: max_running_requests + pre_alloc_size) that
+        # pre-allocated, transferring, waiting and running requests share; set by the fleet
+        self.slots = self.max_running + cfg.extra_slots(self.max_running)
         self.reserve_tokens = cfg.num_reserved_decode_tokens
         # what a running request needs to finish alone, as a max-heap of (-(prompt +
         # min(output, 4096)), seq, version, request): the gate's need_space_for_single_req
@@ -121,7 +125,7 @@ class DecodeRank(RunningBatch):
         # SGLang's PD paths as the scenario's release runs them (pdsim.config.pd_paths; the
         # fleet sets ``pd``), and what this rank reads of them per request
         self.pd: dict = {}
-        self.notify_prefill = PREFILL  # decode_abort_notifies_prefill: ABORT reaches prefill
+        self.notify_prefill = PREFILL | BY_PEER  # decode_abort_notifies_prefill: ABORT sent
         self.gate = True  # metadata_gate: a room whose aux never landed stays Transferring
         self.peers = None  # the decode's connections to prefills (pdsim.engine.peers), if kept
         self.dead = 0  # slots held now by rooms that cannot complete (dead rooms)
@@ -129,7 +133,7 @@ class DecodeRank(RunningBatch):
     def set_paths(self, pd: dict) -> None:
         """Take the scenario's PD paths (``Scenario.pd``)."""
         self.pd = pd
-        self.notify_prefill = PREFILL if pd["decode_abort_notifies_prefill"] else 0
+        self.notify_prefill = PREFILL | BY_PEER if pd["decode_abort_notifies_prefill"] else 0
         self.gate = pd["metadata_gate"]
 
     def forget_deadlines(self) -> None:
@@ -156,27 +160,25 @@ class DecodeRank(RunningBatch):
         if stepper is None or not stepper.taken(self):
             self._changed()
 
-    def _allocatable(self, retractable: int | None) -> int:
-        """SGLang's ``DecodePreallocQueue._allocatable_tokens``: the free tokens beyond a
-        reserve of ``num_reserved_decode_tokens`` per request running, transferring or waiting
-        (or, if larger, what the running request that needs most would need to finish with
-        every other one retracted: ``retractable`` is the running requests' tokens; None: not
-        counted, as when retracted requests resume), less what the retracted requests need
-        back (counted when ``retractable`` is given, as pre-allocation does)."""
+    def _allocatable(self, retractable: int) -> int:
+        """SGLang's ``DecodePreallocQueue._allocatable_tokens`` as ``pop_preallocated`` asks
+        it: the free tokens beyond a reserve of ``num_reserved_decode_tokens`` per request
+        running, transferring or waiting, or, if larger, what the running request that needs
+        most would need to finish with every other one retracted (``need_space_for_single_req``;
+        ``retractable``: the running requests' tokens). (SGLang also subtracts what retracted
+        requests need back, ``count_retracted``; but ``pop_preallocated`` runs only when none is
+        retracted, ``process_decode_queue``, so that term is always 0 there: pdsim keeps the one
+        rule that acts, ``_try_prealloc``'s.)"""
         alloc = self.alloc
         hold = self.reserve_tokens * (len(self.running) + len(self.transfer) + len(self.waiting))
-        if retractable is not None and self.running:
+        if self.running:
             needs = self._needs
             while needs[0][2] != needs[0][3].version:  # (left the batch since)
                 heapq.heappop(needs)
             single = -needs[0][0] - retractable
             if single > hold:
                 hold = single
-        free = (alloc.capacity - alloc.used) * alloc.page_size - hold
-        if retractable is not None:
-            for r in self.retracted:
-                free -= r.input_len + r.generated + self.reserve_tokens
-        return free
+        return (alloc.capacity - alloc.used) * alloc.page_size - hold
 
     def _join(self, req: Request) -> None:
         super()._join(req)
@@ -197,7 +199,7 @@ class DecodeRank(RunningBatch):
         prealloc = self.prealloc
         if not prealloc or self.halted or self.retracted:  # (pre-allocation runs in the
             return  # scheduler loop; retracted requests resume before new ones come in)
-        alloc, transfer, limit = self.alloc, self.transfer, self.max_running
+        alloc, transfer, limit = self.alloc, self.transfer, self.slots
         reserve = self.reserve_tokens
         allocatable = retractable = -1
         while prealloc:
@@ -460,13 +462,20 @@ class DecodeRank(RunningBatch):
                 f"retracted={len(self.retracted)}")
 
     def unfit(self) -> tuple[int, int]:
-        """How many retracted requests the whole KV pool could never take back (``_admit``
-        resumes a request when its context and its reserve fit in the free tokens), and the
-        most tokens one of them needs: a run stalled on them says so (``pdsim.engine.sim``)."""
+        """How many requests the whole KV pool could never take, and the most tokens one of
+        them needs: a run stalled on them says so (``pdsim.engine.sim``). Retracted requests
+        (``_admit`` resumes one when its context and its reserve fit in the free tokens) and
+        requests waiting to pre-allocate (``_try_prealloc``'s gate: the prompt and the larger
+        of its reserve and its output clipped to 4,096 tokens; FIFO, so one such request at
+        the head holds back the queue behind it for ever, as SGLang's
+        ``pop_preallocated``)."""
         alloc, reserve = self.alloc, self.reserve_tokens
         pool = alloc.capacity * alloc.page_size
         need = [alloc.pages_for(r.input_len + r.generated) * alloc.page_size + reserve
                 for r in self.retracted]
+        need += [max(alloc.pages_for(r.input_len) * alloc.page_size,
+                     r.input_len + max(reserve, min(r.output_len, CLIP_MAX_NEW_TOKENS)))
+                 for r in self.prealloc if not r.room.d_resolved]
         big = [n for n in need if n > pool]
         return len(big), max(big, default=0)
 

@@ -8,7 +8,9 @@ retraction under memory pressure (fewest generated tokens first, as SGLang's
 ``retract_decode``), and the spans of steps that cannot change the batch which the lockstep
 stepper (:mod:`pdsim.engine.lockstep`) takes in one go. The state it works on is set up by
 ``DecodeRank.__init__``; it calls back into the admission half for ``_respond`` and
-``_try_prealloc`` (a finished request frees pages a pre-allocation may take).
+``_try_prealloc`` (a finished request frees pages a pre-allocation may take). A colocated rank
+(:mod:`pdsim.engine.colocated`) runs the same batch, retraction and spans; the retracted queue
+and its resumes (``_admit``, ``_resume_ready``, ``_resumable``) are a PD decode's only.
 """
 
 from __future__ import annotations
@@ -157,7 +159,7 @@ class RunningBatch(Rank):
         req = self.retracted[0]
         alloc = self.alloc
         ctx = req.input_len + req.generated
-        return ((len(self.running) + len(self.transfer) + len(self.waiting)) < self.max_running
+        return ((len(self.running) + len(self.transfer) + len(self.waiting)) < self.slots
                 and ctx + self.reserve_tokens <= self._resumable()
                 and alloc.pages_for(ctx) <= alloc.capacity - alloc.used)
 
@@ -174,7 +176,7 @@ class RunningBatch(Rank):
             alloc, reserve, waiting = self.alloc, self.reserve_tokens, self.waiting
             allocatable = self._resumable()
             while retracted and (len(self.running) + len(self.transfer)
-                                 + len(waiting)) < limit:
+                                 + len(waiting)) < self.slots:  # (req_to_token_pool's)
                 req = retracted[0]
                 ctx = req.input_len + req.generated
                 if ctx + reserve > allocatable:
@@ -224,30 +226,65 @@ class RunningBatch(Rank):
         req.version += 1
 
     def _retract_for(self, needy: Request) -> bool:
-        """Free pages by retracting; True if ``needy`` still runs afterwards.
+        """Free pages by retracting (``ScheduleBatch.retract_decode``, the one implementation
+        of the rule, PD and colocated); True if ``needy`` still runs afterwards.
 
-        Victims go fewest generated tokens first, the longest prompt first among equals
-        (``ScheduleBatch.retract_decode``), at least one; SGLang 0.5.2 on (PR #9989) stops
-        once the next step fits (here: the growth due), earlier releases once the free
-        tokens cover 20 decode steps of every request left (``retract_20_steps``)."""
+        Victims go fewest generated tokens first, the longest prompt first among equals, at
+        least one, but never the last request (``if len(sorted_indices) == 1: break``: then
+        ``_alone_short``); SGLang 0.5.2 on (PR #9989) stops once the next step fits (here: the
+        growth due), earlier releases once the free tokens cover 20 decode steps of every
+        request left (``retract_20_steps``). Each victim frees its pages and goes where its
+        role puts it (``_requeue``)."""
         alloc = self.alloc
         while True:
             free = alloc.capacity - alloc.used
             if free >= self.growth_pages and (not self.retract_20_steps or free * alloc.page_size
                                               >= RETRACT_DECODE_STEPS * len(self.running)):
                 return True
+            if len(self.running) == 1:  # "Always keep at least one request" (it is needy)
+                return True
             victim = min(self.running.values(),
                          key=lambda r: (r.gen_at_join + self.step - r.join_step,  # generated
                                         -r.input_len))
             self._leave(victim)
-            self.alloc.release(victim.d_pages)
+            alloc.release(victim.d_pages)
             victim.d_pages = None
-            self.retracted.append(victim)
+            room = self._requeue(victim)
             self.stats.retractions += 1
-            self.log("retract", self.name, self.index, victim.rid, victim.room.id,
-                     value=victim.generated)
+            self.log("retract", self.name, self.index, victim.rid, room, value=victim.generated)
             if victim is needy:
                 return False
+
+    def _alone_short(self, req: Request) -> int:
+        """The one request left still cannot grow a block. SGLang decodes it a token at a time
+        while a page is free: it takes the free pages (returns the tokens they hold). With none
+        free SGLang raises "Out of memory even after retracting all other requests in the
+        decode batch" and its server exits; pdsim fails this request alone (HTTP 500, reason
+        ``decode_out_of_memory``, logged) and returns 0."""
+        alloc = self.alloc
+        free = alloc.capacity - alloc.used
+        if free > 0 and alloc.grow(req.d_pages, free):
+            return free * alloc.page_size
+        self._leave(req)
+        alloc.release(req.d_pages)
+        req.d_pages = None
+        self.load_tokens -= req.input_len + req.output_len
+        room = req.room.id if req.room is not None else -1
+        self.log("decode_out_of_memory", self.name, self.index, req.rid, room,
+                 value=req.generated, detail="out of memory even after retracting all other "
+                 "requests in the decode batch (SGLang raises and its server exits; pdsim "
+                 "fails this request only)")
+        # (counted for the time series by request.end, unless the request had already ended)
+        self._respond(req, "failed", "decode_out_of_memory", http_status=500)
+        self._try_prealloc()
+        self._maybe_idle()
+        return 0
+
+    def _requeue(self, victim: Request) -> int:
+        """A PD decode's victim waits in the retracted queue, its KV offloaded to host memory
+        (``release_req``: ``offload_kv_cache``); returns its room's id (the log's)."""
+        self.retracted.append(victim)
+        return victim.room.id
 
     def plan_step(self) -> tuple[int, int, int] | None:
         """Admit and size the next step: (batch, summed context, tokens to recompute) or None."""
@@ -364,7 +401,12 @@ class RunningBatch(Rank):
                     if not self._retract_for(req):  # (it was retracted itself)
                         free = left = alloc.capacity - alloc.used
                         continue
-                    alloc.grow(pages, gp)  # (_retract_for freed enough)
+                    if not alloc.grow(pages, gp):  # (alone: retract_decode keeps one)
+                        grown = self._alone_short(req)
+                        free = left = alloc.capacity - alloc.used
+                        if not grown:  # (it failed)
+                            continue
+                        req.full_at += grown - tokens  # (a part of a block)
                 free = left = alloc.capacity - alloc.used
             if s < first:
                 s = first  # (the step it grows at)

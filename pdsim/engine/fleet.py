@@ -22,13 +22,13 @@ from pdsim.engine.nic import NIC
 from pdsim.engine.peers import Peers
 from pdsim.engine.prefill import PrefillRank
 from pdsim.engine.recorder import Recorder
-from pdsim.engine.request import DECODE, PREFILL, Request, new_request
+from pdsim.engine.request import BY_PEER, DECODE, PREFILL, Request, new_request
 from pdsim.engine.router import MiniLB
 from pdsim.engine.server import Server
 from pdsim.engine.stats import Stats
 from pdsim.engine.transfer import TransferEngine
 from pdsim.model import predictor, profiles, sglang
-from pdsim.model.memory import nic_layout, pool
+from pdsim.model.memory import max_running, nic_layout, pool
 from pdsim.util.rng import Streams
 
 
@@ -89,6 +89,7 @@ class Fleet:
         self.decode_servers: list[Server] = []
         d_pred = self._predictor(dc)
         d_pool = pool(dc, gpu, model, engine, d_pred, sc.engine.version)
+        d_engine = self._engine(dc)
         d_pages = d_pool.pages
         for s in range(dc.servers):
             ranks = []
@@ -96,11 +97,11 @@ class Fleet:
                 port = tc.base_port + len(self.decode_ranks)
                 rank = DecodeRank(env, s, r, dc, d_pred, d_pages, tc.waiting_timeout_s, port,
                                   sc.flush.semantics, self.log, self.stats, sc.flush.dooms)
-                rank.bootstrap_s = engine.bootstrap_ms / 1e3
+                rank.bootstrap_s = d_engine.bootstrap_ms / 1e3
                 rank.retract_20_steps = not has(sc.engine.version, "retract_until_next_step_fits")
-                rank.tokenize_s_per_token = engine.tokenize_us_per_token * 1e-6
-                if d_pool.max_running is not None:  # a hybrid model's state pool caps it
-                    rank.max_running = min(rank.max_running, d_pool.max_running)
+                rank.tokenize_s_per_token = d_engine.tokenize_us_per_token * 1e-6
+                rank.max_running = max_running(dc, d_pool, model)  # (given, or SGLang's)
+                rank.slots = rank.max_running + dc.extra_slots(rank.max_running)
                 ranks.append(rank)
                 self.decode_ranks.append(rank)
             self.decode_servers.append(Server(env, "decode", s, ranks, balance.build(dc.balance),
@@ -131,6 +132,7 @@ class Fleet:
                                    sc.flush.semantics, self.log, self.stats, chunk)
                 rank.page_aligned_chunk = has(sc.engine.version, "page_aligned_chunk")
                 rank.chunk_capped_by_memory = has(sc.engine.version, "chunk_capped_by_memory")
+                rank.drops_failed_waiting = has(sc.engine.version, "prefill_drops_failed_waiting")
                 bl = blacklist.build(sc.blacklist, env, f"{rank.name}.r{r}", self.log)
                 bl.on_change = self._blacklist_changed
                 rank.engine = TransferEngine(env, rank.name, r, self.nics[-1], bl,
@@ -140,8 +142,7 @@ class Fleet:
                                              self.faults.write_error
                                              if self.faults.injects_errors else None)
                 bl.probe = rank.engine.probe  # probes cost what a small write on the path costs
-                if p_pool.max_running is not None:
-                    rank.max_running = min(rank.max_running, p_pool.max_running)
+                rank.max_running = max_running(pc, p_pool, model)
                 ranks.append(rank)
                 self.prefill_ranks.append(rank)
                 self.engines.append(rank.engine)
@@ -181,7 +182,8 @@ class Fleet:
         self.router = MiniLB(env, self.prefill_servers, self.decode_servers, sc.router,
                              self.rngs["routing"], self.log, self.stats)
         self.router.notify_decode = DECODE if pd["prefill_abort_notifies_decode"] else 0
-        self.router.notify_prefill = PREFILL if pd["decode_abort_notifies_prefill"] else 0
+        self.router.notify_prefill = (PREFILL | BY_PEER if pd["decode_abort_notifies_prefill"]
+                                     else 0)
 
     def _build_colocated(self, recorder: Recorder | None) -> None:
         """Colocated servers (each rank prefilling and decoding, pdsim.engine.colocated) behind
@@ -193,6 +195,7 @@ class Fleet:
         rules = {k: has(sc.engine.version, k) for k in RULES}
         pred = self._predictor(cc)
         c_pool = pool(cc, self.gpu, self.model, self.engine, pred, sc.engine.version)
+        c_engine = self._engine(cc)
         pages = c_pool.pages
         chunk = self.chunked_prefill_per_rank = chunk_budget(cc, self.gpu, sc.engine.version)
         self.prefill_ranks, self.prefill_servers, self.engines, self.nics = [], [], [], []
@@ -203,9 +206,8 @@ class Fleet:
             for r in range(cc.dp):
                 rank = ColocatedRank(env, s, r, cc, pred, pages, sc.flush.semantics, self.log,
                                      self.stats, chunk, rules)
-                rank.tokenize_s_per_token = self.engine.tokenize_us_per_token * 1e-6
-                if c_pool.max_running is not None:  # a hybrid model's state pool caps it
-                    rank.max_running = min(rank.max_running, c_pool.max_running)
+                rank.tokenize_s_per_token = c_engine.tokenize_us_per_token * 1e-6
+                rank.max_running = max_running(cc, c_pool, self.model)
                 if together and cc.dp > 1:  # a lockstep group plans every step (no spans)
                     rank.spans = False
                 rank.recorder = recorder
@@ -226,12 +228,18 @@ class Fleet:
                               self.log, self.stats)
 
     def _predictor(self, role: RoleConfig) -> predictor.Predictor:
-        """One predictor per role: the ranks of a role share its (pure) step-time function."""
+        """One predictor per role: the ranks of a role share its (pure) step-time function,
+        made with the calibration that holds for the role's layout (profiles.for_role)."""
+        res = profiles.for_role(self.scenario, role)
         gather = role.dp if role.dp_attention else 1
-        lay = predictor.layout_for(role, self.scenario.predictor, gather, self.gpu,
+        lay = predictor.layout_for(role, self.scenario.predictor, gather, res.gpu,
                                    self.scenario.engine.version)
-        return predictor.build(self.scenario.predictor, self.gpu, self.model, role.tp, gather,
-                               self.engine, lay)
+        return predictor.build(self.scenario.predictor, res.gpu, res.model, role.tp, gather,
+                               res.engine, lay)
+
+    def _engine(self, role: RoleConfig) -> profiles.Engine:
+        """The engine profile of a role (its calibration may set the per-request costs)."""
+        return profiles.for_role(self.scenario, role).engine
 
     def frontend(self) -> _Frontend:
         """The fleet as its clients see it (pdsim.engine.client.Frontend)."""
@@ -322,6 +330,20 @@ class Fleet:
         return (p_used / p_cap, d_used / d_cap, p_queue, p_inflight,
                 sum([e.queued() for e in self.engines]), prealloc, transfer, running,
                 self.stats.blacklisted_pairs)
+
+    def check_held(self) -> None:
+        """Invariant, checked as a run ends: an unfinished request holding KV on a colocated
+        rank is in one of that rank's queues (one in none would never finish and its pages
+        would leak; ``ColocatedRank.abort`` checks the same of an aborted request)."""
+        if self.scenario.fleet.mode != "colocated":
+            return
+        ranks = {(r.server, r.index): r for r in self.decode_ranks}
+        for req in self.requests:
+            if req.status == "unfinished" and req.d_pages is not None:
+                rank = ranks[req.d_server, req.d_rank]
+                if not rank.holds(req):
+                    raise AssertionError(f"{rank.name}/r{rank.index}: request {req.rid} "
+                                         f"holds KV but is in no queue at the end of the run")
 
     def release(self) -> None:
         """Let reference counting free the run's requests, once its outputs are made.

@@ -24,10 +24,9 @@ from collections.abc import Callable
 
 import numpy as np
 import simpy
-from simpy.events import URGENT
 
 from pdsim.config.fleet import RouterConfig
-from pdsim.engine.clock import urgent
+from pdsim.engine.clock import urgent, urgent_pending
 from pdsim.engine.log import EventLog
 from pdsim.engine.request import Request
 from pdsim.engine.router import _DISPATCH, MiniLB, _Call
@@ -67,9 +66,7 @@ class Gateway(MiniLB):
         """POST /generate: pick a server, dispatch after one hop (as ``MiniLB.generate``)."""
         env = self.env
         if not started:
-            now, steps = env._now, env._steps
-            if ((steps and steps[0][1] == URGENT and steps[0][0] == now)
-                    or (env._queue_at == now and env._queue[0][1] == URGENT)):
+            if urgent_pending(env):
                 urgent(env, lambda: self.generate(req, on_return, True))
                 return
         i = self._pick(req)

@@ -2,17 +2,21 @@
 
 A request waits in the bootstrap queue until its decode rank has pre-allocated KV (the room is
 bootstrapped), then in the waiting queue. Each forward takes requests FIFO as SGLang's
-``PrefillAdder`` does (python/sglang/srt/managers/schedule_policy.py and scheduler.py, 0.5.x):
-the request being chunked first, then waiting ones under the chunked-prefill budget and
-``max_prefill_tokens`` (the first request of a forward is exempt from the latter; a later one
-it does not fit waits, even where the chunk budget would have taken part of it), while request
-slots are free (``max_running_requests``, less the requests whose KV is still held for their
-transfer: ``req_to_token_pool.available_size()``); every finished chunk's KV goes to the
-transfer engine at once.
+``PrefillAdder`` does (:mod:`pdsim.engine.adder`, the colocated rank's implementation too;
+python/sglang/srt/managers/schedule_policy.py and scheduler.py, 0.5.x): the request being
+chunked first, then waiting ones under the chunked-prefill budget and ``max_prefill_tokens``
+(the first request of a forward is exempt from the latter; a later one it does not fit waits,
+even where the chunk budget would have taken part of it), under the free and evictable tokens
+less each admitted request's tokens and its one output token (a prefill server sets
+``max_new_tokens = 1``), while request slots are free (``max_running_requests``, less the
+requests whose KV is still held for their transfer: ``req_to_token_pool.available_size()``);
+every finished chunk's KV goes to the transfer engine at once.
 After its last chunk the request sits in the in-flight queue until the transfer resolves, and
 then its KV is released (into the prefix cache on success). A room that fails while its prompt
-is mid-prefill still has its remaining chunks computed, as SGLang does; a failed room still in
-the waiting queue is dropped (SGLang's abort path removes aborted requests from it).
+is mid-prefill still has its remaining chunks computed, as SGLang does. A request the prefill
+aborts itself leaves the waiting queue (its abort path removes it); one whose room the decode's
+ABORT failed (0.5.13 on) leaves it from 0.5.14 (``resolve_waiting_queue_bootstrap``), and in
+0.5.13 is prefilled all the same, its chunks dropped.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from collections.abc import Callable
 import simpy
 
 from pdsim.config.fleet import PrefillConfig
+from pdsim.engine.adder import NO_RUNNING, Adder
 from pdsim.engine.clock import KeptDeadlines
 from pdsim.engine.kv import PrefixCache
 from pdsim.engine.log import EventLog
@@ -45,13 +50,16 @@ class PrefillRank(Rank):
         self.kvb = kv_bytes_per_token
         self.chunk_budget = chunk_budget  # per rank, after SGLang's DP division (fleet.py)
         # (read per forward: a pydantic model's field is ~5x slower to read than an attribute)
-        self.max_running = cfg.max_running_requests
+        self.max_running = cfg.max_running_requests or 1  # (the fleet sets it: its pool's)
         self.max_prefill = cfg.max_prefill_tokens
         # SGLang releases (pdsim.config.engine_version; set by the fleet): a truncated
         # request's chunk page-aligned (else rem_chunk - page + 1), and a continuing chunk
         # shrunk to the free memory (else it waits for the whole chunk's pages)
         self.page_aligned_chunk = True
         self.chunk_capped_by_memory = True
+        # 0.5.14 on (resolve_waiting_queue_bootstrap): a room the decode's ABORT failed leaves
+        # the waiting queue; before, the request is prefilled all the same (its chunks dropped)
+        self.drops_failed_waiting = True
         self.bootstrap_timeout = bootstrap_timeout_s
         self.engine: TransferEngine | None = None  # wired by the fleet
         self.bootstrap: dict[int, Request] = {}
@@ -59,6 +67,8 @@ class PrefillRank(Rank):
         self._queued: set[int] = set()
         self.chunked: Request | None = None
         self.batch: list[tuple[Request, int, bool]] = []
+        self.batch_is_full = False  # (the adder's; reset at every forward: get_next_disagg_
+        # prefill_batch_to_run's "HACK", so no state here)
         self.inflight: dict[int, Request] = {}
         self.cache = PrefixCache(self.alloc, cfg.prefix_block_tokens) if cfg.prefix_cache else None
         # set by the fleet when a partition may cut this server off
@@ -98,6 +108,7 @@ class PrefillRank(Rank):
     def submit(self, req: Request) -> None:
         """POST /generate reached this rank (``pdsim.engine.server.Server.dispatch``)."""
         req.p_server, req.p_rank = self.server, self.index
+        req.fill_target = req.input_len
         self.bootstrap[req.rid] = req
         self.load_tokens += req.input_len
         req.room.prefill = self  # it hears room_bootstrapped and room_done
@@ -143,9 +154,15 @@ class PrefillRank(Rank):
                 return True
         return False
 
+    def _kept(self, req: Request) -> bool:
+        """A failed room's request this prefill still prefills from its waiting queue: the
+        decode's ABORT failed it (``Room.by_peer``) and the release does not drop such rooms
+        from the waiting queue (before 0.5.14)."""
+        return req.room.by_peer and not self.drops_failed_waiting and req.rid in self._queued
+
     def room_done(self, req: Request) -> None:
         """The room resolved (pdsim.engine.request.Room)."""
-        if req.room.state == FAILED and self._prefilling(req):
+        if req.room.state == FAILED and (self._prefilling(req) or self._kept(req)):
             # SGLang does not stop a failed room's prefill: the scheduler keeps scheduling the
             # chunked request (disaggregation/prefill.py process_prefill_chunk and
             # process_batch_result_disagg_prefill never poll its sender), the transfer engine
@@ -181,80 +198,36 @@ class PrefillRank(Rank):
 
     # --- the scheduler loop --------------------------------------------------------------
 
-    def _take(self, req: Request, budget: int) -> int:
-        """Allocate pages for the next chunk of ``req``; returns its token count (0: no room).
-        (``req.prefill_tokens``: its tokens prefilled so far; a request goes to one rank.)"""
-        left = req.input_len - req.cached_tokens - req.prefill_tokens
-        n = left if left < budget else budget
+    def take(self, req: Request, n: int) -> bool:
+        """Allocate pages for ``n`` more tokens of ``req``'s prefill (cached blocks evicted
+        for them if need be); False if they are not free."""
         alloc = self.alloc
         need = -(-n // alloc.page_size)  # alloc.pages_for(n)
         if alloc.capacity - alloc.used < need and self.cache is not None:
             self.cache.evict(need)
         pages = req.p_pages
         if pages is None:  # its first chunk (an empty holding grown by ``need`` is the same)
-            req.p_pages = pages = alloc.alloc(need)
-            return n if pages is not None else 0
-        return n if alloc.grow(pages, need) else 0
+            req.p_pages = alloc.alloc(need)
+            return req.p_pages is not None
+        return alloc.grow(pages, need)
+
+    def _stale(self, req: Request) -> bool:
+        """A waiting-queue entry no longer waiting (its room resolved, or it left): dropped
+        when it reaches the head (unless ``_kept``)."""
+        return (req.room.resolved and not self._kept(req)) or req.rid not in self._queued
 
     def _form_batch(self) -> list[tuple[Request, int, bool]]:
-        """The next forward's chunks, as ``Scheduler.get_new_batch_prefill`` forms them: the
-        chunked request's next chunk, then waiting requests FIFO while the chunk budget
-        (``rem_chunk_tokens``), ``max_prefill_tokens`` (``rem_input_tokens``; not for the
-        first), the request slots and the free pages allow. Budgets count page-rounded
-        tokens (``_update_prefill_budget``). Memory is the allocator's: SGLang's check
-        (``input + 1 < free + evictable``, max_new_tokens being 1 on a prefill server) is
-        what allocating the chunk's pages, evicting cached blocks first, asks."""
-        budget = self.chunk_budget
-        rem_input = self.max_prefill
-        ps = self.alloc.page_size
-        # request slots: those held by requests whose KV awaits its transfer, and by the
-        # request being chunked (it counts again in the batch, as in SGLang)
-        cap = self.max_running - len(self.inflight)
-        batch: list[tuple[Request, int, bool]] = []
-        if self.chunked is not None:
-            cap -= 1
-            req = self.chunked
-            n = self._take(req, budget)
-            if not n and self.chunk_capped_by_memory:  # add_chunked_req: min(rem_chunk,
-                fit = (self.alloc.capacity - self.alloc.used) * ps  # rem_total)
-                n = self._take(req, fit) if fit > 0 else 0
-            if not n:
-                return batch
-            batch.append((req, n, False))
-            used = -(-n // ps) * ps
-            budget -= used
-            rem_input -= used
-        while budget > 0 and rem_input > 0 and self.waiting and len(batch) < cap:
-            req = self.waiting[0]
-            if req.room.resolved or req.rid not in self._queued:
-                self.waiting.popleft()
-                continue
-            if self.cache is not None and req.blocks:
-                hit = self.cache.match(req.blocks) * self.cache.block_tokens
-                most = req.input_len - 1  # min(hit, most), without the builtin's call
-                req.cached_tokens = most if most < hit else hit
-            extend = req.input_len - req.cached_tokens
-            paged = -(-extend // ps) * ps
-            if batch and paged >= rem_input:  # the first request of a forward is exempt
-                break
-            if paged <= budget:
-                n = extend
-            else:  # truncated: it becomes the chunked request
-                n = budget // ps * ps if self.page_aligned_chunk else budget - ps + 1
-                if n <= 0:
-                    break
-            n = self._take(req, n)
-            if not n:
-                break
-            self.waiting.popleft()
-            self._queued.discard(req.rid)
-            batch.append((req, n, True))
-            used = -(-n // ps) * ps
-            budget -= used
-            rem_input -= used
-            if extend > n:
-                self.chunked = req
-                break
+        """The next forward's chunks: SGLang's ``PrefillAdder`` (:mod:`pdsim.engine.adder`,
+        the colocated rank's too) with no running batch and one output token reserved per
+        request (``_process_req`` sets ``max_new_tokens = 1``). Request slots: those
+        ``req_to_token_pool`` has left, less the requests whose KV awaits its transfer and
+        the request being chunked (which counts again in the forward, as in SGLang)."""
+        slots = self.max_running - len(self.inflight) - (self.chunked is not None)
+        batch = Adder(self, NO_RUNNING, slots, 0, 0.0, 1.0, True, self._stale).form()
+        queued = self._queued
+        for req, _n, first in batch:
+            if first:  # (taken from the waiting queue)
+                queued.discard(req.rid)
         return batch
 
     def plan_step(self) -> tuple | None:
@@ -312,6 +285,7 @@ class PrefillRank(Rank):
         self.stats.prefill_tokens += plan[0]
         for req, n, first in batch:
             req.prefill_tokens = done = req.prefill_tokens + n
+            req.fill_done += n
             last = done >= req.input_len - req.cached_tokens
             if last:
                 if self.chunked is req:

@@ -29,6 +29,10 @@ FAILED, BOOTSTRAPPING, WAITING_FOR_INPUT, TRANSFERRING, SUCCESS = Poll
 
 # The sides of a room a conclusion reaches (``Room.fail``, ``Room.succeed``): a bit each.
 PREFILL, DECODE, BOTH = 1, 2, 3
+# (with PREFILL in a failure's sides: the prefill side concluded by the decode's ABORT message,
+# not by the prefill's own scheduler; a prefill before 0.5.14 leaves such a request in its
+# waiting queue, to be prefilled: Room.by_peer)
+BY_PEER = 4
 
 
 class Responder(Protocol):
@@ -90,7 +94,7 @@ class Room:
 
     __slots__ = ("id", "state", "resolved", "session", "port", "doomed", "reason", "env",
                  "req", "booted", "decode", "prefill", "_boot_link", "_boot_at", "d_state",
-                 "d_resolved", "d_reason", "_pend", "aux_lost", "stale", "ack")
+                 "d_resolved", "d_reason", "_pend", "aux_lost", "stale", "ack", "by_peer")
     # (the fields, as new_room sets them)
     id: int
     env: simpy.Environment
@@ -114,6 +118,7 @@ class Room:
     port: int
     doomed: str  # set when a flush freed pages under this transfer
     reason: str
+    by_peer: bool  # the prefill side failed on the decode's ABORT (BY_PEER)
 
     def bootstrap(self) -> None:
         """The decode holds KV pages for it: the prefill hears one zero-delay step later. A
@@ -206,6 +211,7 @@ class Room:
             self.state = FAILED
             self.resolved = True
             self.reason = reason
+            self.by_peer = bool(sides & BY_PEER)
             new = PREFILL
         if sides & DECODE and not self.d_resolved:
             self.d_state = FAILED
@@ -241,7 +247,7 @@ def new_room(env: simpy.Environment, room_id: int, req: Request | None = None) -
     room.decode = room.prefill = None
     room._boot_link, room._boot_at = False, -1.0
     room.session, room.port, room.doomed, room.reason = "", 0, "", ""
-    room.aux_lost, room.stale, room.ack = False, "", None
+    room.aux_lost, room.stale, room.ack, room.by_peer = False, "", None, False
     return room
 
 
@@ -260,9 +266,10 @@ class Request:
         "t_prefill_start", "boot_at", "boot_eid", "wait_at", "wait_eid", "fill_target",
         "fill_done", "dead_at", "p_leg",
     )
-    # (fill_*: a colocated server's prefill of the request, pdsim.engine.colocated: the tokens
-    # whose KV it needs, its prompt and any tokens generated before a retraction, and those
-    # computed so far, cached prefix included)
+    # (fill_*: a prefill of the request (pdsim.engine.adder, on a colocated or a PD prefill
+    # rank): the tokens whose KV it needs, its prompt and, colocated, any tokens generated
+    # before a retraction, and those computed so far, cached prefix included; set by the
+    # rank that prefills it)
     # (boot_*, wait_*: the prefill's bootstrap and the decode's waiting deadline, set when
     # each starts: pdsim.engine.clock.KeptDeadlines)
     room: Room | None
@@ -299,8 +306,8 @@ def new_request(env: simpy.Environment, rid: int, client: str, kind: str, input_
     req.http_status = 0
     req.room = None
     req.p_server = req.p_rank = req.d_server = req.d_rank = -1
-    # prefill forward work spent on this request, which is also the prefill scheduler's
-    # position in its prompt (PrefillRank._take): sound because a Request is dispatched
+    # prefill forward work spent on this request (on a PD prefill rank, with its cached
+    # prefix, its position in its prompt, fill_done): sound because a Request is dispatched
     # to one prefill rank once (a retry is a new Request)
     req.prefill_tokens = 0
     req.t_prefill_start = NAN  # its first prefill forward began

@@ -20,12 +20,11 @@ from collections.abc import Callable, Generator
 
 import numpy as np
 import simpy
-from simpy.events import URGENT
 
 from pdsim.config.fleet import RouterConfig
-from pdsim.engine.clock import KeptDeadlines, call_later, later, urgent
+from pdsim.engine.clock import KeptDeadlines, call_later, later, urgent, urgent_pending
 from pdsim.engine.log import EventLog
-from pdsim.engine.request import DECODE, PREFILL, SUCCESS, Request, end, new_room
+from pdsim.engine.request import BY_PEER, DECODE, PREFILL, SUCCESS, Request, end, new_room
 from pdsim.engine.server import Server, refused
 from pdsim.engine.stats import Stats
 
@@ -123,7 +122,7 @@ class MiniLB:
             self.set_ttft(cfg.ttft_timeout_s, cfg.ttft_timeout_cancels)
         # which sides hear an abort of one leg (pdsim.config.pd_paths; the fleet sets them)
         self.notify_decode = 0  # prefill_abort_notifies_decode
-        self.notify_prefill = PREFILL  # decode_abort_notifies_prefill
+        self.notify_prefill = PREFILL | BY_PEER  # decode_abort_notifies_prefill
         # the leg_failure fault: None, or a callable giving '' or the leg ('prefill',
         # 'decode') whose POST fails at transport level (pdsim.engine.faults_pd)
         self.leg_fault: Callable[[Request], str] | None = None
@@ -163,9 +162,7 @@ class MiniLB:
         process this replaces has started (see below)."""
         env = self.env
         if not started:
-            now, steps = env._now, env._steps
-            if ((steps and steps[0][1] == URGENT and steps[0][0] == now)
-                    or (env._queue_at == now and env._queue[0][1] == URGENT)):
+            if urgent_pending(env):
                 # urgent events (processes not yet started) wait in this instant: the handler
                 # process would have started after those
                 urgent(env, lambda: self.generate(req, on_return, True))

@@ -108,7 +108,7 @@ def _stall_detail(fleet: Fleet, stuck: int) -> str:
         n, need = rank.unfit() if rank.role == "decode" else (0, 0)
         if n:
             pool = rank.alloc.capacity * rank.alloc.page_size
-            line += (f", of which {n} its whole KV pool of {pool:,} tokens cannot take back "
+            line += (f", of which {n} its whole KV pool of {pool:,} tokens can never take "
                      f"(one needs {need:,}): raise fleet.decode.kv_pool_tokens or "
                      f"mem_fraction_static, or shorten the requests")
         held = sum(int(t.partition("=")[2]) for t in queues)
@@ -180,8 +180,10 @@ def _sim_events(env: simpy.Environment) -> tuple[int, int]:
 
 
 def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: bool,
-             samples: list | None = None) -> dict:
-    """The run's summary; ``samples``: the time series' rows (the incident block reads them)."""
+             samples: list | None = None, stalled: bool = False) -> dict:
+    """The run's summary; ``samples``: the time series' rows (the incident block reads them);
+    ``stalled``: the run stopped with nothing left to simulate (its unanswered requests can
+    never finish)."""
     stats = fleet.stats
     gpus = fleet.scenario.fleet.gpus()  # (what a side-by-side comparison of fleets divides by)
     col = summary_mod.columns(None, cols)  # (the request columns, pdsim.engine.log.plain_columns)
@@ -267,16 +269,16 @@ def _summary(fleet: Fleet, cols: dict, n_events: int, sim_events: int, stopped: 
         {k: v[np.isin(m_client, benches)] for k, v in measured.items()}, now)
         if benches else steady.closed_loop())
     faults = fleet.scenario.faults
-    asked = any(r.metric and r.metric.startswith("incident.") for r in fleet.scenario.reference)
-    if faults or stats.dead_rooms or asked:  # (only then: a run without these has no incident)
+    if incident.has_block(fleet.scenario, stats.dead_rooms):  # (a run without: no incident)
         ws = [f.window(now) for f in faults]
         window = ((min(w[0] for w in ws), max(w[1] for w in ws)) if ws
                   else (math.nan, math.nan))
         first = keep & (np.asarray(values("attempt")) == 0)
         arrived = col["t_arrival"][first]
         load_end = float(arrived.max()) if len(arrived) else t0
+        stuck = int((measured["status"] == summary_mod.UNFINISHED).sum()) if stalled else 0
         top["incident"] = inc = incident.measures(measured, fleet.log.rows, window, t0, now,
-                                                  load_end)
+                                                  load_end, stuck)
         inc.update(incident.at_load_end(samples or [], load_end, len(fleet.decode_ranks)))
     return clean(top)
 
@@ -317,7 +319,8 @@ def _simulate(sc: Scenario, recorder: Recorder | None, progress: bool | float,
     wall = time.perf_counter() - wall0
     sim_events, sim_entries = _sim_events(env)
     summary = _summary(fleet, cols, len(log_rows), sim_events,
-                       not all_done.triggered and not stalled.triggered, rows)
+                       not all_done.triggered and not stalled.triggered, rows,
+                       stalled.triggered and not all_done.triggered)
     if stalled.triggered and not all_done.triggered:
         summary["stalled_at_s"] = round(float(env.now), 3)
     if sc.unknowns:
@@ -326,6 +329,7 @@ def _simulate(sc: Scenario, recorder: Recorder | None, progress: bool | float,
     pools = {f"{r.name}.r{r.index}": {"capacity": r.alloc.capacity, "peak": r.alloc.peak,
                                       "used": r.alloc.used} for r in fleet.ranks}
     end = float(env.now)
+    fleet.check_held()
     fleet.release()
     builders = {"requests": partial(frame_of, plain, REQUEST_COLUMNS),
                 "events": partial(records_frame, log_rows, EVENT_COLUMNS),

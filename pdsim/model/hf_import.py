@@ -28,14 +28,16 @@ modules outside ``modules_to_not_convert``: gpt-oss's experts), ``modelopt`` NVF
 
 from __future__ import annotations
 
-import json
+import math
 import os
+import re
 from typing import Any
 
 import yaml
 
 from pdsim.config.profile_schema import Model, ProfileError
 from pdsim.util.safeio import UserFileError, decode_utf8, echo, read_user_file, show_path
+from pdsim.util.safeyaml import YamlError, parse_json
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB
 
@@ -59,20 +61,23 @@ class ConfigImportError(ValueError):
 
 
 def read_config(path: str | os.PathLike) -> dict:
-    """A ``config.json`` read as user input (a regular file, at most 1 MB, strict UTF-8)."""
+    """A ``config.json`` read as user input (a regular file, at most 1 MB, strict UTF-8, JSON
+    nested at most 50 levels with integers of at most 100 digits)."""
     where = show_path(path)
     try:
         text = decode_utf8(read_user_file(path, "config.json", MAX_CONFIG_BYTES), where)
     except UserFileError as err:
         raise ConfigImportError(str(err)) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ConfigImportError(f"{where}: not valid JSON (line {err.lineno}, column "
-                                f"{err.colno}: {err.msg})") from None
+    try:  # (bounded: nesting and integer digits, as a YAML file's)
+        data = parse_json(text, where)
+    except YamlError as err:
+        raise ConfigImportError(str(err)) from None
     if not isinstance(data, dict):
         raise ConfigImportError(f"{where}: a config.json is a JSON object")
     return data
+
+
+MOE = "a MoE layer routes to at least one expert"
 
 
 class _Reader:
@@ -103,6 +108,16 @@ class _Reader:
         if kind is int and (isinstance(value, bool) or not isinstance(value, int)):
             raise ConfigImportError(f"{self.source}: {key!r} must be an integer, got "
                                     f"{echo(value)}")
+        return value
+
+    def positive(self, key: str, hint: str) -> int:
+        """``key``'s integer value, at least 1: a count or size of 0 is no model (0 KV heads
+        read as MHA, a head_dim of 0 fell back to hidden_size / heads, 0 routed experts made a
+        MoE config dense), so it is refused rather than read as "absent"."""
+        value = self.need(key)
+        if value < 1:
+            raise ConfigImportError(f"{self.where(key)} is {value}: it must be at least 1 "
+                                    f"({hint})")
         return value
 
     def put(self, field: str, value: Any, note: str) -> None:
@@ -195,6 +210,35 @@ def _weights(r: _Reader, family: str) -> None:
                                 f"(fp8, fp8 block, mxfp4, modelopt NVFP4/FP8, gptq/awq 4-bit)")
 
 
+CONTEXT_LENGTH_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                       "max_position_embeddings")  # SGLang's order (hf_transformers_utils.py)
+
+
+def _context_len(r: _Reader) -> None:
+    """``context_len`` as SGLang's ``get_context_length`` reads it (utils/
+    hf_transformers_utils.py@0.5.9): the first context-length key, times the rope_scaling
+    factor unless the scaling names original_max_position_embeddings or is llama3."""
+    for key in CONTEXT_LENGTH_KEYS:
+        if r.get(key) is None:
+            continue
+        val = r.positive(key, "the context length SGLang reads from the first of "
+                         f"{', '.join(CONTEXT_LENGTH_KEYS)} that is set")
+        rope = r.get("rope_scaling")
+        factor: float = 1
+        if isinstance(rope, dict) and "original_max_position_embeddings" not in rope \
+                and rope.get("rope_type") != "llama3":
+            factor = rope.get("factor", 1)
+            if (isinstance(factor, bool) or not isinstance(factor, int | float)
+                    or not math.isfinite(factor) or not 0 < factor <= 1024):
+                raise ConfigImportError(f"{r.where('rope_scaling')}.factor is "
+                                        f"{echo(factor)}: give a number in (0, 1024] (it "
+                                        f"scales {key} {val})")
+        scaled = f" x rope_scaling.factor {factor}" if factor != 1 else ""
+        r.put("context_len", int(factor * val), f"{r.where(key)}{scaled} (SGLang's "
+              f"get_context_length)")
+        return
+
+
 def profile_from_config(cfg: dict, source: str = "config.json") -> dict[str, dict[str, Any]]:
     """The model profile entry a ``config.json`` describes: ``{field: {value, source}}``."""
     r = _Reader(cfg, source)
@@ -230,6 +274,7 @@ def profile_from_config(cfg: dict, source: str = "config.json") -> dict[str, dic
         if ssm is not None:
             r.put("mamba_ssm_dtype", "bf16" if "bf" in str(ssm) else "fp32",
                   r.where("mamba_ssm_dtype"))
+    _context_len(r)
     vision = r.top.get("vision_config")
     if isinstance(vision, dict):
         depth = vision.get("depth", vision.get("num_hidden_layers"))
@@ -247,10 +292,12 @@ def _gqa(r: _Reader, family: str) -> None:
     s = r.source
     r.put("attention", "gqa", f"{s}: {family} attention (GQA/MHA)")
     heads = r.need("num_attention_heads")
-    r.put("kv_heads", r.get("num_key_value_heads") or heads,
-          r.where("num_key_value_heads") if r.get("num_key_value_heads") else
-          f"{s}: no num_key_value_heads: MHA")
-    hd = r.get("head_dim")
+    given = r.get("num_key_value_heads") is not None
+    kv = r.positive("num_key_value_heads", "leave it out for MHA") if given else heads
+    r.put("kv_heads", kv,
+          r.where("num_key_value_heads") if given else f"{s}: no num_key_value_heads: MHA")
+    hd = (r.positive("head_dim", "leave it out for hidden_size / num_attention_heads")
+          if r.get("head_dim") is not None else None)
     r.put("head_dim", hd or r.need("hidden_size") // heads,
           r.where("head_dim") if hd else f"{s}: hidden_size / num_attention_heads")
     if r.get("attn_output_gate"):
@@ -268,7 +315,7 @@ def _gqa(r: _Reader, family: str) -> None:
         r.put("moe_intermediate_size", r.need("intermediate_size"),
               f"{s}: intermediate_size (per expert)")
         return
-    r.take("experts", "num_experts")
+    r.put("experts", r.positive("num_experts", MOE), r.where("num_experts"))
     r.take("experts_per_token", "num_experts_per_tok")
     r.take("moe_intermediate_size", "moe_intermediate_size")
     if r.get("decoder_sparse_step", 1) != 1:
@@ -297,10 +344,15 @@ def _deepseek(r: _Reader) -> None:
     for field in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
                   "intermediate_size", "moe_intermediate_size"):
         r.take(field, field)
-    r.take("experts", "n_routed_experts")
-    r.take("experts_per_token", "num_experts_per_tok")
+    r.put("experts", r.positive("n_routed_experts", MOE), r.where("n_routed_experts"))
+    r.put("experts_per_token", r.positive("num_experts_per_tok", "a token goes to at least one "
+                                          "expert"), r.where("num_experts_per_tok"))
     r.take("shared_experts", "n_shared_experts", 0, required=False)
     r.take("dense_layers", "first_k_dense_replace", 0, required=False)
+    dense, layers = r.get("first_k_dense_replace") or 0, r.need("num_hidden_layers")
+    if dense > layers:
+        raise ConfigImportError(f"{r.where('first_k_dense_replace')} is {dense}, more than "
+                                f"num_hidden_layers ({layers}): at most every layer is dense")
     if r.get("moe_layer_freq", 1) != 1:
         raise ConfigImportError(f"{s}: moe_layer_freq {r.get('moe_layer_freq')} (MoE every few "
                                 f"layers) is not modelled")
@@ -322,6 +374,21 @@ def profile_yaml(name: str, entry: dict[str, dict[str, Any]], source: str) -> st
     return head + yaml.safe_dump(body, sort_keys=False, width=100)
 
 
+def _in_config_terms(msg: str, name: str, entry: dict[str, dict[str, Any]]) -> str:
+    """A profile's error as the config says it: the config key the value came from, not the
+    profile's path (``invalid value at 'models.<name>.hidden_size'``), and the file named once
+    (the caller names it): "hidden_size: Input should be ..." """
+    m = re.match(rf"(?:[^:]*: )?invalid value at 'models\.{re.escape(name)}\.(\w+)': (.*)", msg)
+    if not m:
+        return msg
+    field, why = m.groups()
+    source = entry.get(field, {}).get("source", "")
+    key = source.split(": ", 1)[1] if ": " in source else ""
+    said = (key if re.fullmatch(r"[\w.\[\]]+", key)
+            else f"{field} ({key})" if key else field)
+    return f"{said}: {why}"
+
+
 def import_config(path: str | os.PathLike, name: str) -> tuple[Model, str]:
     """The model of ``path``'s config as a validated profile, and its profile file text."""
     from pdsim.model import profiles
@@ -334,7 +401,7 @@ def import_config(path: str | os.PathLike, name: str) -> tuple[Model, str]:
     try:
         model = profiles.build("models", name, plain, {k: v["source"] for k, v in entry.items()})
     except ProfileError as err:
-        raise ConfigImportError(f"{src}: {err}") from None
+        raise ConfigImportError(f"{src}: {_in_config_terms(str(err), name, entry)}") from None
     bad = model.inconsistency()
     if bad is not None:
         raise ConfigImportError(f"{src}: {bad[1]}")

@@ -152,13 +152,16 @@ def pool(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
     states, cap = 0, None
     if model.linear_attention_layers:
         per_req = model.state_bytes_per_request(attn_tp)
-        if not radix_cache(role_cfg):  # --disable-radix-cache with --max-running-requests
+        if not radix_cache(role_cfg) and role_cfg.max_running_requests is not None:
+            # (--disable-radix-cache with --max-running-requests: a state per request)
             states = role_cfg.max_running_requests
             cap = states
         else:
             r = MAMBA_FULL_MEMORY_RATIO
             states = int(rest * r / (1 + r) // per_req)
-            cap = states // 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO
+            # states a running request takes: 1 with the radix cache off, else
+            # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO, 3 (init_memory_pool@0.5.9)
+            cap = states // (3 if radix_cache(role_cfg) else 1)
         rest -= states * per_req
         how += f"; {states:,} recurrent states of {per_req / 2**20:.1f} MiB carved first"
         if rest <= 0 or cap < 1:
@@ -178,6 +181,25 @@ def pool(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
         how += f"; sliding-window layers' pool {ratio:g} x the full layers'"
     pages = max(1, tokens // page)
     return Pool(pages * page, pages, how, mfs, states, cap, swa // page * page)
+
+
+def max_running(role_cfg: RoleConfig, rank_pool: Pool, model: profiles.Model) -> int:
+    """Requests a DP rank runs at once: ``max_running_requests`` when given, else SGLang's
+    derived default for its pool (:func:`pdsim.model.sglang.default_max_running`), capped by
+    a hybrid model's state pool."""
+    n = role_cfg.max_running_requests
+    if n is None:
+        n = sglang.default_max_running(rank_pool.tokens, model.context_len)
+    if rank_pool.max_running is not None:
+        n = min(n, rank_pool.max_running)
+    return n
+
+
+def running_limits(sc: Scenario) -> dict[str, int]:
+    """:func:`max_running` of one DP rank of each role, as the fleet builds them."""
+    model = profiles.for_scenario(sc).model
+    roles = dict(sc.fleet.roles())
+    return {role: max_running(roles[role], p, model) for role, p in pools(sc).items()}
 
 
 def pool_pages(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
@@ -213,9 +235,10 @@ def pools(sc: Scenario, ctx: Context | None = None) -> dict[str, Pool]:
         _heads_split(role, cfg, prof.model)
         gather = cfg.dp if cfg.dp_attention else 1
         try:  # (built first, for pool to reuse; its error is reported second)
-            lay = predictor.layout_for(cfg, sc.predictor, gather, prof.gpu, sc.engine.version)
-            pred, bad = predictor.build(sc.predictor, prof.gpu, prof.model, cfg.tp, gather,
-                                        prof.engine, lay), None
+            rp = profiles.for_role(sc, cfg, ctx)  # (the calibration of the role's layout)
+            lay = predictor.layout_for(cfg, sc.predictor, gather, rp.gpu, sc.engine.version)
+            pred, bad = predictor.build(sc.predictor, rp.gpu, rp.model, cfg.tp, gather,
+                                        rp.engine, lay), None
             rates.check_step_times(pred, "gpu" if sc.predictor.kind == "operator"
                                    else "predictor")
         except rates.RateError as err:

@@ -9,10 +9,15 @@ A scenario names a GPU, a model and an engine (``fleet.gpu``, ``fleet.model``,
    ``extends: <name>`` another);
 3. the calibration for (GPU, model, engine): shipped ``calibrations.yaml``, then the files'
    ``calibrations:`` (what ``pdsim calibrate`` writes); at most one per combination. A
-   calibration attaches to a GPU architecture (``die``): the most specific one applies, first
-   one fitted on this very GPU, then one written for its die (``die: GH100``), then one fitted
-   on another GPU of the same die (the first by name). Its values are achieved fractions of
-   peak and fixed costs, so on a sibling part they scale with that part's own peaks;
+   calibration attaches to a GPU architecture (``die``) and to a model or its family
+   (``family:``, the model profile's ``family``): the most specific one applies, first one
+   for the model itself (fitted on this very GPU, then one written for its die ``die: GH100``,
+   then one fitted on another GPU of the same die, the first by name), then one for its family
+   in the same order. Its values are achieved fractions of peak and fixed costs, so on a
+   sibling part they scale with that part's own peaks. A calibration may say which layout it
+   holds for (``layout: {moe_a2a_backend: deepep, dp_attention: true}``: what it was fitted
+   on); it then applies to a role of that layout only (:func:`for_role`), and the next most
+   specific one to the others;
 4. the scenario's inline overrides ``gpu:``, ``model:``, ``engine:`` (``--set gpu.hbm_tbps=3``
    writes there).
 
@@ -62,11 +67,13 @@ class Entry:
 @dataclass
 class Catalog:
     """Every entry known to a scenario, with origins, plus calibrations (keyed by (GPU name,
-    model, engine), or by ("die:" + die, model, engine) for one written for a die)."""
+    model, engine): ``"die:" + die`` for one written for a die, ``"family:" + family`` for one
+    written for a model family), and the layout each holds for (none: any)."""
 
     entries: dict[str, dict[str, Entry]]  # section -> name -> entry
     calibrations: dict[tuple[str, str, str], dict[str, tuple[Any, str]]]
     notes: dict[tuple[str, str, str], str] = dc_field(default_factory=dict)  # calibration -> note
+    layouts: dict[tuple[str, str, str], tuple] = dc_field(default_factory=dict)
 
     def names(self, section: str) -> list[str]:
         return sorted(self.entries[section])
@@ -131,19 +138,28 @@ def _merge_calibrations(cat: Catalog, data: Any, where: str) -> None:
                            f"{{gpu, model, engine, set}} entries")
     for i, cal in enumerate(data):
         path = f"calibrations.{i}"
-        if not isinstance(cal, dict) or set(cal) - {"gpu", "die", "model", "engine", "set",
-                                                   "note"}:
+        if not isinstance(cal, dict) or set(cal) - {"gpu", "die", "model", "family", "engine",
+                                                   "set", "note", "layout"}:
             raise ProfileError(f"{where}: '{path}' must be a mapping with keys gpu (or die), "
-                               f"model, engine, set (and an optional note)")
+                               f"model (or family), engine, set (and an optional layout and "
+                               f"note)")
         if ("gpu" in cal) == ("die" in cal):
             raise ProfileError(f"{where}: '{path}' needs one of gpu (the GPU it was fitted on) "
                                f"or die (a GPU architecture, e.g. GH100), not both")
+        if ("model" in cal) == ("family" in cal):
+            raise ProfileError(f"{where}: '{path}' needs one of model (a model profile) or "
+                               f"family (a model family, e.g. qwen3-dense), not both")
         target = cal["gpu"] if "gpu" in cal else cal["die"]
-        key = (target, cal.get("model"), cal.get("engine", "sglang"))
+        whom = cal["model"] if "model" in cal else cal["family"]
+        key = (target, whom, cal.get("engine", "sglang"))
         if not all(isinstance(k, str) and k for k in key):
-            raise ProfileError(f"{where}: '{path}' needs gpu (or die) and model names")
+            raise ProfileError(f"{where}: '{path}' needs gpu (or die) and model (or family) "
+                               f"names")
         if "die" in cal:
             key = (DIE + target, key[1], key[2])
+        if "family" in cal:
+            key = (key[0], FAMILY + whom, key[2])
+        cat.layouts[key] = _layout_condition(cal.get("layout"), f"{where}: '{path}.layout'")
         sets = cal.get("set") or {}
         if not isinstance(sets, dict):
             raise ProfileError(f"{where}: '{path}.set' must map dotted keys (gpu.gemm_eff, "
@@ -166,6 +182,33 @@ def _merge_calibrations(cat: Catalog, data: Any, where: str) -> None:
         if isinstance(cal.get("note"), str):
             cat.notes[key] = " ".join(cal["note"].split())
         cat.notes.setdefault(key, "")
+
+
+LAYOUT_KEYS = {"moe_a2a_backend": ("none", "deepep"), "dp_attention": (False, True)}
+"""What a calibration's ``layout`` may condition on (a role's fleet fields), and their values."""
+
+
+def _layout_condition(layout: Any, where: str) -> tuple:
+    """A calibration's ``layout:`` as a sorted tuple of (field, value) (empty: any layout)."""
+    if layout is None:
+        return ()
+    if not isinstance(layout, dict) or not layout:
+        raise ProfileError(f"{where} must map role fields ({', '.join(LAYOUT_KEYS)}) to the "
+                           f"values the calibration was fitted with")
+    for k, v in layout.items():
+        if k not in LAYOUT_KEYS:
+            raise ProfileError(f"{where}: unknown key {echo(k)}; allowed: "
+                               f"{', '.join(LAYOUT_KEYS)}")
+        if v not in LAYOUT_KEYS[k] or type(v) is not type(LAYOUT_KEYS[k][0]):
+            raise ProfileError(f"{where}.{k}: {echo(v)}; one of "
+                               f"{', '.join(map(str, LAYOUT_KEYS[k]))}")
+    return tuple(sorted(layout.items()))
+
+
+def role_layout(role: Any) -> tuple:
+    """A fleet role's layout as calibrations condition on it (:data:`LAYOUT_KEYS`)."""
+    return (("dp_attention", bool(getattr(role, "dp_attention", False))),
+            ("moe_a2a_backend", str(getattr(role, "moe_a2a_backend", "none"))))
 
 
 def _parse(text: str, where: str) -> Any:
@@ -236,7 +279,7 @@ def catalog(files: tuple[str, ...] = ()) -> Catalog:
 def _catalog(files: tuple[tuple[str, tuple], ...]) -> Catalog:
     base = _shipped()
     cat = Catalog({s: dict(v) for s, v in base.entries.items()}, dict(base.calibrations),
-                  dict(base.notes))
+                  dict(base.notes), dict(base.layouts))
     for f, _mtime in files:
         data = read_profile_file(f)
         for section in KINDS:
@@ -295,6 +338,7 @@ class Resolved:
 
 
 DIE = "die:"  # the key prefix of a calibration written for a die
+FAMILY = "family:"  # the key prefix of a calibration written for a model family
 
 
 def _die_of(cat: Catalog, gpu: str) -> str:
@@ -304,28 +348,51 @@ def _die_of(cat: Catalog, gpu: str) -> str:
     return die if isinstance(die, str) and die else gpu
 
 
-def calibration_for(cat: Catalog, gpu: str, model: str, engine: str
+def _holds(cat: Catalog, key: tuple[str, str, str], layout: tuple | None) -> bool:
+    """Whether calibration ``key`` holds for a role of ``layout`` (None: no role in view,
+    any calibration holds)."""
+    cond = cat.layouts.get(key, ())
+    return layout is None or not cond or set(cond) <= set(layout)
+
+
+def calibration_for(cat: Catalog, gpu: str, model: str, engine: str, family: str = "",
+                    layout: tuple | None = None
                     ) -> tuple[tuple[str, str, str] | None, str]:
     """The calibration a (GPU, model, engine) runs with and a line saying which and why:
-    one fitted on this GPU; else one written for its die; else one fitted on another GPU of
-    the same die (the first by name). None when there is none."""
-    if (gpu, model, engine) in cat.calibrations:
-        return (gpu, model, engine), f"{gpu} / {model} / {engine} (fitted on this GPU)"
+    for the model, one fitted on this GPU; else one written for its die; else one fitted on
+    another GPU of the same die (the first by name); then the same for the model's
+    ``family``. Only calibrations that hold for ``layout`` (:func:`role_layout`; None: any)
+    count. None when there is none."""
     die = _die_of(cat, gpu)
-    key = (DIE + die, model, engine)
-    if key in cat.calibrations:
-        return key, f"die {die} / {model} / {engine} (written for the die of {gpu})"
-    for (g, m, e) in sorted(cat.calibrations):
-        if m == model and e == engine and not g.startswith(DIE) and g != gpu \
-                and _die_of(cat, g) == die:
-            return (g, m, e), (f"{g} / {model} / {engine} (fitted on {g}; applies to {gpu} "
-                               f"through their die {die}, scaled by {gpu}'s own peaks)")
+    names = [(model, model)] + ([(FAMILY + family, f"family {family}")] if family else [])
+    for m, shown in names:
+        key = (gpu, m, engine)
+        if key in cat.calibrations and _holds(cat, key, layout):
+            return key, f"{gpu} / {shown} / {engine} (fitted on this GPU)" + _cond(cat, key)
+        key = (DIE + die, m, engine)
+        if key in cat.calibrations and _holds(cat, key, layout):
+            return key, (f"die {die} / {shown} / {engine} (written for the die of {gpu})"
+                         + _cond(cat, key))
+        for (g, mm, e) in sorted(cat.calibrations):
+            if mm == m and e == engine and not g.startswith(DIE) and g != gpu \
+                    and _die_of(cat, g) == die and _holds(cat, (g, mm, e), layout):
+                return (g, mm, e), (f"{g} / {shown} / {engine} (fitted on {g}; applies to "
+                                    f"{gpu} through their die {die}, scaled by {gpu}'s own "
+                                    f"peaks)" + _cond(cat, (g, mm, e)))
     return None, ""
 
 
+def _cond(cat: Catalog, key: tuple[str, str, str]) -> str:
+    cond = cat.layouts.get(key, ())
+    return (" for layouts with " + ", ".join(f"{k} {v}" for k, v in cond)) if cond else ""
+
+
 def resolve(gpu: str, model: str, engine: str = "sglang", files: tuple[str, ...] = (),
-            overrides: dict[str, dict[str, Any]] | None = None) -> Resolved:
-    """Resolve (gpu, model, engine) through shipped files, user files, calibration, overrides.
+            overrides: dict[str, dict[str, Any]] | None = None,
+            layout: tuple | None = None) -> Resolved:
+    """Resolve (gpu, model, engine) through shipped files, user files, calibration, overrides;
+    ``layout`` (:func:`role_layout`) picks among calibrations that say which layout they hold
+    for (None: the most specific whatever its layout).
 
     Raises :class:`ProfileError` (one line) on unknown names or invalid values.
 
@@ -339,11 +406,11 @@ def resolve(gpu: str, model: str, engine: str = "sglang", files: tuple[str, ...]
     stamped = tuple((f, _stamp(f)) for f in files)
     frozen = _frozen(overrides)
     if frozen is None or not all(type(n) is str for n in (gpu, model, engine)):
-        return _resolve(gpu, model, engine, stamped, overrides)
-    key = (gpu, model, engine, stamped, frozen)
+        return _resolve(gpu, model, engine, stamped, overrides, layout)
+    key = (gpu, model, engine, stamped, frozen, layout)
     res = _RESOLVED.get(key)
     if res is None:
-        res = _resolve(gpu, model, engine, stamped, overrides)
+        res = _resolve(gpu, model, engine, stamped, overrides, layout)
         if len(_RESOLVED) >= 64:
             _RESOLVED.clear()
         _RESOLVED[key] = res
@@ -368,7 +435,8 @@ def _frozen(overrides: dict[str, dict[str, Any]] | None) -> tuple | None:
 
 
 def _resolve(gpu: str, model: str, engine: str, stamped: tuple,
-             overrides: dict[str, dict[str, Any]] | None) -> Resolved:
+             overrides: dict[str, dict[str, Any]] | None, layout: tuple | None = None
+             ) -> Resolved:
     cat = _catalog(stamped)
     names = {"gpu": gpu, "model": model, "engine": engine}
     for kind, n in names.items():
@@ -378,7 +446,10 @@ def _resolve(gpu: str, model: str, engine: str, stamped: tuple,
             raise ProfileError(f"invalid value at 'fleet.{kind}': unknown {label} profile "
                                f"{echo(n)}; allowed: {', '.join(cat.names(section))}")
     vals = {kind: dict(cat.entries[SECTION[kind]][n].values) for kind, n in names.items()}
-    cal_key, cal_line = calibration_for(cat, gpu, model, engine)
+    family = (overrides or {}).get("model", {}).get("family") \
+        or vals["model"].get("family", ("", ""))[0]
+    cal_key, cal_line = calibration_for(cat, gpu, model, engine,
+                                        family if isinstance(family, str) else "", layout)
     cal = cat.calibrations[cal_key] if cal_key else {}
     if cal_key and cat.notes.get(cal_key):
         cal_line += f": {cat.notes[cal_key]}"
@@ -415,8 +486,15 @@ def _resolve(gpu: str, model: str, engine: str, stamped: tuple,
                     cal_line)
 
 
-def for_scenario(sc: Any, ctx: Any = None) -> Resolved:
-    """The profiles a validated :class:`~pdsim.config.scenario.Scenario` runs with.
+def for_role(sc: Any, role: Any, ctx: Any = None) -> Resolved:
+    """:func:`for_scenario` for one fleet role (``fleet.prefill`` / ``.decode`` /
+    ``.colocated``): the calibration that holds for its layout (:func:`role_layout`)."""
+    return for_scenario(sc, ctx, role_layout(role))
+
+
+def for_scenario(sc: Any, ctx: Any = None, layout: tuple | None = None) -> Resolved:
+    """The profiles a validated :class:`~pdsim.config.scenario.Scenario` runs with (per role:
+    :func:`for_role`).
 
     ``profiles:`` entries resolve against ``ctx`` (a :class:`pdsim.config.units.Context`;
     default: where the scenario was loaded from), confined to the scenario's directory tree.
@@ -432,7 +510,7 @@ def for_scenario(sc: Any, ctx: Any = None) -> Resolved:
     # (engine.version names the scheduler's release: not a profile value)
     over = {k: getattr(sc, k).model_dump(exclude_none=True, exclude={"version"})
             for k in ("gpu", "model", "engine")}
-    return resolve(sc.fleet.gpu, sc.fleet.model, sc.fleet.engine, tuple(files), over)
+    return resolve(sc.fleet.gpu, sc.fleet.model, sc.fleet.engine, tuple(files), over, layout)
 
 
 # --- the shipped catalog, by name (what tests and the CLI listing use) ---------------------

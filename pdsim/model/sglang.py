@@ -124,3 +124,24 @@ def mem_fraction_static(gpu: GPU, model: Model, tp: int, dp: int, dp_attention: 
     mfs = round((gpu.hbm_mib - res) / gpu.hbm_mib, 3)
     factor = vlm_factor(model)
     return mfs * factor if factor != 1.0 else mfs
+
+
+REQ_SLOTS_MIN, REQ_SLOTS_MAX = 2048, 4096  # model_runner_kv_cache_mixin.py init_memory_pool
+
+
+def default_max_running(pool_tokens: int, context_len: int | None) -> int:
+    """SGLang's running-request cap of a DP rank when ``--max-running-requests`` is not given:
+    ``min(max_total_num_tokens // 2, req_to_token_pool.size)``, the pool's request slots
+    ``min(max(int(max_total_num_tokens / context_len * 512), 2048), 4096)``
+    (tp_worker.py@0.5.1.post1 l.128, model_runner.py@0.5.9 l.593 and
+    model_runner_kv_cache_mixin.py ``init_memory_pool``; the same rule in 0.5.23,
+    mem_cache/kv_cache_configurator.py ``resolve_max_num_reqs``), so one rule for every
+    ``engine.version``. ``context_len`` None (a profile that does not give it): the slots'
+    floor, 2,048. (0.5.1.post1-0.5.9 size the slots from the pool profiled before
+    ``--max-total-tokens`` caps it, 0.5.23 from the capped pool (PR #20142); pdsim has one
+    pool, the one it runs: ``kv_pool_tokens`` when given.)"""
+    if context_len:
+        slots = min(max(int(pool_tokens / context_len * 512), REQ_SLOTS_MIN), REQ_SLOTS_MAX)
+    else:
+        slots = REQ_SLOTS_MIN
+    return max(1, min(pool_tokens // 2, slots))

@@ -44,8 +44,12 @@ def dead_room_intervals(res: Result) -> pd.DataFrame:
 
 
 def _slots(res: Result) -> int:
+    """The decode fleet's request slots: running ones and the pre-allocation extras."""
+    from pdsim.model.memory import running_limits
+
     d = res.scenario.fleet.decode
-    return d.servers * d.dp * d.max_running_requests
+    n = running_limits(res.scenario)["decode"]
+    return d.servers * d.dp * (n + d.extra_slots(n))
 
 
 def dead_slots(res: Result, ax: Axes | None = None) -> Axes:
@@ -56,7 +60,8 @@ def dead_slots(res: Result, ax: Axes | None = None) -> Axes:
     ts = res.timeseries
     ax.plot(ts.time, ts.decode_transfer + ts.decode_running, color=LIVE, lw=1.2,
             label="decode slots in use (awaiting KV + running)")
-    ax.axhline(_slots(res), color=LIVE, lw=0.8, ls=":", label="decode slots (max running)")
+    ax.axhline(_slots(res), color=LIVE, lw=0.8, ls=":",
+               label="decode slots (running + pre-allocation)")
     end = float(res.summary["simulated_s"])
     grid = np.asarray(ts.time, float) if len(ts) else np.array([0.0, end])
     causes = sorted(set(iv.cause)) if len(iv) else []
@@ -83,19 +88,24 @@ def dead_slots(res: Result, ax: Axes | None = None) -> Axes:
 
 
 def mark_trigger(res: Result, ax: Axes) -> list:
-    """Shade the trigger's window (the faults') and mark when goodput was back within 10%
-    of before (the summary's incident block); returns the legend handles it drew."""
+    """Shade the trigger's window (the faults') and mark the recovery (the summary's incident
+    block: goodput back within 10% of before and no request stuck), or, with requests still
+    stuck, only when goodput was back (dotted); returns the legend handles it drew."""
     inc = res.summary.get("incident") or {}
     a, b = inc.get("trigger_from_s"), inc.get("trigger_to_s")
     handles = []
     if a is not None:
         ax.axvspan(a, max(b, a + 1e-9), color=TRIGGER, alpha=0.3, lw=0)
         handles.append(Patch(color=TRIGGER, alpha=0.3, label="trigger (faults)"))
-    rec = inc.get("recovery_s")
+    rec, back = inc.get("recovery_s"), inc.get("goodput_recovery_s")
     if rec is not None and b is not None:
         ax.axvline(b + rec, color=RECOVERED, lw=1.2, ls="--")
         handles.append(plt.Line2D([], [], color=RECOVERED, ls="--",
                                   label=f"recovered (+{rec:g} s)"))
+    elif back is not None and b is not None:  # (goodput back, requests still stuck)
+        ax.axvline(b + back, color=RECOVERED, lw=1.2, ls=":")
+        handles.append(plt.Line2D([], [], color=RECOVERED, ls=":",
+                                  label=f"goodput back (+{back:g} s), requests stuck"))
     return handles
 
 

@@ -55,21 +55,59 @@ def block(s: dict, line: Any) -> list[str]:
         out.append(line("Goodput before / lowest 10-s mean (tok/s):",
                         f"{base:,.0f} / {inc['trough_goodput_tok_s']:,.0f} "
                         f"({100 * ratio:.1f}%)" if ratio is not None else f"{base:,.0f}"))
-        rec = inc["recovery_s"]
-        out.append(line("Recovery (goodput within 10% of before):",
-                        f"{rec:g} s after the trigger's end" if rec is not None
-                        else "not within the run"))
+        if inc.get("final_ratio") is not None:
+            out.append(line("Goodput at the load's end (last 60 s, tok/s):",
+                            f"{inc['final_goodput_tok_s']:,.0f} "
+                            f"({100 * inc['final_ratio']:.1f}% of before)"))
+        out.append(line("Recovery (goodput back, no request stuck):", recovery_text(s)))
     elif a is not None:
         out.append(line("Recovery:", "no goodput before the trigger to measure it against"))
+    left = unanswered_text(s)
+    if left:
+        out.append(line("Unanswered when the run ended:", left))
     if inc["peak_failure_share"] is not None:
         out.append(line("Failure share at its peak (10-s window):",
                         f"{100 * inc['peak_failure_share']:.1f}%"))
     if inc["dead_rooms"]:
+        at_end = inc.get("dead_rooms_at_end", 0)
         out.append(line("Decode slots held by dead rooms:",
                         f"{inc['dead_rooms']} rooms, {inc['dead_room_slot_s']:,.0f} slot-s, "
                         f"{inc['dead_rooms_max']} at once, longest "
-                        f"{inc['dead_room_held_max_s']:g} s"))
+                        f"{inc['dead_room_held_max_s']:g} s"
+                        + (f", {at_end} still held at the end" if at_end else "")))
     return out
+
+
+def recovery_text(s: dict) -> str:
+    """The recovery as the report and the figure say it: when goodput was back and nothing
+    was stuck; or, goodput back while requests stay stuck, both (pdsim.engine.incident)."""
+    inc = s["incident"]
+    rec, back = inc["recovery_s"], inc.get("goodput_recovery_s")
+    if rec is not None:
+        more = (f" (goodput back after {back:g} s, the last dead room freed after {rec:g} s)"
+                if back is not None and rec > back else "")
+        return f"{rec:g} s after the trigger's end{more}"
+    if back is None:
+        return "not within the run"
+    stuck = inc.get("stuck_requests", 0)
+    held = inc.get("dead_rooms_at_end", 0)
+    why = (f"{stuck:,} request{'s' if stuck != 1 else ''} can never finish"
+           if stuck else f"{held:,} dead room{'s' if held != 1 else ''} still held at the end")
+    return f"not recovered: goodput back {back:g} s after the trigger's end, but {why}"
+
+
+def unanswered_text(s: dict) -> str:
+    """Requests with no answer when the run ended, and whether they ever could have: a
+    failed count alone makes a run that leaves requests stuck look better than its fix."""
+    n = s.get("unfinished", 0)
+    if not n:
+        return ""
+    stuck = (s.get("incident") or {}).get("stuck_requests", 0)
+    if stuck:
+        return f"{n:,} (can never finish: the run stalled with them)"
+    if s.get("stopped_at_horizon"):
+        return f"{n:,} (still in flight at the horizon)"
+    return f"{n:,}"
 
 
 class Bursts:

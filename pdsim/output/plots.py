@@ -16,6 +16,8 @@ pending (harmless); clients in shades of purple; prefill teal, decode brown.
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -303,12 +305,16 @@ def _no_kv_path(res: Result, ax: Axes, on_time_axis: bool = True) -> Axes:
 
 
 def pair_matrix(res: Result, ax: Axes | None = None) -> Axes:
-    """Requests failed per (prefill rank, decode session) pair; blacklisted pairs outlined."""
+    """Requests that did not complete (failed, timed out or unfinished at the run's end, as
+    :func:`rank_load` counts them) per (prefill rank, decode session) pair, of those routed
+    to it; blacklisted pairs outlined. (It counted status "failed" only: abort_storm's 6,946
+    gateway timeouts showed 0/1931 on every pair.)"""
     ax = ax or plt.gca()
     req = res.measured
     req = req[req.p_rank >= 0]
     prefill = (req.p_server.astype(str) + ".r" + req.p_rank.astype(str)).rename("prefill")
-    failed = req.status.eq("failed").groupby([prefill, req.session]).sum().unstack(fill_value=0)
+    failed = req.status.ne("completed").groupby([prefill, req.session]).sum().unstack(
+        fill_value=0)
     total = req.groupby([prefill, req.session]).size().unstack(fill_value=0)
     failed = failed.reindex(index=total.index, columns=total.columns, fill_value=0)
     share = (failed / total.replace(0, np.nan)).fillna(0)
@@ -328,10 +334,10 @@ def pair_matrix(res: Result, ax: Axes | None = None) -> Axes:
             if (p, s) in black:
                 ax.add_patch(Rectangle((j - 0.45, i - 0.45), 0.9, 0.9, fill=False,
                                        ec="black", lw=2.5))
-    _title(ax, "failed / routed requests per pair")
+    _title(ax, "not completed / routed requests per pair")
     # beside its matrix: a layout's colorbar goes to the margin of the matrix's column, which
     # the latency legends below widen (it floated at the figure's edge)
-    ax.figure.colorbar(im, cax=ax.inset_axes([1.03, 0.0, 0.04, 1.0]), label="failed share")
+    ax.figure.colorbar(im, cax=ax.inset_axes([1.03, 0.0, 0.04, 1.0]), label="share not completed")
     return ax
 
 
@@ -355,7 +361,7 @@ def rank_load(res: Result, ax: Axes | None = None) -> Axes:
     ok = np.array([b[1] for b in bars])
     bad = np.array([b[2] for b in bars])
     ax.bar(x, ok, color=OK, label="completed")
-    ax.bar(x, bad, bottom=ok, color=FAIL, label="failed")
+    ax.bar(x, bad, bottom=ok, color=FAIL, label="not completed")
     ax.set_xticks(x, [b[0] for b in bars], fontsize=8)
     for tick, b in zip(ax.get_xticklabels(), bars, strict=True):
         tick.set_color(b[3])
@@ -363,6 +369,21 @@ def rank_load(res: Result, ax: Axes | None = None) -> Axes:
     _title(ax, "load per DP rank")
     _legend(ax, ncol=2)
     return ax
+
+
+def _log_ticks(ax: Axes) -> None:
+    """Readable ticks on a log x axis: matplotlib labels the minor ticks of a span under about
+    a decade and a half (2x10^-1, 3x10^-1, ...), which overlapped on abort_storm's TTFT CDF
+    (0.13-6 s). Labels only at 1, 2, 5 x 10^k over at most two decades, at the decades
+    otherwise, written as plain numbers (0.2, 5, 100)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    lo, hi = ax.get_xlim()
+    decades = math.log10(hi / lo) if lo > 0 and hi > lo else 0
+    subs = (1.0, 2.0, 5.0) if decades <= 2 else (1.0,)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=subs))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def latency_cdf(res: Result, ax: Axes | None = None, metric: str = "ttft") -> Axes:
@@ -387,6 +408,7 @@ def latency_cdf(res: Result, ax: Axes | None = None, metric: str = "ttft") -> Ax
             ax.step(x, np.arange(1, len(x) + 1) / len(x), where="post", color=color, ls=ls,
                     lw=1.4, label=f"{c.name}{suffix} (n={len(x)})")
     ax.set_xscale("log")
+    _log_ticks(ax)
     ax.set_ylim(0, 1.02)
     ax.set_xlabel(f"{'TTFT' if metric == 'ttft' else 'end-to-end latency'} (s, log)")
     ax.set_ylabel("share of requests")
@@ -474,12 +496,16 @@ def postmortem(res: Result, title: str | None = None) -> plt.Figure:
         title = (f"{res.scenario.name}: colocated, {s['gpus']:,} GPUs: {s['failed']:,} failed "
                  f"requests, {s['retractions']:,} retractions")
     if title is None and inc and not real and not colocated:  # an incident on the paths of issue 26
-        rec = inc["recovery_s"]
+        rec, back = inc["recovery_s"], inc.get("goodput_recovery_s")
         after = ("" if inc["trigger_from_s"] is None or inc["base_goodput_tok_s"] is None
                  else f", recovered {rec:g} s after the trigger" if rec is not None
-                 else ", not recovered within the run")
-        title = (f"{res.scenario.name}: {s['failed']:,} failed requests, "
-                 f"{inc['dead_rooms']:,} dead rooms ({inc['dead_rooms_max']:,} slots at "
+                 else f", goodput back {back:g} s after the trigger but not recovered"
+                 if back is not None else ", not recovered within the run")
+        left = s.get("unfinished", 0)
+        never = ("can never finish" if inc.get("stuck_requests") else "unanswered at the end")
+        title = (f"{res.scenario.name}: {s['failed']:,} failed requests"
+                 + (f", {left:,} {never}" if left else "")
+                 + f", {inc['dead_rooms']:,} dead rooms ({inc['dead_rooms_max']:,} slots at "
                  f"once){after}")
     fig.suptitle(title or f"{res.scenario.name}: {real:,} flush-caused transfer failures → "
                  f"{s['failed']:,} failed requests, {s['blacklisted_pairs_max']:,} of "

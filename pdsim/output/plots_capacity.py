@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import math
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -113,16 +115,25 @@ def latency_over_time(res: Result, ax: Axes | None = None, metric: str = "ttft")
     requests around it (lines: a rolling window of ~1/40 of them), and the scenario's SLO
     threshold (dashed): where the latency leaves the SLO."""
     ax = ax or plt.gca()
-    lat = request_latencies(res).sort_values("t")
+    lat = request_latencies(res)
     lat = lat[np.isfinite(lat[metric])]
     name = "TTFT" if metric == "ttft" else "TPOT"
+    end = float(res.summary["simulated_s"])
     if lat.empty:
-        ax.text(0.5, 0.5, f"no {name} to show (no streamed response)", transform=ax.transAxes,
-                ha="center", va="center", color=plots.HARMLESS)
+        ax.text(0.5, 0.5, f"no {name} to show\n({_why_none(res, metric)})",
+                transform=ax.transAxes, ha="center", va="center", color=plots.HARMLESS)
         ax.set_yticks([])
+        ax.set_xticks([])
         return ax
+    # requests that all arrived at once (an eval's questions, an infinite rate) stand in one
+    # column on the y axis when drawn by arrival: drawn by when they finished instead
+    spread = float(lat.t.max() - lat.t.min())
+    by_done = spread < 0.02 * end
+    lat = lat.assign(t=lat.t + lat.e2e) if by_done else lat
+    lat = lat.sort_values("t")
     y = lat[metric].to_numpy() * 1e3
-    ax.scatter(lat.t, y, s=3, color=plots.HARMLESS, alpha=0.35, lw=0, label="a request")
+    ax.scatter(lat.t, y, s=6 if len(lat) < 200 else 3, color=plots.HARMLESS,
+               alpha=0.6 if len(lat) < 200 else 0.35, lw=0, label="a request")
     k = max(5, len(lat) // 40)
     roll = pd.Series(y).rolling(k, min_periods=max(1, k // 2), center=True)
     ax.plot(lat.t, roll.median(), color=OK, lw=1.8, label=f"median of {k}")
@@ -133,8 +144,10 @@ def latency_over_time(res: Result, ax: Axes | None = None, metric: str = "ttft")
     if np.nanmax(y) > 50 * max(np.nanmin(y[y > 0]) if (y > 0).any() else 1, 1e-3):
         ax.set_yscale("log")
     ax.set_ylabel(f"{name} (ms{', log' if ax.get_yscale() == 'log' else ''})")
-    ax.set_xlabel("arrival time (s)")
-    ax.set_xlim(0, float(res.summary["simulated_s"]))
+    at_once = "at once" if spread == 0 else f"within {spread:.3g} s"
+    ax.set_xlabel(f"finish time (s): all {len(lat):,} arrived {at_once}"
+                  if by_done else "arrival time (s)")
+    ax.set_xlim(0, end)
     _legend(ax, ncol=4)
     return ax
 
@@ -154,8 +167,29 @@ def _headline(res: Result) -> str:
     slo = s.get("slo")
     if slo and slo.get("attainment") is not None:
         line += (f"; {100 * slo['attainment']:.0f}% meet the SLO "
-                 f"(target {100 * slo['attainment_target']:g}%)")
+                 f"(target {100 * slo['attainment_target']:g}%")
+        slots = [c.max_concurrency for c in res.scenario.clients if c.kind == "bench"
+                 and c.max_concurrency and c.max_concurrency < (c.num_prompts or math.inf)]
+        # (measured from the send, as bench_serving: a prompt's wait for a slot is not in it)
+        line += f", from the send: {min(slots)} slots)" if slots else ")"
     return line
+
+
+def _why_none(res: Result, metric: str) -> str:
+    """Why a run has no TTFT or TPOT to draw: no response came back, or none was streamed
+    (a TPOT needs the per-token times of a stream of more than one token)."""
+    m = res.measured
+    ok = m[(m.http_status == 200) & (m.generated > 0)]
+    if ok.empty:
+        return "no request was answered with a token"
+    if metric == "tpot":
+        quiet = sorted({c.name for c in res.scenario.clients
+                        if not getattr(c, "stream", False)})
+        if quiet and not ok.stream.astype(bool).any():
+            return (f"{', '.join(quiet)}: responses not streamed (an eval's, or stream: "
+                    f"false), so no per-token times")
+        return "no streamed response of more than one token"
+    return "no response to time"
 
 
 def capacity(res: Result, title: str | None = None) -> plt.Figure:
@@ -169,10 +203,11 @@ def capacity(res: Result, title: str | None = None) -> plt.Figure:
     in_system(res, axes[0][1])
     judged = (res.summary.get("steady") or {}).get("keeps_up") is not None
     _title(axes[0][1], "requests in the system" + (" (flat: keeps up)" if judged else ""))
-    latency_over_time(res, axes[1][0], "ttft")
-    _title(axes[1][0], "time to first token, by arrival")
-    latency_over_time(res, axes[1][1], "tpot")
-    _title(axes[1][1], "time per output token, by arrival")
+    for ax, metric, what in ((axes[1][0], "ttft", "time to first token"),
+                             (axes[1][1], "tpot", "time per output token")):
+        latency_over_time(res, ax, metric)
+        by = "by finish" if ax.get_xlabel().startswith("finish") else "by arrival"
+        _title(ax, f"{what}, {by}")
     plots.queue_depth(res, axes[2][0])
     _title(axes[2][0], "where requests wait (queue depth)")
     axes[2][0].set_xlabel(TIME)

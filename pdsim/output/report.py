@@ -121,10 +121,20 @@ def bench_block(name: str, m: dict, cfg: BenchClientConfig | EvalClientConfig) -
     if cfg.kind == "bench":  # (an eval is a closed loop: no offered rate to keep up with)
         out += steady_block(m.get("steady"))
     out += slo_block(m.get("slo"))
+    slots = getattr(cfg, "max_concurrency", None)
+    if m.get("slo") and slots and slots < (getattr(cfg, "num_prompts", None) or slots + 1):
+        # (the SLO follows bench_serving's TTFT: from the send, after the wait for a slot)
+        behind = (m.get("steady") or {}).get("keeps_up") is False
+        out += _define(SLO_FROM_SEND.format(slots=slots) + (SLO_BEHIND if behind else "."))
     streamed = cfg.kind == "bench" and cfg.stream
     for title, key, name in LATENCIES:
         out.append(_head(title))
         out += [_line(f"{p} {name} (ms):", m[f"{k}_{key}_ms"]) for p, k in PERCENTILE_LINES]
+        if key == "ttft" and streamed and streamed_aborts > 0:
+            done = m.get("completed_mean_ttft_ms")
+            out += _define(ABORT_TTFT.format(n=streamed_aborts) + (
+                f"; the completed requests' mean TTFT is {done:.2f} ms "
+                f"(completed_mean_ttft_ms)." if done is not None else "."))
     out += _define(ITL_NOTE if streamed else NOT_STREAMED.format(
         what="stream: false" if cfg.kind == "bench" else "an eval's requests"))
     return out
@@ -140,6 +150,14 @@ NOT_STREAMED = ("Not streamed ({what}): a response is one chunk, so TTFT is its 
                 "and there is no TPOT or ITL to measure (n/a; null in the JSON; "
                 "bench_serving prints 0 for them). The server-side TPOT of completed requests "
                 "is completed_mean_tpot_ms in the JSON.")
+SLO_FROM_SEND = ("SLO measured from each request's send, as bench_serving measures TTFT: a "
+                 "prompt's wait for one of the {slots} concurrency slots (max_concurrency) is "
+                 "not in it")
+SLO_BEHIND = ("; the fleet falls behind the offered rate, so the backlog waits for a slot in the "
+              "client, where neither the SLO nor the latencies below see it.")
+ABORT_TTFT = ("TTFT counts the {n:,} streamed aborts as bench_serving does: an abort's one chunk "
+              "has no text, so its TTFT stays 0 (a median of 0.00 ms when half the responses "
+              "or more are aborts)")
 ITL_NOTE = ("ITL percentiles: each request's gaps at its mean gap (no per-token times are "
             "kept; the mean is exact).")
 
@@ -416,6 +434,10 @@ def timeline(ev: pd.DataFrame | Iterable, pairs_total: int, limit: int | None = 
 
 
 _MISSING = object()
+# what a null in the summary means, for the figures that have one
+_NULL_WHY = {"incident.recovery_s": "not recovered within the run",
+             "incident.goodput_recovery_s": "goodput not back within the run",
+             "incident.final_ratio": "no goodput before the trigger, or no load after it"}
 
 
 def _get(summary: dict, path: str, default: object = None) -> object:
@@ -452,6 +474,17 @@ AT_NOMINAL = ("Simulated at the declared unknowns' nominal values (above): chose
               "what is known.")
 
 
+def _wrap_label(label: str, width: int = 51) -> list[str]:
+    """A reported figure's label in lines of at most ``width`` characters, none of them a
+    stub of a word or two (``"  s)"``)."""
+    best = textwrap.wrap(label, width, subsequent_indent="  ") or [""]
+    for w in range(width, width - 16, -1):
+        lines = textwrap.wrap(label, w, subsequent_indent="  ") or [""]
+        if len(lines) == 1 or len(lines[-1]) >= 12:
+            return lines
+    return best
+
+
 def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "",
                     scenario: str = "", at_nominal: bool = False,
                     declared: frozenset[str] = frozenset()) -> list[str]:
@@ -471,13 +504,16 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
         out = [_head("Compared with the reported figures", "="),
                *(textwrap.wrap(AT_NOMINAL, 92) if at_nominal else []),
                f"{'figure':<52}{'simulated':>10}{'reported':>10}"]
-    missing, fits = [], []
+    missing, fits, nulls = [], [], []
     for r in refs:
         sim = _get(summary, r.metric, _MISSING) if r.metric else None
-        if sim is _MISSING or sim is not None and (isinstance(sim, bool)
-                                                   or not isinstance(sim, int | float)):
+        if isinstance(sim, bool):  # (a yes/no figure, e.g. incident.recovered: 1 or 0)
+            sim = int(sim)
+        if sim is _MISSING or sim is not None and not isinstance(sim, int | float):
             missing.append(r.metric)  # a misspelt path, a section or a name: not a figure
             sim = None
+        elif sim is None and r.metric:  # a key of the run with no value (e.g. no recovery)
+            nulls.append(r.metric)
         tol = band(r)
         ok = None if what_if else r.within(sim)
         verdict = "" if ok is None else ("within" if ok else "outside")
@@ -486,13 +522,20 @@ def reference_block(summary: dict, refs: list[ReferenceFigure], what_if: str = "
             fits += [p for p in r.fitted_by if p not in fits]
         if r.metric in missing:
             verdict = "not a figure of the summary"
-        shown = "" if sim is None else f"{sim:,.3f}".rstrip("0").rstrip(".")
-        label = r.label if len(r.label) <= 51 else r.label[:50] + "…"
+        shown = ("none" if r.metric in nulls else "" if sim is None
+                 else f"{sim:,.3f}".rstrip("0").rstrip("."))
+        # (a long label wraps, its first line beside the figures: cut at 51 characters,
+        # "..., for context" lost the words that say the figure is not judged)
+        label, *more = _wrap_label(r.label)
         out.append(f"{label:<52}{shown:>10}{r.reported:>10,g}{tol:<7} {verdict}".rstrip())
+        out += more
     if fits:
         out += textwrap.wrap(f"(fitted): the nominal values of {', '.join(fits)} were chosen "
                              f"to give the figures marked so: their verdicts check that fit, "
                              f"they are not predictions.", 92)
+    if nulls:
+        out += textwrap.wrap("none: no value in this run's summary: " + "; ".join(
+            f"{m} ({_NULL_WHY.get(m, 'null')})" for m in nulls) + ".", 92)
     if missing:
         out.append(f"not a figure of this run's summary: {', '.join(missing)} (pdsim run "
                    f"--json lists its keys; a client's are under clients.<name>.)")
@@ -514,8 +557,8 @@ def render(res: Outcome, verbose: bool = False) -> str:
     lines += incident_report.block(s, _line)
     lines += timeline(told(res.event_rows()), pairs, verbose=verbose)
     lines += unknowns_block(res)
-    lines += reference_block(s, sc.reference, res.what_if, sc.name, bool(res.unknowns),
-                             frozenset(u.path for u in res.unknowns))
+    lines += reference_block(s, sc.reference, res.what_if, sc._reference_owner or sc.name,
+                             bool(res.unknowns), frozenset(u.path for u in res.unknowns))
     lines.append("=" * W)
     lines += horizon_warning(res)
     lines += not_reached_warning(res)

@@ -1,15 +1,20 @@
-"""Bounded YAML: one document parsed safely, for every YAML file a user names.
+"""Bounded YAML (and JSON): one document parsed safely, for every YAML or JSON file a user
+names.
 
 Scenario files, their ``extends`` parents, ``--set``/``--vary`` values, fault-set files and
 user profile files all go through :func:`parse_yaml`: safe tags only, bounded nesting, size and
 alias expansion, no duplicate keys, no over-long integers. A hostile file is one line, never a
 RecursionError or an unbounded parse. Its own module so that :mod:`pdsim.model.profiles` reads
-with the same parser as the scenario's :mod:`pdsim.config.loader`.
+with the same parser as the scenario's :mod:`pdsim.config.loader`. JSON files (a Hugging Face
+``config.json``, a run directory's ``summary.json`` and ``run.json``) go through
+:func:`parse_json`, with the same nesting and integer limits.
 """
 
 from __future__ import annotations
 
+import json
 import pickle
+import re
 from typing import Any
 
 import yaml
@@ -204,3 +209,43 @@ def _parse_yaml(text: str, what: str) -> Any:
 
 def _at(mark: Any) -> str:
     return f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+
+# a JSON string (escapes included; one left open runs to the end, so no start is scanned
+# twice) or a bracket: what the nesting scan steps over
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*(?:"|\Z)|[\[\]{}]', re.DOTALL)
+
+
+def _json_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _YamlLimit(f"an integer of {len(text.lstrip('-')):,} digits; at most "
+                         f"{MAX_INT_DIGITS}")
+    return int(text)
+
+
+def parse_json(text: str, what: str) -> Any:
+    """Parse a JSON document with YAML's limits: nesting at most ``MAX_YAML_DEPTH`` levels
+    (checked by a linear scan before the recursive decoder runs: 200 KB of ``{"a":`` was a
+    RecursionError), integers of at most ``MAX_INT_DIGITS`` digits (a 5,000-digit one was
+    Python's ValueError past its 4,300-digit limit). Errors are one line (:class:`YamlError`)
+    naming ``what``; NaN and Infinity are read as JSON's Python reader reads them."""
+    depth = 0
+    for m in _JSON_TOKEN.finditer(text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > MAX_YAML_DEPTH:
+                line = text.count("\n", 0, m.start()) + 1
+                raise YamlError(f"{what}: nested deeper than {MAX_YAML_DEPTH} levels (line "
+                                f"{line})")
+        elif c in "]}":
+            depth -= 1
+    try:
+        return json.loads(text, parse_int=_json_int)
+    except _YamlLimit as err:
+        raise YamlError(f"{what}: {err}") from None
+    except json.JSONDecodeError as err:
+        raise YamlError(f"{what}: not valid JSON (line {err.lineno}, column {err.colno}: "
+                        f"{err.msg})") from None
+    except (RecursionError, ValueError) as err:  # (past the scan: not expected)
+        raise YamlError(f"{what}: not valid JSON ({clip(str(err), 80)})") from None
