@@ -193,6 +193,23 @@ def answer_text(s, r_all, r_list) -> str:
 # --- sections ------------------------------------------------------------------------------------
 
 
+def stale_warning() -> list[str]:
+    """A line above the answer naming the loads whose committed runs a check found moved."""
+    import json
+
+    path = DATA / "provenance.json"
+    checks = json.loads(path.read_text()).get("checks", {}) if path.is_file() else {}
+    moved = {k: c for k, c in checks.items() if c["result"].startswith("moved")}
+    if not moved:
+        return []
+    return ["**Stale:** " + "; ".join(
+        f"`{k}`'s committed runs moved under the model of `{c['model']}` (a check of seed"
+        f"{'s' if len(c.get('seeds', [])) > 1 else ''} "
+        f"{', '.join(map(str, c.get('seeds', []))) or 'all'})" for k, c in moved.items()) +
+        ": the rows below for those loads are from the runs committed before it (see *Which "
+        "runs, under which model*), until regenerated.", ""]
+
+
 def provenance_section(s, u) -> list[str]:
     """Which committed runs were made, and re-checked, under which model
     (blacklist_policy/provenance.json, written by blacklist_policy_runs.py check)."""
@@ -212,16 +229,20 @@ def provenance_section(s, u) -> list[str]:
         part = (f" (seed{'s' if len(c['seeds']) > 1 else ''} "
                 f"{', '.join(map(str, c['seeds']))} only: **the other seeds not re-checked**)"
                 if c and c.get("seeds") else "")
+        moved = bool(c) and c["result"].startswith("moved")
         rows.append([f"`{key}`", f"`{made.get(key, made.get(matrix, '?'))}`",
-                     f"`{c['model']}`: {c['runs']:,} runs{part}, {c['result']}" if c else
-                     "**not re-checked**: made under the older model, stale until checked"])
-    stale = [r[0] for r in rows if "not re-checked" in r[2]]
+                     ("**STALE** (moved under the later model): " if moved else "") +
+                     (f"`{c['model']}`: {c['runs']:,} runs{part}, {c['result']}" if c else
+                      "**not re-checked**: made under the older model, stale until checked")])
+    stale = [r[0] for r in rows if "not re-checked" in r[2] or "STALE" in r[2]]
     L = ["", "**Which runs, under which model.** The committed runs were made by the model of "
          "the commit named; a check re-runs a chunk whole under a later model and compares its "
          "runs, healthy runs and timelines with the committed ones (`nice -n 10 python "
          "reports/blacklist_policy_runs.py check MATRIX --load LOAD`, which records the "
-         "result here). Main's issues 26-28 changed the engine after these runs were made "
-         "(PD abort and timeout paths, one end per request, the time series' failures):", "",
+         "result here). Main's engine changed after the first runs were made, at these "
+         "merges: " + "; ".join(f"`{c}` ({what})" for c, what in
+                                doc.get("engine_merges", [])) +
+         "; a check or a run names the model it ran under:", "",
          _md(["runs", "made at", "re-checked"], rows), ""]
     inc = made.get("incident.csv, eval.csv")
     if inc:
@@ -657,7 +678,7 @@ def render(s, u, inc, ev) -> tuple[str, str]:
          f"CPU-minutes, ~20 min on 2 free cores; "
          f"`reports/blacklist_policy_runs.py` runs the same in resumable chunks). "
          f"`notebooks/blacklist_whatif.ipynb` reads the same CSVs.", "",
-         "## The answer", "",
+         "## The answer", "", *stale_warning(),
          "Best or tied-best policy (and parameters) per load, metric and fault mix; each "
          "policy's regret (how far below the best policy at the same fault and seed, mean over "
          "seeds) with its 95% bootstrap interval:", "", headline_table(s.recommendation), "",
