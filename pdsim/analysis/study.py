@@ -28,7 +28,13 @@ import pandas as pd
 from pdsim.analysis import capacity as cap_mod
 from pdsim.analysis import verdict as vd
 from pdsim.analysis import windows as win
-from pdsim.analysis.whatif import expand_faults, expand_policies, prepare, run_conditions
+from pdsim.analysis.whatif import (
+    expand_faults,
+    expand_policies,
+    prepare,
+    run_conditions,
+    split_policy,
+)
 from pdsim.analysis.whatif_table import WhatIf
 from pdsim.config import loader
 from pdsim.util.backends import MAX_RUNS
@@ -223,8 +229,11 @@ def plan_of(base: str | Path | dict, fset: dict[str, list], pols: list, sets: Se
         data = loader.apply_overrides(data, list(sets))
     spans = {}
     for fault, items in fset.items():
-        d = loader.ScenarioData({**data, "faults": items, "blacklist": pols[0][1]})
+        black, more = split_policy(pols[0][1])
+        d = loader.ScenarioData({**data, "faults": items, "blacklist": black})
         d.context = getattr(data, "context", None)
+        if more:
+            d = loader.apply_overrides(d, more)
         spans[fault] = win.fault_span(loader.load(d).faults)
     return win.plan(spans, timeline, t_end)
 
