@@ -474,23 +474,29 @@ def test_drop_timeout_s_median_ttft_of_zero_is_explained_beside_it():
 
 
 def test_the_incident_guide_says_what_a_whatif_matrix_costs_and_its_counts_are_the_code_s():
+    """The guide's cost of the default what-if is the CLI's own matrix: its arms, faults,
+    loads and seeds (the counts read from pdsim.analysis.study, the prompts from the base)."""
     import re
 
     import pdsim
-    from pdsim.analysis import whatif
+    from pdsim.analysis import study, whatif
 
     text = " ".join((ROOT / "docs/guides/incident-library.md").read_text().split())
-    said = re.search(r"What a matrix costs: .*?all (\d+) by default.*?up to 1 \+ (\d) × \(1 \+ "
-                     r"(\d+)\) = (\d+) runs of `whatif_base` \(([\d,]+) prompts", text)
+    said = re.search(r"What a matrix costs: .*? runs (\d+) policy arms .*? the (\d+) faults of "
+                     r"`--faults library` at (\d+) loads .*? with (\d+) seeds: (\d+) × (\d+) × "
+                     r"\(1 \+ (\d+) × (\d+)\) = ([\d,]+) runs of `whatif_base` \(([\d,]+) prompts",
+                     text)
     assert said, "the guide does not say what a whatif matrix costs"
-    faults, pols, faults2, runs, prompts = said.groups()
-    n_faults = len(whatif.expand_faults(None))
-    n_pols = len(whatif.expand_policies(("permanent", "never")))
-    assert int(faults) == int(faults2) == n_faults and int(pols) == n_pols
-    assert int(runs) == 1 + n_pols * (1 + n_faults)
+    arms, faults, loads, seeds, l2, s2, a2, f2, runs, prompts = (
+        int(x.replace(",", "")) for x in said.groups())
+    assert arms == a2 == len(whatif.expand_policies(study.DEFAULT_POLICIES))
+    assert faults == f2 == len(study.DEFAULT_FAULTS)
+    assert loads == l2 == len(study.DEFAULT_LOADS) and seeds == s2 == study.DEFAULT_SEEDS
+    assert runs == loads * seeds * (1 + arms * faults)
+    assert f"(all: the {len(whatif.expand_faults(None))} of the library)" in text.replace(
+        "`all`", "all")
     base = pdsim.load(ROOT / "scenarios/whatif_base.yaml")
-    assert int(prompts.replace(",", "")) == base.clients[0].num_prompts
-    assert "301 s" in text
+    assert prompts == base.clients[0].num_prompts
 
 
 def test_the_capacity_figure_spreads_requests_that_arrived_at_once_and_says_why_no_tpot():

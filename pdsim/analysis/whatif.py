@@ -10,13 +10,19 @@
 
 Every (policy, fault, seed) is a run of the base scenario with ``blacklist`` and ``faults``
 replaced; every seed also runs without faults (``healthy``), which goodput lost and regret are
-measured against. Every figure is over a fixed window of simulated time named from the fault's
-own timing (:mod:`pdsim.analysis.windows`): runs last until the end of the last fault's
-lasting-harm window plus a drain, and the base's open-loop load is extended to last that long,
-so a figure is never divided by how long a run happened to take. A blacklist policy cannot
-change a fault-free run in which no transfer fails, so then one healthy run per seed serves
-all policies; when the base fails transfers without faults (its clients or operators flush KV
-under load: ``drop_timeout.yaml``), each policy gets healthy runs of its own.
+measured against. A policy is a blacklist policy with its parameters, plus any other settings
+given as dotted scenario keys (``{"policy": "never", "transfer.waiting_timeout_s": [10, 30]}``,
+on the CLI ``never:transfer.waiting_timeout_s=10,30``): so a shorter waiting timeout, or a
+prefill abort that notifies its decode (``disaggregation.prefill_abort_notifies_decode``), is
+weighed across every fault like a blacklist TTL.
+
+Every figure is over a fixed window of simulated time named from the fault's own timing
+(:mod:`pdsim.analysis.windows`): runs last until the end of the last fault's lasting-harm window
+plus a drain, and the base's open-loop load is extended to last that long, so a figure is never
+divided by how long a run happened to take. A blacklist policy cannot change a fault-free run
+in which no transfer fails, so then one healthy run per seed serves all policies; when a policy
+sets other keys, or when the base fails transfers without faults (its clients or operators
+flush KV under load: ``drop_timeout.yaml``), each policy gets healthy runs of its own.
 
 ``pdsim.analysis.study`` runs this at several loads chosen from the fleet's measured capacity.
 """
@@ -24,6 +30,7 @@ under load: ``drop_timeout.yaml``), each policy gets healthy runs of its own.
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -59,8 +66,23 @@ def _label(name: str, section: dict, model: Any) -> str:
     return name + (f"({', '.join(shown)})" if shown else "")
 
 
+def split_policy(section: dict) -> tuple[dict, list[str]]:
+    """A policy -> (its blacklist section, its other settings as ``--set`` overrides): a dotted
+    key (``transfer.waiting_timeout_s``) is a scenario setting, any other a blacklist key."""
+    black = {k: v for k, v in section.items() if "." not in k}
+    sets = [f"{k}={json.dumps(v)}" for k, v in section.items() if "." in k]
+    return black, sets
+
+
+def sets_anything(pols: Sequence[tuple[str, dict]]) -> bool:
+    """Whether a policy changes more than the blacklist (then a fault-free run may differ by
+    policy, and each policy gets healthy runs of its own)."""
+    return any(split_policy(section)[1] for _lbl, section in pols)
+
+
 def expand_policies(policies: Iterable[str | dict]) -> list[tuple[str, dict]]:
-    """Policy specs -> (label, blacklist section); list values in a dict are a grid."""
+    """Policy specs -> (label, section); list values in a dict are a grid. A section's dotted
+    keys are scenario settings the policy makes beside its blacklist (:func:`split_policy`)."""
     out: list[tuple[str, dict]] = []
     for spec in policies:
         spec = {"policy": spec} if isinstance(spec, str) else dict(spec)
@@ -75,8 +97,8 @@ def expand_policies(policies: Iterable[str | dict]) -> list[tuple[str, dict]]:
             section = {**fixed, **dict(zip(grid, values, strict=True)), "policy": name}
             shown = [f"{k}={_short(v)}" for k, v in section.items() if k != "policy"]
             label = name + (f"({', '.join(shown)})" if shown else "")
-            try:
-                model = BLACKLIST_POLICIES.validate(section)  # fail before any run starts
+            try:  # the blacklist part fails here, before any run; a setting, when prepared
+                model = BLACKLIST_POLICIES.validate(split_policy(section)[0])
             except ValidationError as err:
                 raise ValueError(f"policy {label}: "
                                  f"{scenario_mod.section_error(err, 'blacklist')}") from None
@@ -341,10 +363,16 @@ class Condition:
     extended: list[str]  # what the what-if changed in the base (said in the table's header)
 
 
-def _with(data: Any, over: dict) -> Any:
+def _with(data: Any, over: dict, sets: Sequence[str] = ()) -> Any:
+    """The base with top-level sections replaced, then a policy's settings applied (a blacklist
+    ``section`` in ``over`` may carry dotted keys: :func:`split_policy`)."""
+    over = dict(over)
+    if isinstance(over.get("blacklist"), dict):
+        over["blacklist"], more = split_policy(over["blacklist"])
+        sets = [*sets, *more]
     d = loader.ScenarioData({**data, **over})
     d.context = getattr(data, "context", None)
-    return d
+    return loader.apply_overrides(d, list(sets)) if sets else d
 
 
 def pd_only(data: Any) -> None:
@@ -368,12 +396,13 @@ def prepare(base: str | Path | dict, pols: list[tuple[str, dict]], fset: dict[st
     if sets:
         data = loader.apply_overrides(data, list(sets))
     pd_only(data)
-    first_policy = pols[0][1]
+    first_policy, first_sets = split_policy(pols[0][1])
     spans = {}
     fset = dict(fset)
     variants: dict[str, str] = {}
     for fault, items in list(fset.items()):
-        sc = loader.load(_with(data, {"blacklist": first_policy, "faults": items}))
+        sc = loader.load(_with(data, {"blacklist": first_policy, "faults": items},
+                               first_sets))
         spans[fault] = win.fault_span(sc.faults)
         if across_unknowns:
             from pdsim.config import unknowns
@@ -381,7 +410,8 @@ def prepare(base: str | Path | dict, pols: list[tuple[str, dict]], fset: dict[st
             resolved = unknowns.resolve({"faults": items})[0]
             for vname, values in unknown_variants(fault, sc.unknowns).items():
                 vitems = unknowns.substitute(resolved, values)["faults"]
-                vsc = loader.load(_with(data, {"blacklist": first_policy, "faults": vitems}))
+                vsc = loader.load(_with(data, {"blacklist": first_policy, "faults": vitems},
+                                        first_sets))
                 fset[vname] = vitems
                 spans[vname] = win.fault_span(vsc.faults)
                 variants[vname] = fault
@@ -438,8 +468,9 @@ def run_conditions(conds: list[Condition], pols: list[tuple[str, dict]],
     bar = progress_bar(len(shared) + len(faulty), enabled=progress)
     try:
         rows = run_tasks(_one, shared, workers, backend=backend, address=address, bar=bar)
-        per_policy = {c.label: any(r["ret_failures"] for rs, t in zip(rows, shared, strict=True)
-                                   for r in rs if t[1]["condition"] == c.label) for c in conds}
+        per_policy = {c.label: sets_anything(pols) or any(
+            r["ret_failures"] for rs, t in zip(rows, shared, strict=True)
+            for r in rs if t[1]["condition"] == c.label) for c in conds}
         own = [t for c in conds if per_policy[c.label] for t in _tasks(c, c.own, plugins)]
         if own:
             keep = {c.label for c in conds if not per_policy[c.label]}

@@ -50,7 +50,10 @@ closed loop, 4 seeds: about 1,050 runs, ~40 CPU-minutes (~20 min on 2 free cores
 runs the base's own load only (no capacity search).
 
 Policies: NAME, or NAME:KEY=V1,V2:KEY2=V (lists are a grid), e.g. ttl:ttl_s=10,30,120; default
-permanent, v0_5_23, never, ttl:ttl_s=3,10,30,120, circuit_breaker. Faults: names from the library
+permanent, v0_5_23, never, ttl:ttl_s=3,10,30,120, circuit_breaker. NAME is a blacklist policy; a
+dotted KEY is any other scenario setting the policy makes, so other remedies are weighed the same
+way: never:transfer.waiting_timeout_s=10,30 or
+permanent:disaggregation.prefill_abort_notifies_decode=true,false. Faults: names from the library
 (`pdsim faults`; any registered fault), or your own sets in a YAML file (name: a fault or a list
 of faults; values may be declared unknowns, {choice: [...], nominal: x})."""
 
@@ -63,6 +66,8 @@ examples:
   pdsim whatif scenarios/whatif_base.yaml --loads 0.9 --faults decode_nic_down,flush_race \\
       --policy permanent --policy ttl:ttl_s=3,10,30 --seeds 6
   pdsim whatif scenarios/whatif_base.yaml --across-unknowns --faults decode_crash
+  pdsim whatif scenarios/whatif_base.yaml --loads base --seeds 2 --faults lost_done,leg_failure \
+      --policy permanent:transfer.waiting_timeout_s=30,300
   pdsim whatif scenarios/whatif_base.yaml --loads base --faults-file my_faults.yaml --seeds 2"""
 
 
