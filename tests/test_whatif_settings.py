@@ -65,3 +65,12 @@ def test_cli_policy_with_a_setting_and_a_bad_setting_in_one_line(tmp_path, capsy
                  "--workers", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "nonesuch_s" in err[0], err
+
+
+@pytest.mark.parametrize("key", ["faults.0.at_s", "clients.0.request_rate", "slo.ttft_ms",
+                                 "blacklist.ttl_s", "operator_flushes.0.at_s"])
+def test_a_policy_may_not_set_what_the_what_if_sets_itself(key):
+    """An arm with its own load, faults, SLO or blacklist section would no longer meet the
+    same seed's arrivals and faults as the others: its regret would compare unlike runs."""
+    with pytest.raises(ValueError, match="the what-if sets"):
+        expand_policies([{"policy": "never", key: 1}])

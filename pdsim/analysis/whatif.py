@@ -66,6 +66,11 @@ def _label(name: str, section: dict, model: Any) -> str:
     return name + (f"({', '.join(shown)})" if shown else "")
 
 
+# sections the what-if itself sets or compares arms by: a policy's dotted keys may not touch
+# them (an arm with its own load, faults or SLO is no longer paired with the others by seed)
+WHATIF_SETS = ("faults", "clients", "slo", "seed", "horizon_s", "blacklist", "operator_flushes")
+
+
 def split_policy(section: dict) -> tuple[dict, list[str]]:
     """A policy -> (its blacklist section, its other settings as ``--set`` overrides): a dotted
     key (``transfer.waiting_timeout_s``) is a scenario setting, any other a blacklist key."""
@@ -87,6 +92,11 @@ def expand_policies(policies: Iterable[str | dict]) -> list[tuple[str, dict]]:
     for spec in policies:
         spec = {"policy": spec} if isinstance(spec, str) else dict(spec)
         name = spec.get("policy", BLACKLIST_POLICIES.default)
+        for k in spec:
+            if "." in str(k) and str(k).split(".")[0] in WHATIF_SETS:
+                raise ValueError(f"policy {name}: {echo(k)}: the what-if sets "
+                                 f"{str(k).split('.')[0]} itself (every arm meets the same "
+                                 f"load, faults, seeds and SLO); a policy may set other keys")
         grid = {k: v for k, v in spec.items() if isinstance(v, list | tuple)}
         if math.prod(len(v) for v in grid.values()) > MAX_RUNS:
             raise ValueError(f"policy {name}: a grid of "
