@@ -201,7 +201,12 @@ def stale_warning() -> list[str]:
     checks = json.loads(path.read_text()).get("checks", {}) if path.is_file() else {}
     moved = {k: c for k, c in checks.items() if c["result"].startswith("moved")}
     if not moved:
-        return []
+        part = sorted(k for k, c in checks.items() if c.get("seeds"))
+        return [f"*Runs:* every chunk is either regenerated whole under the model named or "
+                f"re-checked under it; {len(part)} of {len(checks)} chunks were re-checked at "
+                f"seed {', '.join(sorted({str(x) for k in part for x in checks[k]['seeds']}))} "
+                f"only (identical), their other seeds made under an earlier model (*Which runs, "
+                f"under which model*).", ""] if part else []
     return ["**Stale:** " + "; ".join(
         f"`{k}`'s committed runs moved under the model of `{c['model']}` (a check of seed"
         f"{'s' if len(c.get('seeds', [])) > 1 else ''} "

@@ -58,13 +58,14 @@ def test_profiles_import_refuses_a_context_length_it_cannot_read(tmp_path, capsy
     assert not (tmp_path / "p.yaml").exists()
 
 
-def test_an_output_file_named_like_a_directory_is_refused(tmp_path, capsys, monkeypatch):
-    """``profiles import --out adir/`` wrote a file named adir."""
+@pytest.mark.parametrize("out", ["adir/", "adir/.", "adir/.."])
+def test_an_output_file_named_like_a_directory_is_refused(tmp_path, capsys, monkeypatch, out):
+    """``profiles import --out adir/`` (or ``adir/.``) wrote a file named adir."""
     monkeypatch.chdir(tmp_path)
     assert main(["profiles", "import", str(ROOT / "tests/hf_configs/Llama-3.1-8B.json"),
-                 "--name", "t_x", "--out", "adir/"]) == 2
+                 "--name", "t_x", "--out", out]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--out adir/: names a directory" in err, err
+    assert err.count("\n") == 1 and f"--out {out}: names a directory" in err, err
     assert not (tmp_path / "adir").exists()
 
 

@@ -74,3 +74,24 @@ def test_a_policy_may_not_set_what_the_what_if_sets_itself(key):
     same seed's arrivals and faults as the others: its regret would compare unlike runs."""
     with pytest.raises(ValueError, match="the what-if sets"):
         expand_policies([{"policy": "never", key: 1}])
+
+
+@pytest.mark.parametrize("setting, says", [
+    ("transfer.waiting_timeout_s=2020-01-01", "waiting_timeout_s"),  # a YAML date: was exit 70
+    ("transfer.nonesuch_s=3", "nonesuch_s"),
+    ("fleet.gpu.x=1", "--policy setting fleet.gpu.x"),  # (a string, not a mapping)
+])
+def test_a_bad_setting_is_one_line_before_any_run(tmp_path, capsys, monkeypatch, setting, says):
+    """Refused before the first run (an arm's own healthy runs were validated only after the
+    shared ones had run), naming the policy's setting, not a --set the user never wrote."""
+    import yaml
+
+    ran = []
+    monkeypatch.setattr(whatif_mod, "run_tasks", lambda *a, **k: ran.append(a) or [])
+    base = tmp_path / "base.yaml"
+    base.write_text(yaml.safe_dump(_base()))
+    assert main(["whatif", str(base), "--loads", "base", "--seeds", "1", "--faults",
+                 "transient_errors", "--policy", f"never:{setting}", "--workers", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0] and "--set" not in err[0], err
+    assert not ran

@@ -34,7 +34,7 @@ from pdsim.analysis.whatif import (
     pd_only,
     prepare,
     run_conditions,
-    split_policy,
+    with_policy,
 )
 from pdsim.analysis.whatif_table import WhatIf
 from pdsim.config import loader
@@ -260,11 +260,7 @@ def plan_of(base: str | Path | dict, fset: dict[str, list], pols: list, sets: Se
     pd_only(data)
     spans = {}
     for fault, items in fset.items():
-        black, more = split_policy(pols[0][1])
-        d = loader.ScenarioData({**data, "faults": items, "blacklist": black})
-        d.context = getattr(data, "context", None)
-        if more:
-            d = loader.apply_overrides(d, more)
+        d = with_policy(data, {"faults": items, "blacklist": pols[0][1]})
         spans[fault] = win.fault_span(loader.load(d).faults)
     return win.plan(spans, timeline, t_end)
 

@@ -75,7 +75,7 @@ def split_policy(section: dict) -> tuple[dict, list[str]]:
     """A policy -> (its blacklist section, its other settings as ``--set`` overrides): a dotted
     key (``transfer.waiting_timeout_s``) is a scenario setting, any other a blacklist key."""
     black = {k: v for k, v in section.items() if "." not in k}
-    sets = [f"{k}={json.dumps(v)}" for k, v in section.items() if "." in k]
+    sets = [f"{k}={json.dumps(v, default=str)}" for k, v in section.items() if "." in k]
     return black, sets
 
 
@@ -373,16 +373,24 @@ class Condition:
     extended: list[str]  # what the what-if changed in the base (said in the table's header)
 
 
-def _with(data: Any, over: dict, sets: Sequence[str] = ()) -> Any:
+def with_policy(data: Any, over: dict, sets: Sequence[str] = ()) -> Any:
     """The base with top-level sections replaced, then a policy's settings applied (a blacklist
     ``section`` in ``over`` may carry dotted keys: :func:`split_policy`)."""
-    over = dict(over)
+    over, more = dict(over), []
     if isinstance(over.get("blacklist"), dict):
         over["blacklist"], more = split_policy(over["blacklist"])
         sets = [*sets, *more]
     d = loader.ScenarioData({**data, **over})
     d.context = getattr(data, "context", None)
-    return loader.apply_overrides(d, list(sets)) if sets else d
+    if not sets:
+        return d
+    try:
+        return loader.apply_overrides(d, list(sets))
+    except loader.ScenarioError as err:  # (a policy's setting: not a --set the user wrote)
+        if more and any(str(err).startswith(f"--set {x.split('=')[0]}") for x in more):
+            raise loader.ScenarioError(str(err).replace("--set ", "--policy setting ", 1)) \
+                from None
+        raise
 
 
 def pd_only(data: Any) -> None:
@@ -406,13 +414,12 @@ def prepare(base: str | Path | dict, pols: list[tuple[str, dict]], fset: dict[st
     if sets:
         data = loader.apply_overrides(data, list(sets))
     pd_only(data)
-    first_policy, first_sets = split_policy(pols[0][1])
+    first_policy = pols[0][1]  # (its settings applied by with_policy)
     spans = {}
     fset = dict(fset)
     variants: dict[str, str] = {}
     for fault, items in list(fset.items()):
-        sc = loader.load(_with(data, {"blacklist": first_policy, "faults": items},
-                               first_sets))
+        sc = loader.load(with_policy(data, {"blacklist": first_policy, "faults": items}))
         spans[fault] = win.fault_span(sc.faults)
         if across_unknowns:
             from pdsim.config import unknowns
@@ -420,13 +427,13 @@ def prepare(base: str | Path | dict, pols: list[tuple[str, dict]], fset: dict[st
             resolved = unknowns.resolve({"faults": items})[0]
             for vname, values in unknown_variants(fault, sc.unknowns).items():
                 vitems = unknowns.substitute(resolved, values)["faults"]
-                vsc = loader.load(_with(data, {"blacklist": first_policy, "faults": vitems},
-                                        first_sets))
+                vsc = loader.load(with_policy(data, {"blacklist": first_policy,
+                                               "faults": vitems}))
                 fset[vname] = vitems
                 spans[vname] = win.fault_span(vsc.faults)
                 variants[vname] = fault
     plan = win.plan(spans, tl, t_end)
-    sc0 = loader.load(_with(data, {"faults": []}))
+    sc0 = loader.load(with_policy(data, {"faults": []}))
     over, extended = [f"horizon_s={plan.horizon:g}"], []
     for i, c in enumerate(sc0.clients):
         rate = getattr(c, "request_rate", None)
@@ -447,8 +454,10 @@ def prepare(base: str | Path | dict, pols: list[tuple[str, dict]], fset: dict[st
               for fault, items in fset.items() for lbl, section in pols for seed in seeds]
     cond = Condition(label, data, plan, [], own, [], variants, fset,
                      [f"horizon {plan.horizon:g} s", *extended])
-    cond.shared = _tasks(cond, shared, plugins, check=True)
+    cond.shared = [] if sets_anything(pols) else _tasks(cond, shared, plugins, check=True)
     cond.faulty = _tasks(cond, faulty, plugins, check=True)
+    if sets_anything(pols):  # (each arm's own healthy runs: validated now, run for sure)
+        _tasks(cond, own, plugins, check=True)
     return cond
 
 
@@ -459,7 +468,7 @@ def _tasks(cond: Condition, jobs: list[tuple[dict, dict]], plugins: Sequence[str
     every = cond.plan.windows
     out = []
     for over, labels in jobs:
-        d = _with(cond.data, over)
+        d = with_policy(cond.data, over)
         if check:
             loader.load(d)  # validate every run before any process starts
         ws = every if labels.get("_h") else {labels["fault"]: every[labels["fault"]]}

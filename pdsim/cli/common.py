@@ -148,7 +148,8 @@ def check_outputs(inputs: dict[Path, str], *outputs: Output) -> None:
     for o, target in done:
         if o.writes:
             continue
-        if str(o.path).endswith(("/", os.sep)):  # (Path drops it: "adir/" wrote a file adir)
+        if os.path.basename(str(o.path)) in ("", ".", ".."):
+            # (Path drops them: "adir/" and "adir/." wrote a file adir)
             raise UsageError(f"{o.option} {show_path(o.path)}: names a directory; give a file "
                              f"name")
         if target.parent not in made:  # (a directory output is made by the command)
