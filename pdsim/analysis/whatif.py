@@ -373,24 +373,21 @@ class Condition:
     extended: list[str]  # what the what-if changed in the base (said in the table's header)
 
 
-def with_policy(data: Any, over: dict, sets: Sequence[str] = ()) -> Any:
+def with_policy(data: Any, over: dict) -> Any:
     """The base with top-level sections replaced, then a policy's settings applied (a blacklist
     ``section`` in ``over`` may carry dotted keys: :func:`split_policy`)."""
-    over, more = dict(over), []
+    over, sets = dict(over), []
     if isinstance(over.get("blacklist"), dict):
-        over["blacklist"], more = split_policy(over["blacklist"])
-        sets = [*sets, *more]
+        over["blacklist"], sets = split_policy(over["blacklist"])
     d = loader.ScenarioData({**data, **over})
     d.context = getattr(data, "context", None)
     if not sets:
         return d
     try:
-        return loader.apply_overrides(d, list(sets))
+        return loader.apply_overrides(d, sets)
     except loader.ScenarioError as err:  # (a policy's setting: not a --set the user wrote)
-        if more and any(str(err).startswith(f"--set {x.split('=')[0]}") for x in more):
-            raise loader.ScenarioError(str(err).replace("--set ", "--policy setting ", 1)) \
-                from None
-        raise
+        raise loader.ScenarioError(str(err).replace("--set ", "--policy setting ", 1)) \
+            from None
 
 
 def pd_only(data: Any) -> None:
