@@ -238,21 +238,7 @@ class Registry:
 
     def field(self) -> Any:
         """An annotation marker: a pydantic field validated (and described) by this registry."""
-        registry = self
-
-        class _Field:
-            @classmethod
-            def __get_pydantic_core_schema__(cls, _source: Any, _handler: Any) -> Any:
-                return core_schema.no_info_plain_validator_function(
-                    registry.validate,
-                    serialization=core_schema.plain_serializer_function_ser_schema(
-                        lambda v: v.model_dump(mode="json"), when_used="always"))
-
-            @classmethod
-            def __get_pydantic_json_schema__(cls, _core: Any, handler: Any) -> dict:
-                return registry.json_schema(handler)
-
-        return _Field
+        return _annotation(self.validate, self.json_schema, {})
 
     def json_schema(self, handler: Any = None) -> dict:
         """``oneOf`` the entries' parameter schemas, told apart by ``key``."""
@@ -403,24 +389,11 @@ class SwitchRegistry:
 
     def field(self) -> Any:
         """An annotation marker: a pydantic field validated and described by this registry."""
-        registry = self
+        def schema(handler: Any) -> dict:
+            ref = handler(self.model().__pydantic_core_schema__)
+            return handler.resolve_ref_schema(ref) if "$ref" in ref else ref
 
-        class _Field:
-            @classmethod
-            def __get_pydantic_core_schema__(cls, _source: Any, _handler: Any) -> Any:
-                return core_schema.no_info_plain_validator_function(
-                    registry.validate,
-                    serialization=core_schema.plain_serializer_function_ser_schema(
-                        lambda v: v.model_dump(mode="json", exclude_none=True),
-                        when_used="always"))
-
-            @classmethod
-            def __get_pydantic_json_schema__(cls, _core: Any, handler: Any) -> dict:
-                model = registry.model()
-                ref = handler(model.__pydantic_core_schema__)
-                return handler.resolve_ref_schema(ref) if "$ref" in ref else ref
-
-        return _Field
+        return _annotation(self.validate, schema, {"exclude_none": True})
 
 
 _SWITCHES: dict[str, SwitchRegistry] = {}  # section -> its registry, for unpickling
@@ -484,3 +457,22 @@ def load_plugin(spec: str) -> None:
         raise ValueError(f"plugin {spec!r} is a folder without __init__.py ({where}): importing "
                          f"it runs no code and registers nothing; give a .py file, or a module "
                          f"or package (with __init__.py) on the Python path")
+
+
+def _annotation(validate: Any, schema: Any, dump: dict) -> Any:
+    """A pydantic annotation marker for a registry's field: ``validate`` checks a value (and
+    makes its model), ``schema(handler)`` describes it in the JSON Schema, and the value is
+    serialised by its model's ``model_dump(mode="json", **dump)``."""
+
+    class _Field:
+        @classmethod
+        def __get_pydantic_core_schema__(cls, _source: Any, _handler: Any) -> Any:
+            return core_schema.no_info_plain_validator_function(
+                validate, serialization=core_schema.plain_serializer_function_ser_schema(
+                    lambda v: v.model_dump(mode="json", **dump), when_used="always"))
+
+        @classmethod
+        def __get_pydantic_json_schema__(cls, _core: Any, handler: Any) -> dict:
+            return schema(handler)
+
+    return _Field
