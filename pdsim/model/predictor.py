@@ -206,7 +206,7 @@ class OperatorPredictor(_Terms):
                 m, at, full_proj=self.attn_w, pair_flops=self.pf_pair_flops,
                 per_ctx=self.per_ctx, pk_attn=self.pk_attn, pk_dattn=self.pk_dattn,
                 pk_index=fp8 * g.attn_eff, pk_index_decode=fp8 * g.decode_attn_eff,
-                bw=self.bw)
+                bw=self.bw, die=g.arch)
             self.hybrid = architectures.Hybrid(kinds, m.layers)
             self._w_kinds = tuple((k.layers, self._weight(k.proj_params, self.wb, self.pk_w))
                                   for k in kinds)
@@ -412,7 +412,8 @@ class OperatorPredictor(_Terms):
         if self.hybrid is None:
             core = pairs * self.pf_pair_flops / self.pk_attn
         else:  # the mean layer's attention, window/top-k capped, or its recurrence
-            core = self.hybrid.prefill_core(at, pairs, reqs)
+            kv = (sq_tokens if sq_tokens else 2 * pairs) / tokens  # (KV length per request)
+            core = self.hybrid.prefill_core(at, pairs, reqs, kv)
         if prefix and self.kv_b_w:  # MLA: expand the cached latent of the prefix (MHA path)
             core += self._gemm(prefix, self._w_kv_b)
         nd, nm = self._nd, self._nm
