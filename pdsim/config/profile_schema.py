@@ -143,6 +143,10 @@ class Engine(_Profile):
                                      "gaps (eager mode)")
     decode_layer_us: NonNeg = Field(description="Per layer per decode step: gaps between "
                                     "kernels inside the CUDA graph")
+    moe_layer_us: NonNeg = Field(0.0, description="Per MoE layer per forward: the latency of "
+                                 "its routing chain (router GEMM, top-k, activation quant, "
+                                 "expert align/sort; a few us each at small batch), which no "
+                                 "byte or FLOP of the step accounts for")
     eager_layer_us: NonNeg | None = Field(None, description="Per layer per decode step run "
                                           "eagerly (a batch above the CUDA-graph cap, "
                                           "--cuda-graph-max-bs): kernel launch gaps; default "
