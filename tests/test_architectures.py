@@ -103,9 +103,9 @@ def test_a_long_dsa_prefill_runs_sparse_absorbed_mla_over_padded_heads():
         pairs = n * (n + 1) / 2
         return o.hybrid.prefill_core(n, pairs, 1, n)
 
-    n = 2048  # dense MHA over every pair, and the indexer
-    pairs = n * (n + 1) / 2
-    assert core(n) == pytest.approx(pairs * (mha + dsa.index_pair_s), rel=1e-9)
+    n = 2048  # dense MHA over every pair; the indexer stores its keys, scores none
+    pairs = n * (n + 1) / 2  # (nsa_indexer.py forward_cuda: skip_logits_computation)
+    assert core(n) == pytest.approx(pairs * mha, rel=1e-9)
     n = 8192  # sparse absorbed MLA: 64 padded heads over at most 2,048 keys per query
     pairs = n * (n + 1) / 2
     sparse = 2 * 64 * (2 * 512 + 64) / op.pk_attn
@@ -115,7 +115,9 @@ def test_a_long_dsa_prefill_runs_sparse_absorbed_mla_over_padded_heads():
     assert op.prefill(n, n * n, pairs, 1, 0, n) > 78 * core(n)
     b200 = _op("glm-5-fp8", "B200", tp=8)
     (bdsa,) = b200.hybrid.kinds
-    assert bdsa.dense_kv_max == 0  # no MHA path on Blackwell
+    assert bdsa.dense_kv_max == 0  # no MHA path on Blackwell: sparse MLA, still no logits
+    pairs = 1024 * 1025 / 2
+    assert core(1024, b200) == pytest.approx(pairs * bdsa.sparse_pair_s, rel=1e-9)
     assert bdsa.sparse_pair_s * b200.pk_attn == pytest.approx(2 * 128 * (2 * 512 + 64))
 
 

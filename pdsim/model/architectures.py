@@ -26,7 +26,10 @@ two-batch overlap the overlap is taken on the mean layer):
   multiple of 64 on Hopper, 128 on Blackwell** ("FlashMLA sparse kernel requires num_heads to
   be a multiple of 64 (Hopper) or 128 (Blackwell)": GLM-5 at TP 8 runs 8 heads as 64). The
   forward's KV length is taken as ``sq_tokens / tokens`` (the token-weighted mean of its
-  chunks' KV lengths: exact for a one-request forward).
+  chunks' KV lengths: exact for a one-request forward). While that KV is at most
+  ``index_topk`` the indexer only computes and stores its keys, no logits (nsa_indexer.py
+  ``forward_cuda``: ``skip_logits_computation = max_kv_len <= index_topk``, then
+  ``_forward_cuda_k_only``): top-k would select every token.
 - **linear attention** (Gated DeltaNet, Qwen3-Next/3.5): no KV; a state of ``V x Dv x Dk`` per
   head group. Decode reads and writes the state once per sequence per step (memory-bound) and
   does ``6 x Dk x Dv`` FLOPs per value head per token (decay, delta update, output); prefill runs
@@ -143,9 +146,13 @@ class Hybrid:
             if k.token_s or k.req_s:
                 total += k.layers * (tokens * k.token_s + reqs * k.req_s)
                 continue
-            if k.sparse_pair_s and kv_len > k.dense_kv_max:  # DSA: sparse absorbed MLA
-                p = min(pairs, tokens * k.pair_cap)
-                total += k.layers * (p * k.sparse_pair_s + pairs * k.index_pair_s)
+            if k.sparse_pair_s:  # DSA (module docstring)
+                if kv_len <= k.pair_cap:  # every token selected: no indexer logits
+                    s = k.pair_s if kv_len <= k.dense_kv_max else k.sparse_pair_s
+                    total += k.layers * pairs * s
+                else:  # sparse absorbed MLA over the top-k, the indexer over every pair
+                    p = min(pairs, tokens * k.pair_cap)
+                    total += k.layers * (p * k.sparse_pair_s + pairs * k.index_pair_s)
                 continue
             p = pairs if not k.pair_cap else min(pairs, tokens * k.pair_cap)
             total += k.layers * (p * k.pair_s + pairs * k.index_pair_s)
