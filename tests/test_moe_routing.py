@@ -45,3 +45,15 @@ def test_a_dense_model_has_no_routing_chain():
     off = _op("qwen3-32b", ENGINE.model_copy(update={"moe_layer_us": 0.0}))
     assert op.decode(4, 4000) == off.decode(4, 4000)
     assert op.prefill(512, 512 * 512) == off.prefill(512, 512 * 512)
+
+
+def test_each_dsa_layer_adds_its_indexer_chain():
+    """GLM-5: 78 DSA layers, each running the indexer's ~16-kernel chain (nsa_indexer.py
+    forward_cuda) every forward; DeepSeek-R1 (no DSA) has none."""
+    assert ENGINE.dsa_indexer_us == 45
+    no = ENGINE.model_copy(update={"dsa_indexer_us": 0.0})
+    op, off = _op("glm-5-fp8"), _op("glm-5-fp8", no)
+    assert op.decode(4, 8000) - off.decode(4, 8000) == pytest.approx(78 * 45e-6, rel=1e-9)
+    assert op.prefill(1024, 1024**2) - off.prefill(1024, 1024**2) == pytest.approx(
+        78 * 45e-6, rel=1e-9)
+    assert _op("deepseek-r1").decode(4, 8000) == _op("deepseek-r1", no).decode(4, 8000)

@@ -147,6 +147,11 @@ class Engine(_Profile):
                                  "its routing chain (router GEMM, top-k, activation quant, "
                                  "expert align/sort; a few us each at small batch), which no "
                                  "byte or FLOP of the step accounts for")
+    dsa_indexer_us: NonNeg = Field(0.0, description="Per sparse-attention (DSA) layer per "
+                                   "forward: the latency of the indexer's chain of small "
+                                   "kernels (its projections' quant, norm, RoPE, Hadamard, "
+                                   "FP8 quant, key store, logits, top-k), which no byte or FLOP "
+                                   "of the step accounts for")
     eager_layer_us: NonNeg | None = Field(None, description="Per layer per decode step run "
                                           "eagerly (a batch above the CUDA-graph cap, "
                                           "--cuda-graph-max-bs): kernel launch gaps; default "

@@ -129,7 +129,8 @@ class OperatorPredictor(_Terms):
     - Communication: two all-reduces per layer over the TP group (TP, or the DP-attention
       gather and scatter); all-to-all under EP. Two-batch overlap hides it under computation.
     - Elementwise traffic, per-step and per-layer engine overheads, and each MoE layer's
-      routing chain (``engine.moe_layer_us``: router GEMM, top-k, quant, align/sort).
+      routing chain (``engine.moe_layer_us``: router GEMM, top-k, quant, align/sort) and each
+      DSA layer's indexer chain (``engine.dsa_indexer_us``).
     """
 
     gpu: GPU
@@ -217,10 +218,10 @@ class OperatorPredictor(_Terms):
         # per-layer costs (the same subexpressions, so the same floats: ``fixed + layers +
         # body + lm`` adds from the left), the LM head per request count
         self._pf_fixed = self.engine.prefill_step_ms / 1e3
-        # (a MoE layer's routing chain: engine.moe_layer_us, in prefill and decode alike)
+        # (and its chains of small kernels, in prefill and decode alike: :meth:`_chains`)
         self._pf_fixed_layers = self._pf_fixed + m.layers * self.engine.prefill_layer_us * 1e-6
-        if m.is_moe and self.engine.moe_layer_us:
-            self._pf_fixed_layers += m.moe_layers * self.engine.moe_layer_us * 1e-6
+        chains = self._chains()
+        self._pf_fixed_layers += chains
         self._lm_cache: dict[float, float] = {}
         # (properties: read once; as floats, the same products, see ``decode_series``)
         self._nd, self._nm = float(m.dense_mlp_layers), float(m.moe_layers)
@@ -249,10 +250,18 @@ class OperatorPredictor(_Terms):
         self._dc_fixed = eng.decode_step_ms / 1e3 + m.layers * eng.decode_layer_us * 1e-6
         eager = eng.prefill_layer_us if eng.eager_layer_us is None else eng.eager_layer_us
         self._dc_eager = eng.decode_step_ms / 1e3 + m.layers * eager * 1e-6
-        if m.is_moe and eng.moe_layer_us:
-            route = m.moe_layers * eng.moe_layer_us * 1e-6
-            self._dc_fixed += route
-            self._dc_eager += route
+        self._dc_fixed += chains
+        self._dc_eager += chains
+
+    def _chains(self) -> float:
+        """Seconds of a forward's chains of small kernels that no byte or FLOP prices: each
+        MoE layer's routing (``engine.moe_layer_us``) and each DSA layer's indexer
+        (``engine.dsa_indexer_us``), graphed or eager, prefill or decode."""
+        m, eng = self.model, self.engine
+        out = m.moe_layers * eng.moe_layer_us * 1e-6 if m.is_moe else 0.0
+        if m.index_topk:
+            out += m.full_attention_layers * eng.dsa_indexer_us * 1e-6
+        return out
 
     def rates(self) -> list[tuple[str, float]]:
         """The rates its step times divide by, each with the GPU fields it is the product of."""
