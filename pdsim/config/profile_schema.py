@@ -143,15 +143,11 @@ class Engine(_Profile):
                                      "gaps (eager mode)")
     decode_layer_us: NonNeg = Field(description="Per layer per decode step: gaps between "
                                     "kernels inside the CUDA graph")
-    moe_layer_us: NonNeg = Field(0.0, description="Per MoE layer per forward: the latency of "
-                                 "its routing chain (router GEMM, top-k, activation quant, "
-                                 "expert align/sort; a few us each at small batch), which no "
-                                 "byte or FLOP of the step accounts for")
-    dsa_indexer_us: NonNeg = Field(0.0, description="Per sparse-attention (DSA) layer per "
-                                   "forward: the latency of the indexer's chain of small "
-                                   "kernels (its projections' quant, norm, RoPE, Hadamard, "
-                                   "FP8 quant, key store, logits, top-k), which no byte or FLOP "
-                                   "of the step accounts for")
+    small_kernel_us: NonNeg = Field(0.0, description="Per small kernel of a layer's "
+                                    "latency-bound chains that no byte or FLOP of the step "
+                                    "accounts for (a MoE layer's routing, a DSA layer's "
+                                    "indexer, a Gated DeltaNet layer's recurrence: "
+                                    "pdsim.model.architectures.CHAIN_KERNELS), us")
     eager_layer_us: NonNeg | None = Field(None, description="Per layer per decode step run "
                                           "eagerly (a batch above the CUDA-graph cap, "
                                           "--cuda-graph-max-bs): kernel launch gaps; default "

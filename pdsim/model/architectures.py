@@ -50,6 +50,34 @@ from pdsim.config.profile_schema import Model
 
 GDN_CHUNK = 64  # tokens per chunk of the chunked gated-delta-rule kernel (FLA_CHUNK_SIZE)
 
+# Small kernels per layer that no byte or FLOP of pdsim's step prices, each at least
+# engine.small_kernel_us at small batch (a latency-bound chain; SGLang's source, 0.5.9 era):
+CHAIN_KERNELS = {
+    # a MoE layer's routing, between its all-reduce and its first expert GEMM: router GEMM
+    # (split-K and its reduce), top-k, group top-k, FP8 activation quant, moe_align_block_size,
+    # count-and-sort, and the elementwise glue: the 12 kernels vllm-project/vllm #28084
+    # measured on H200 (SGLang: MoEGate / dsv3_router_gemm, TopK biased_grouped_topk,
+    # per_token_group_quant_fp8, moe_align_block_size; models/deepseek_v2.py, layers/moe)
+    "moe": 12,
+    # a DSA layer's indexer beyond its GEMMs (layers/attention/nsa/nsa_indexer.py
+    # forward_cuda, _get_q_k_bf16, _get_topk_paged): head-gate scaling, k_norm, RoPE, two
+    # slice copies, two Hadamard rotations, two act_quant, the index-key store, the q-scale
+    # product, fp8_paged_mqa_logits, topk_transform, and the two GEMMs' activation quant
+    "dsa": 14,
+    # a Gated DeltaNet layer beyond its GEMMs (models/qwen3_5.py Qwen3_5GatedDeltaNet.forward,
+    # hybrid_linear_attn_backend): fused_qkvzba_split_reshape_cat, causal_conv1d_update,
+    # fused_gdn_gating, fused_sigmoid_gating_delta_rule_update, RMSNormGated
+    "gdn": 5,
+}
+
+
+def chain_kernels(model: Model) -> int:
+    """The :data:`CHAIN_KERNELS` of one forward of ``model`` (all its layers)."""
+    n = model.moe_layers * CHAIN_KERNELS["moe"] if model.is_moe else 0
+    if model.index_topk:
+        n += model.full_attention_layers * CHAIN_KERNELS["dsa"]
+    return n + model.linear_attention_layers * CHAIN_KERNELS["gdn"]
+
 
 @dataclass(frozen=True)
 class Kind:

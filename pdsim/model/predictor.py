@@ -129,8 +129,8 @@ class OperatorPredictor(_Terms):
     - Communication: two all-reduces per layer over the TP group (TP, or the DP-attention
       gather and scatter); all-to-all under EP. Two-batch overlap hides it under computation.
     - Elementwise traffic, per-step and per-layer engine overheads, and each MoE layer's
-      routing chain (``engine.moe_layer_us``: router GEMM, top-k, quant, align/sort) and each
-      DSA layer's indexer chain (``engine.dsa_indexer_us``).
+      routing chain, each DSA layer's indexer chain, each Gated DeltaNet layer's recurrence
+      chain: small kernels at ``engine.small_kernel_us`` each (:meth:`_chains`).
     """
 
     gpu: GPU
@@ -254,14 +254,11 @@ class OperatorPredictor(_Terms):
         self._dc_eager += chains
 
     def _chains(self) -> float:
-        """Seconds of a forward's chains of small kernels that no byte or FLOP prices: each
-        MoE layer's routing (``engine.moe_layer_us``) and each DSA layer's indexer
-        (``engine.dsa_indexer_us``), graphed or eager, prefill or decode."""
-        m, eng = self.model, self.engine
-        out = m.moe_layers * eng.moe_layer_us * 1e-6 if m.is_moe else 0.0
-        if m.index_topk:
-            out += m.full_attention_layers * eng.dsa_indexer_us * 1e-6
-        return out
+        """Seconds of a forward's chains of small kernels that no byte or FLOP prices (each MoE
+        layer's routing, each DSA layer's indexer, each Gated DeltaNet layer's recurrence:
+        :data:`pdsim.model.architectures.CHAIN_KERNELS`), each kernel
+        ``engine.small_kernel_us``, graphed or eager, prefill or decode."""
+        return architectures.chain_kernels(self.model) * self.engine.small_kernel_us * 1e-6
 
     def rates(self) -> list[tuple[str, float]]:
         """The rates its step times divide by, each with the GPU fields it is the product of."""
