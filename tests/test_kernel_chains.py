@@ -24,7 +24,7 @@ def _op(model: str, engine=ENGINE, **layout) -> OperatorPredictor:
 
 def test_the_shipped_engine_and_the_counts():
     assert ENGINE.small_kernel_us == 2.78  # 33.4 us / 12 kernels
-    assert CHAIN_KERNELS == {"moe": 12, "dsa": 14, "gdn": 5}
+    assert CHAIN_KERNELS == {"moe": 12, "moe_deepep": 5, "dsa": 14, "gdn": 5}
 
 
 # (model, its kernels per forward): DeepSeek-R1 58 MoE layers; GLM-5 75 MoE + 78 DSA layers;
@@ -52,3 +52,12 @@ def test_a_dense_full_attention_model_has_no_chain():
     op, off = _op("qwen3-32b"), _op("qwen3-32b", OFF)
     assert op.decode(4, 4000) == off.decode(4, 4000)
     assert op.prefill(512, 512 * 512) == off.prefill(512, 512 * 512)
+
+
+def test_under_deepep_the_dispatch_replaces_the_align_and_sort():
+    """DeepEP's dispatch (priced by gpu.a2a_us) and DeepGEMM's masked layout take the quant,
+    align/sort and glue; the router GEMM, its reduce, the scores and top-k remain."""
+    lay = dict(tp=8, dp=8, dp_attention=True, ep=8, a2a="deepep")
+    op, off = _op("deepseek-r1", **lay), _op("deepseek-r1", OFF, **lay)
+    assert op.decode(4, 8000, 1) - off.decode(4, 8000, 1) == pytest.approx(
+        58 * 5 * 2.78e-6, rel=1e-9)

@@ -59,6 +59,11 @@ CHAIN_KERNELS = {
     # measured on H200 (SGLang: MoEGate / dsv3_router_gemm, TopK biased_grouped_topk,
     # per_token_group_quant_fp8, moe_align_block_size; models/deepseek_v2.py, layers/moe)
     "moe": 12,
+    # the same under DeepEP (--moe-a2a-backend deepep; deepseek_v2.py forward_deepep): the
+    # norm, router GEMM and its split-K reduce, score/bias and grouped top-k remain; the
+    # quant, align/sort and glue are DeepEP's dispatch and DeepGEMM's masked layout, which
+    # the all-to-all's own fixed cost (gpu.a2a_us) prices
+    "moe_deepep": 5,
     # a DSA layer's indexer beyond its GEMMs (layers/attention/nsa/nsa_indexer.py
     # forward_cuda, _get_q_k_bf16, _get_topk_paged): head-gate scaling, k_norm, RoPE, two
     # slice copies, two Hadamard rotations, two act_quant, the index-key store, the q-scale
@@ -71,9 +76,11 @@ CHAIN_KERNELS = {
 }
 
 
-def chain_kernels(model: Model) -> int:
-    """The :data:`CHAIN_KERNELS` of one forward of ``model`` (all its layers)."""
-    n = model.moe_layers * CHAIN_KERNELS["moe"] if model.is_moe else 0
+def chain_kernels(model: Model, deepep: bool = False) -> int:
+    """The :data:`CHAIN_KERNELS` of one forward of ``model`` (all its layers); ``deepep``:
+    its MoE layers dispatch through DeepEP."""
+    n = model.moe_layers * CHAIN_KERNELS["moe_deepep" if deepep else "moe"] \
+        if model.is_moe else 0
     if model.index_topk:
         n += model.full_attention_layers * CHAIN_KERNELS["dsa"]
     return n + model.linear_attention_layers * CHAIN_KERNELS["gdn"]

@@ -264,7 +264,8 @@ class OperatorPredictor(_Terms):
         layer's routing, each DSA layer's indexer, each Gated DeltaNet layer's recurrence:
         :data:`pdsim.model.architectures.CHAIN_KERNELS`), each kernel
         ``engine.small_kernel_us``, graphed or eager, prefill or decode."""
-        return architectures.chain_kernels(self.model) * self.engine.small_kernel_us * 1e-6
+        kernels = architectures.chain_kernels(self.model, self.deepep)
+        return kernels * self.engine.small_kernel_us * 1e-6
 
     def rates(self) -> list[tuple[str, float]]:
         """The rates its step times divide by, each with the GPU fields it is the product of."""
