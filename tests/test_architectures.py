@@ -111,7 +111,7 @@ def test_a_long_dsa_prefill_runs_sparse_absorbed_mla_over_padded_heads():
     sparse = 2 * 64 * (2 * 512 + 64) / op.pk_attn
     assert core(n) == pytest.approx(n * 2048 * sparse + pairs * dsa.index_pair_s, rel=1e-9)
     assert sparse > 8 * mha  # what the padding and the absorbed latent cost over MHA
-    # the whole forward follows (its KV length is sq_tokens / tokens): 78 such layers
+    # the whole forward follows (its KV length is sq_tokens / attention tokens): 78 such layers
     assert op.prefill(n, n * n, pairs, 1, 0, n) > 78 * core(n)
     b200 = _op("glm-5-fp8", "B200", tp=8)
     (bdsa,) = b200.hybrid.kinds

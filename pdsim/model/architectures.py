@@ -25,8 +25,9 @@ two-batch overlap the overlap is taken on the mean layer):
   qk_rope_head_dim)`` FLOPs per head per pair, over the GPU's query heads **padded to a
   multiple of 64 on Hopper, 128 on Blackwell** ("FlashMLA sparse kernel requires num_heads to
   be a multiple of 64 (Hopper) or 128 (Blackwell)": GLM-5 at TP 8 runs 8 heads as 64). The
-  forward's KV length is taken as ``sq_tokens / tokens`` (the token-weighted mean of its
-  chunks' KV lengths: exact for a one-request forward). While that KV is at most
+  forward's KV length is taken as ``sq_tokens`` over its attention tokens (the token-weighted
+  mean of its chunks' KV lengths: exact for a one-request forward; SGLang decides on the
+  longest). While that KV is at most
   ``index_topk`` the indexer only computes and stores its keys, no logits (nsa_indexer.py
   ``forward_cuda``: ``skip_logits_computation = max_kv_len <= index_topk``, then
   ``_forward_cuda_k_only``): top-k would select every token.

@@ -442,7 +442,8 @@ class OperatorPredictor(_Terms):
         if self.hybrid is None:
             core = pairs * self.pf_pair_flops / self.pk_attn
         else:  # the mean layer's attention, window/top-k capped, or its recurrence
-            kv = (sq_tokens if sq_tokens else 2 * pairs) / tokens  # (KV length per request)
+            # (the KV length per request: sum(len * (len + prefix)) over the attention tokens)
+            kv = (sq_tokens if sq_tokens else 2 * pairs) / at if at > 0 else 0.0
             core = self.hybrid.prefill_core(at, pairs, reqs, kv)
         if prefix and self.kv_b_w:  # MLA: expand the cached latent of the prefix (MHA path)
             core += self._gemm(prefix, self._w_kv_b)
