@@ -132,7 +132,7 @@ class OperatorPredictor(_Terms):
       gather and scatter); all-to-all under EP. Two-batch overlap hides it under computation.
     - Elementwise traffic, per-step and per-layer engine overheads, and each MoE layer's
       routing chain, each DSA layer's indexer chain, each Gated DeltaNet layer's recurrence
-      chain: small kernels at ``engine.small_kernel_us`` each (:meth:`_chains`).
+      chain: small kernels at ``engine.small_kernel_us`` each, graphed or eager.
     """
 
     gpu: GPU
@@ -220,9 +220,9 @@ class OperatorPredictor(_Terms):
         # per-layer costs (the same subexpressions, so the same floats: ``fixed + layers +
         # body + lm`` adds from the left), the LM head per request count
         self._pf_fixed = self.engine.prefill_step_ms / 1e3
-        # (and its chains of small kernels, in prefill and decode alike: :meth:`_chains`)
         self._pf_fixed_layers = self._pf_fixed + m.layers * self.engine.prefill_layer_us * 1e-6
-        chains = self._chains()
+        # (and each forward's chains of small kernels: architectures.chain_kernels)
+        chains = architectures.chain_kernels(m, self.deepep) * self.engine.small_kernel_us * 1e-6
         self._pf_fixed_layers += chains
         self._lm_cache: dict[float, float] = {}
         # (properties: read once; as floats, the same products, see ``decode_series``)
@@ -234,9 +234,7 @@ class OperatorPredictor(_Terms):
         self._hidden, self._moe = h, m.is_moe
         self._experts, self._k = m.experts, m.experts_per_token
         self._keep = 1.0 - m.experts_per_token / m.experts if m.is_moe else 0.0
-        # EP: the expected largest of ep standard normals (Blom's approximation), for the
-        # busiest GPU's share of the touched experts (:meth:`moe`)
-        ep = lay.ep
+        ep = lay.ep  # (the expected largest of ep standard normals, Blom: :meth:`moe`)
         self._ep_z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25)) if ep > 1 else 0.0
         self._ar_s = g.allreduce_us * 1e-6
         self._domain, self._a2a_s = g.domain, 2 * g.a2a_us * 1e-6
@@ -258,14 +256,6 @@ class OperatorPredictor(_Terms):
         self._dc_eager = eng.decode_step_ms / 1e3 + m.layers * eager * 1e-6
         self._dc_fixed += chains
         self._dc_eager += chains
-
-    def _chains(self) -> float:
-        """Seconds of a forward's chains of small kernels that no byte or FLOP prices (each MoE
-        layer's routing, each DSA layer's indexer, each Gated DeltaNet layer's recurrence:
-        :data:`pdsim.model.architectures.CHAIN_KERNELS`), each kernel
-        ``engine.small_kernel_us``, graphed or eager, prefill or decode."""
-        kernels = architectures.chain_kernels(self.model, self.deepep)
-        return kernels * self.engine.small_kernel_us * 1e-6
 
     def rates(self) -> list[tuple[str, float]]:
         """The rates its step times divide by, each with the GPU fields it is the product of."""
@@ -324,12 +314,10 @@ class OperatorPredictor(_Terms):
 
         TP-MoE: every GPU holds 1/tp of each expert and sees every token; EP: a GPU holds
         E/ep whole experts and gets its share of the assignments (times ``imbalance``), and the
-        layer waits for the GPU whose experts the batch touches most (the TP all-reduce or the
-        combine joins them): of its ``L = E/ep`` experts each is touched with probability
-        ``q`` (balanced routing), so a GPU's count is binomial (mean ``Lq``, variance
-        ``Lq(1-q)``) and the busiest of ``ep`` is taken as ``Lq + z_ep sqrt(Lq(1-q))``, at
-        most ``L`` (``z_ep``: the expected largest of ``ep`` standard normals). At small
-        batch it reads well above the mean GPU's experts (Qwen3.5 at EP 8, 4 tokens: ~1.8x).
+        layer waits for the GPU whose experts the batch touches most: a GPU's count of its
+        ``L = E/ep`` experts is binomial (each touched with probability ``q``), the busiest of
+        ``ep`` taken as ``Lq + z_ep sqrt(Lq(1-q))`` (``z_ep``: the expected largest of ``ep``
+        standard normals), at most ``L`` (Qwen3.5 at EP 8, 4 tokens: ~1.6x the mean GPU's).
         """
         if routed <= 0:
             return 0.0
@@ -442,8 +430,7 @@ class OperatorPredictor(_Terms):
         if self.hybrid is None:
             core = pairs * self.pf_pair_flops / self.pk_attn
         else:  # the mean layer's attention, window/top-k capped, or its recurrence
-            # (the KV length per request: sum(len * (len + prefix)) over the attention tokens)
-            kv = (sq_tokens if sq_tokens else 2 * pairs) / at if at > 0 else 0.0
+            kv = (sq_tokens if sq_tokens else 2 * pairs) / at if at > 0 else 0.0  # KV/request
             core = self.hybrid.prefill_core(at, pairs, reqs, kv)
         if prefix and self.kv_b_w:  # MLA: expand the cached latent of the prefix (MHA path)
             core += self._gemm(prefix, self._w_kv_b)
