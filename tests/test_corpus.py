@@ -365,3 +365,21 @@ def test_csv_onto_the_corpus_itself_is_refused_in_one_line(capsys):
     assert main(["validate-model", "--quick", "--csv", str(corpus.TRAIN)]) == 2
     err = capsys.readouterr().err.strip()
     assert "a validation file of this command" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_the_corpus_tables_in_the_readme_and_docs_are_what_validate_model_gives(cases):
+    """The project README's summary table and docs/validation.md's corpus block are what
+    `pdsim validate-model --write-docs docs/validation.md` writes from the whole training split
+    today (a model change that moves any row's error makes them stale, and this fails)."""
+    root = corpus.ROOT.parents[1]
+    df = corpus_run.run(cases, workers=None)
+    fits = corpus_table.load_fits()
+
+    def block(path, begin, end):
+        return path.read_text().split(begin + "\n", 1)[1].split("\n" + end)[0]
+
+    assert block(root / "README.md", corpus_table.SUMMARY_BEGIN, corpus_table.SUMMARY_END) \
+        == corpus_table.summary(df, fits)
+    assert block(root / "docs" / "validation.md", corpus_table.BEGIN, corpus_table.END) \
+        == corpus_table.markdown(df, fits)

@@ -246,6 +246,8 @@ def markdown(df: pd.DataFrame, fits: dict[str, Any], in_sample: bool = True) -> 
     return "\n".join(lines)
 
 
+SUMMARY_BEGIN = "<!-- validate-corpus-summary:begin -->"
+SUMMARY_END = "<!-- validate-corpus-summary:end -->"
 SETS_BEGIN = "<!-- validate-corpus-sets:begin -->"
 SETS_END = "<!-- validate-corpus-sets:end -->"
 
@@ -259,10 +261,29 @@ def _replace(path: Path, begin: str, end: str, body: str) -> None:
     path.write_text(f"{head}{begin}\n{body}\n{end}{tail}")
 
 
+def summary(df: pd.DataFrame, fits: dict[str, Any]) -> str:
+    """The project README's block: the per-(GPU, model, mode) table and issue 29's bar."""
+    df = with_cv(df, fits) if fits else df
+    if "skipped" not in df:
+        df = df.assign(skipped=None)
+    ran = df[df.skipped.isna()]
+    out = [group_table(df), "",
+           "Each cell: median |error| of the mean (share of rows within ±10%, ±25%). "
+           "\"fitted: in-sample\" rows ran with a parameter set fitted on them (a fit, not a "
+           "prediction); the out-of-sample columns predict them by cross-validation."]
+    if fits:
+        out += ["", bar_lines(len(ran), len(df), ran)]
+    return "\n".join(out)
+
+
 def write_readme(df: pd.DataFrame, fits: dict[str, Any], readme: Path,
-                 corpus_readme: Path | None = None) -> None:
-    """The corpus block of ``readme``, and (``corpus_readme``) the parameter sets' block of
-    validation/corpus/README.md."""
+                 corpus_readme: Path | None = None, project_readme: Path | None = None
+                 ) -> None:
+    """The corpus block of ``readme``, (``corpus_readme``) the parameter sets' block of
+    validation/corpus/README.md and (``project_readme``) the summary block of the project's
+    README."""
     _replace(readme, BEGIN, END, markdown(df, fits))
     if corpus_readme is not None and fits:
         _replace(corpus_readme, SETS_BEGIN, SETS_END, sets_table(fits))
+    if project_readme is not None:
+        _replace(project_readme, SUMMARY_BEGIN, SUMMARY_END, summary(df, fits))

@@ -382,7 +382,8 @@ def validate_model_cmd(args: argparse.Namespace) -> int:
                 ours = Path(args.write_docs).resolve() == ROOT.parents[1] / "docs" / \
                     "validation.md"
                 corpus_table.write_readme(cdf, corpus_table.load_fits(), Path(args.write_docs),
-                                          ROOT / "README.md" if ours else None)
+                                          ROOT / "README.md" if ours else None,
+                                          ROOT.parents[1] / "README.md" if ours else None)
             print(f"wrote the tables into {show_path(args.write_docs)}", file=sys.stderr)
     except OSError as err:
         return die(f"cannot write ({why(err)}): "
