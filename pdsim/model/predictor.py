@@ -245,8 +245,7 @@ class OperatorPredictor(_Terms):
         self._dc_fixed = eng.decode_step_ms / 1e3 + m.layers * eng.decode_layer_us * 1e-6
         eager = eng.prefill_layer_us if eng.eager_layer_us is None else eng.eager_layer_us
         self._dc_eager = eng.decode_step_ms / 1e3 + m.layers * eager * 1e-6
-        # the scheduler's CPU per running request per decode step (0: hidden)
-        self.decode_request_s = eng.decode_request_us * 1e-6
+        self.decode_request_s = eng.decode_request_us * 1e-6  # (CPU per request per step)
 
     def rates(self) -> list[tuple[str, float]]:
         """The rates its step times divide by, each with the GPU fields it is the product of."""
@@ -465,23 +464,17 @@ class OperatorPredictor(_Terms):
         return out
 
     def decode(self, batch: float, context: float, attn_batch: float | None = None) -> float:
-        """One decode step: the GPU's (:meth:`decode_gpu`), or the scheduler's CPU work on the
-        batch's requests when that is longer.
-
-        SGLang's overlap scheduler (``Scheduler.event_loop_overlap``, scheduler.py@0.5.6.post2)
-        launches step N+1 and then processes step N's results (``process_batch_result_decode``:
-        each request's output ids, stop check and ``stream_output``) while the GPU runs N+1, so
-        the CPU's per-request work is hidden up to the GPU's step time and sets the pace beyond
-        it: ``max(gpu, requests x engine.decode_request_us)``. The requests are a DP rank's own
-        (``attn_batch``): each rank's scheduler processes its own."""
+        """One decode step: ``max(decode_gpu, requests x engine.decode_request_us)``. SGLang's
+        overlap scheduler (``event_loop_overlap``, scheduler.py@0.5.6.post2) launches step N+1,
+        then processes step N's results (``process_batch_result_decode``, ``stream_output``:
+        per request) while the GPU runs it. The requests: a DP rank's own (``attn_batch``)."""
         t = self.decode_gpu(batch, context, attn_batch)
         cpu = (batch if attn_batch is None else attn_batch) * self.decode_request_s
         return t if t >= cpu else cpu
 
     def decode_gpu(self, batch: float, context: float, attn_batch: float | None = None
                    ) -> float:
-        """One decode step's forward; linear in ``context`` for a given batch (the rest is
-        cached)."""
+        """One decode forward; linear in ``context`` for a given batch (the rest cached)."""
         if batch <= 0:
             return self.engine.decode_step_ms / 1e3
         ab = batch if attn_batch is None else attn_batch
@@ -498,11 +491,9 @@ class OperatorPredictor(_Terms):
                       ) -> Iterator[float]:
         """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats
         (:meth:`decode`'s CPU floor on :meth:`_gpu_series`)."""
-        series = self._gpu_series(batch, attn_batch, context, grow)
-        cpu = attn_batch * self.decode_request_s
-        if cpu <= 0.0:
-            return series
-        return (t if t >= cpu else cpu for t in series)
+        series, cpu = self._gpu_series(batch, attn_batch, context, grow), \
+            attn_batch * self.decode_request_s
+        return (t if t >= cpu else cpu for t in series) if cpu > 0.0 else series
 
     def _gpu_series(self, batch: float, attn_batch: float, context: int, grow: int
                     ) -> Iterator[float]:
