@@ -108,7 +108,7 @@ class _Terms:
                  "_lm_cache", "_nd", "_nm", "_hidden", "_moe", "_experts", "_k", "_keep", "_ar_s",
                  "_domain", "_a2a_s", "_gather", "_tbo", "_w_attn", "_w_dense", "_w_shared",
                  "_w_lm", "_w_kv_b", "_two_expert_w", "_dc_fixed", "_dc_eager", "_scatter",
-                 "_w_kinds")
+                 "_w_kinds", "decode_request_s")
 
 
 @dataclass(slots=True)
@@ -245,6 +245,7 @@ class OperatorPredictor(_Terms):
         self._dc_fixed = eng.decode_step_ms / 1e3 + m.layers * eng.decode_layer_us * 1e-6
         eager = eng.prefill_layer_us if eng.eager_layer_us is None else eng.eager_layer_us
         self._dc_eager = eng.decode_step_ms / 1e3 + m.layers * eager * 1e-6
+        self.decode_request_s = eng.decode_request_us * 1e-6  # (CPU per request per step)
 
     def rates(self) -> list[tuple[str, float]]:
         """The rates its step times divide by, each with the GPU fields it is the product of."""
@@ -463,7 +464,17 @@ class OperatorPredictor(_Terms):
         return out
 
     def decode(self, batch: float, context: float, attn_batch: float | None = None) -> float:
-        """One decode step; linear in ``context`` for a given batch (the rest is cached)."""
+        """One decode step: ``max(decode_gpu, requests x engine.decode_request_us)``. SGLang's
+        overlap scheduler (``event_loop_overlap``, scheduler.py@0.5.6.post2) launches step N+1,
+        then processes step N's results (``process_batch_result_decode``, ``stream_output``:
+        per request) while the GPU runs it. The requests: a DP rank's own (``attn_batch``)."""
+        t = self.decode_gpu(batch, context, attn_batch)
+        cpu = (batch if attn_batch is None else attn_batch) * self.decode_request_s
+        return t if t >= cpu else cpu
+
+    def decode_gpu(self, batch: float, context: float, attn_batch: float | None = None
+                   ) -> float:
+        """One decode forward; linear in ``context`` for a given batch (the rest cached)."""
         if batch <= 0:
             return self.engine.decode_step_ms / 1e3
         ab = batch if attn_batch is None else attn_batch
@@ -478,7 +489,15 @@ class OperatorPredictor(_Terms):
 
     def decode_series(self, batch: float, attn_batch: float, context: int, grow: int
                       ) -> Iterator[float]:
-        """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats,
+        """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats
+        (:meth:`decode`'s CPU floor on :meth:`_gpu_series`)."""
+        series, cpu = self._gpu_series(batch, attn_batch, context, grow), \
+            attn_batch * self.decode_request_s
+        return (t if t >= cpu else cpu for t in series) if cpu > 0.0 else series
+
+    def _gpu_series(self, batch: float, attn_batch: float, context: int, grow: int
+                    ) -> Iterator[float]:
+        """``decode_gpu(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats,
         the batch's parts looked up once (a decode span's steps). The context counts as a
         float: an int below 2**53 is a double exactly, and int-with-float arithmetic is done
         on that double, so each step's float is the same, by CPython's float-only fast path."""
