@@ -152,6 +152,11 @@ class Engine(_Profile):
                                           "eagerly (a batch above the CUDA-graph cap, "
                                           "--cuda-graph-max-bs): kernel launch gaps; default "
                                           "prefill_layer_us (prefill always runs eagerly)")
+    decode_request_us: NonNeg = Field(0.0, description="Per running request per decode step: "
+                                      "the scheduler's CPU work on each request of the batch "
+                                      "(output processing and stream output); the overlap "
+                                      "scheduler runs it while the GPU runs the next step, so "
+                                      "a step takes the longer of the two; 0: always hidden")
     bootstrap_ms: NonNeg = Field(description="Per request on the TTFT path: the PD bootstrap "
                                  "handshake before the prefill may run")
     tokenize_us_per_token: NonNeg = Field(description="Per prompt token on the TTFT path: "

@@ -231,7 +231,8 @@ class ColocatedRank(RunningBatch):
     def step_time(self, plan: tuple) -> float:
         """A decode step's time, or a prefill forward's (its chunks and any decode tokens
         mixed in through the GEMMs; the mixed requests' attention as what a decode step's
-        attention over their context adds: decode(b, ctx) - decode(b, 0))."""
+        attention over their context adds: decode_gpu(b, ctx) - decode_gpu(b, 0)), at least
+        the CPU work on the mixed requests (decode()'s floor)."""
         pred = self.predictor
         n = len(plan)
         if n <= 4:
@@ -239,7 +240,13 @@ class ColocatedRank(RunningBatch):
         dt = pred.prefill(plan[3], plan[4], plan[5], plan[6], plan[7], plan[8])
         b = plan[0]
         if b:
-            dt += pred.decode(b, plan[1]) - pred.decode(b, 0)
+            # (the forward's part, without decode()'s CPU floor: the mixed forward's result
+            # processing covers its decode requests too, and is floored as a whole)
+            gpu = getattr(pred, "decode_gpu", pred.decode)
+            dt += gpu(b, plan[1]) - gpu(b, 0)
+            cpu = b * getattr(pred, "decode_request_s", 0.0)
+            if cpu > dt:
+                dt = cpu
         return dt
 
     def combine(self, plans: list[tuple], n_ranks: int) -> tuple:

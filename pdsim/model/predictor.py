@@ -28,6 +28,7 @@ from typing import Protocol
 from pdsim.config.fleet import FITTED_KEYS, PredictorConfig
 from pdsim.config.profile_schema import GPU, Engine, Model
 from pdsim.model import architectures, formats
+from pdsim.model.layout import Layout, layout_for, role_layout
 from pdsim.model.rates import check_rates
 from pdsim.model.simple import FittedPredictor, RooflinePredictor
 
@@ -50,51 +51,6 @@ class Predictor(Protocol):
 # --- the operator-level model --------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Layout:
-    """How one rank's forward is spread over GPUs, as SGLang shards it (issue 29 fact sheet A4:
-    layers/communicator.py ``LayerScatterModes``, models/deepseek_v2.py and qwen2_moe.py).
-
-    ``tp`` GPUs per server; with ``dp_attention`` the server's ``dp`` ranks each run attention
-    on their own requests over ``tp // dp`` GPUs, and the MLP/MoE sees the tokens of the
-    ``gather`` ranks stepping together. ``ep > 1``: routed experts are split over ``ep`` GPUs,
-    each expert's width over ``tp // ep``. With ``a2a`` none (SGLang's default) every GPU still
-    holds every token: it runs its own experts over them and the TP all-reduce sums the
-    outputs (no all-to-all); dense MLP, shared experts and LM head stay TP-sharded. With
-    ``a2a`` deepep tokens are scattered over the GPUs and reach their experts by all-to-all
-    (normal kernels when the forward has prefill tokens, low-latency ones for pure decode),
-    over NVLink inside an NVLink domain and the NIC between domains; shared experts keep whole
-    weights and compute each GPU's own tokens. ``dense_tp1`` (``--moe-dense-tp-size 1``): dense
-    layers run data-parallel with whole weights; ``dp_lm_head`` (``--enable-dp-lm-head``): the
-    LM head is sharded over the attention-TP group and samples its own rank's tokens.
-    ``tbo``: two-batch overlap (each forward in two micro-batches, communication of one under
-    computation of the other). ``imbalance``: busiest expert-GPU load over the mean (1:
-    balanced). ``graph_bs``: the largest decode batch run as a CUDA graph (None: every one;
-    larger batches run eagerly, :attr:`Engine.eager_layer_us` per layer). ``ll_nvlink``:
-    DeepEP's low-latency kernels send intra-domain pairs over NVLink (its
-    ``allow_nvlink_for_low_latency_mode``, default since DeepEP PR #173, May 2025); false: over
-    RDMA like every other pair, as before it (DeepEP issue #164: "the local node transfer will
-    also use RDMA").
-    """
-
-    tp: int = 1
-    dp: int = 1
-    dp_attention: bool = False
-    ep: int = 1
-    gather: int = 1
-    tbo: bool = False
-    imbalance: float = 1.0
-    a2a: str = "none"
-    dense_tp1: bool = False
-    dp_lm_head: bool = False
-    graph_bs: int | None = None
-    ll_nvlink: bool = True
-
-    @property
-    def attn_tp(self) -> int:
-        return max(1, self.tp // self.dp) if self.dp_attention else self.tp
-
-
 class _Terms:
     """What :class:`OperatorPredictor` derives from its GPU, model, engine and layout (in its
     ``__post_init__``), as slots: CPython 3.11 reads an instance's attributes inline only while
@@ -110,7 +66,7 @@ class _Terms:
                  "_lm_cache", "_nd", "_nm", "_hidden", "_moe", "_experts", "_k", "_keep", "_ar_s",
                  "_domain", "_a2a_s", "_gather", "_tbo", "_w_attn", "_w_dense", "_w_shared",
                  "_w_lm", "_w_kv_b", "_two_expert_w", "_dc_fixed", "_dc_eager", "_scatter",
-                 "_w_kinds", "_ep_z")
+                 "_w_kinds", "_ep_z", "decode_request_s")
 
 
 @dataclass(slots=True)
@@ -256,6 +212,7 @@ class OperatorPredictor(_Terms):
         self._dc_eager = eng.decode_step_ms / 1e3 + m.layers * eager * 1e-6
         self._dc_fixed += chains
         self._dc_eager += chains
+        self.decode_request_s = eng.decode_request_us * 1e-6  # (CPU per request per step)
 
     def rates(self) -> list[tuple[str, float]]:
         """The rates its step times divide by, each with the GPU fields it is the product of."""
@@ -482,7 +439,17 @@ class OperatorPredictor(_Terms):
         return out
 
     def decode(self, batch: float, context: float, attn_batch: float | None = None) -> float:
-        """One decode step; linear in ``context`` for a given batch (the rest is cached)."""
+        """One decode step: ``max(decode_gpu, requests x engine.decode_request_us)``. SGLang's
+        overlap scheduler (``event_loop_overlap``, scheduler.py@0.5.6.post2) launches step N+1,
+        then processes step N's results (``process_batch_result_decode``, ``stream_output``:
+        per request) while the GPU runs it. The requests: a DP rank's own (``attn_batch``)."""
+        t = self.decode_gpu(batch, context, attn_batch)
+        cpu = (batch if attn_batch is None else attn_batch) * self.decode_request_s
+        return t if t >= cpu else cpu
+
+    def decode_gpu(self, batch: float, context: float, attn_batch: float | None = None
+                   ) -> float:
+        """One decode forward; linear in ``context`` for a given batch (the rest cached)."""
         if batch <= 0:
             return self.engine.decode_step_ms / 1e3
         ab = batch if attn_batch is None else attn_batch
@@ -497,7 +464,15 @@ class OperatorPredictor(_Terms):
 
     def decode_series(self, batch: float, attn_batch: float, context: int, grow: int
                       ) -> Iterator[float]:
-        """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats,
+        """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats
+        (:meth:`decode`'s CPU floor on :meth:`_gpu_series`)."""
+        series, cpu = self._gpu_series(batch, attn_batch, context, grow), \
+            attn_batch * self.decode_request_s
+        return (t if t >= cpu else cpu for t in series) if cpu > 0.0 else series
+
+    def _gpu_series(self, batch: float, attn_batch: float, context: int, grow: int
+                    ) -> Iterator[float]:
+        """``decode_gpu(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats,
         the batch's parts looked up once (a decode span's steps). The context counts as a
         float: an int below 2**53 is a double exactly, and int-with-float arithmetic is done
         on that double, so each step's float is the same, by CPython's float-only fast path."""
@@ -548,31 +523,6 @@ class OperatorPredictor(_Terms):
                                           + self.local_experts * self.expert_w * self.ewb)
         emb = m.vocab_size * m.hidden_size * ACT_BYTES / at
         return layers + emb + (0.0 if m.tie_word_embeddings else self.lm_w * ACT_BYTES)
-
-
-def role_layout(role: object, gather: int = 1, graph_bs: int | None = None,
-                tbo: bool = False, imbalance: float = 1.0) -> Layout:
-    """The :class:`Layout` of a scenario role's sharding (``fleet.prefill`` / ``.decode``)."""
-    return Layout(tp=role.tp, dp=role.dp, dp_attention=role.dp_attention,
-                  ep=getattr(role, "ep", 1), gather=gather, tbo=tbo, imbalance=imbalance,
-                  a2a=getattr(role, "moe_a2a_backend", "none"),
-                  dense_tp1=getattr(role, "moe_dense_tp_size", None) == 1,
-                  dp_lm_head=getattr(role, "enable_dp_lm_head", False), graph_bs=graph_bs,
-                  ll_nvlink=getattr(role, "deepep_ll_nvlink", True))
-
-
-def layout_for(role: object, cfg: PredictorConfig, gather: int, gpu: GPU | None = None,
-               version: str | None = None) -> Layout:
-    """The :class:`Layout` of a scenario role (``fleet.prefill`` / ``fleet.decode``) under the
-    scenario's predictor settings. The CUDA-graph cap: the role's ``cuda_graph_max_bs``, else
-    SGLang's default for ``gpu``, its tp and the release ``version`` (the scenario's
-    ``engine.version``; none known without a GPU)."""
-    graph = getattr(role, "cuda_graph_max_bs", None)
-    if graph is None and gpu is not None:
-        from pdsim.model import sglang
-
-        graph = sglang.cuda_graph_max_bs(gpu, role.tp, version or sglang.DEFAULT_VERSION)
-    return role_layout(role, gather, graph, cfg.two_batch_overlap, cfg.expert_imbalance)
 
 
 def build(cfg: PredictorConfig, gpu: GPU, model: Model, tp: int, dp_gather: int = 1,
