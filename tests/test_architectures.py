@@ -88,6 +88,39 @@ def test_sparse_attention_reads_top_k_latents_and_scores_every_token():
     assert op.decode(16, 16 * 1000) > dense.decode(16, 16 * 1000)  # the indexer's cost
 
 
+def test_a_long_dsa_prefill_runs_sparse_absorbed_mla_over_padded_heads():
+    """SGLang (deepseek_v2.py handle_attention_nsa; nsa_backend.py _forward_flashmla_sparse):
+    on Hopper with a BF16 KV cache a DSA prefill whose KV is at most index_topk runs dense MHA
+    over the decompressed latent; a longer one runs absorbed MLA through FlashMLA's sparse
+    kernel, 2 x (512 + 576) FLOPs per head per pair over the GPU's heads padded to 64 (GLM-5 at
+    TP 8: 8 heads run as 64), at most index_topk keys per query. On Blackwell: 128 heads, and
+    no MHA path."""
+    op = _op("glm-5-fp8", tp=8)
+    (dsa,) = op.hybrid.kinds
+    mha = op.pf_pair_flops / op.pk_attn  # 2 x 8 x (192 + 64 + 256) FLOPs per pair
+
+    def core(n: int, o: OperatorPredictor = op) -> float:
+        pairs = n * (n + 1) / 2
+        return o.hybrid.prefill_core(n, pairs, 1, n)
+
+    n = 2048  # dense MHA over every pair; the indexer stores its keys, scores none
+    pairs = n * (n + 1) / 2  # (nsa_indexer.py forward_cuda: skip_logits_computation)
+    assert core(n) == pytest.approx(pairs * mha, rel=1e-9)
+    n = 8192  # sparse absorbed MLA: 64 padded heads over at most 2,048 keys per query
+    pairs = n * (n + 1) / 2
+    sparse = 2 * 64 * (2 * 512 + 64) / op.pk_attn
+    assert core(n) == pytest.approx(n * 2048 * sparse + pairs * dsa.index_pair_s, rel=1e-9)
+    assert sparse > 8 * mha  # what the padding and the absorbed latent cost over MHA
+    # the whole forward follows (its KV length is sq_tokens / attention tokens): 78 such layers
+    assert op.prefill(n, n * n, pairs, 1, 0, n) > 78 * core(n)
+    b200 = _op("glm-5-fp8", "B200", tp=8)
+    (bdsa,) = b200.hybrid.kinds
+    assert bdsa.dense_kv_max == 0  # no MHA path on Blackwell: sparse MLA, still no logits
+    pairs = 1024 * 1025 / 2
+    assert core(1024, b200) == pytest.approx(pairs * bdsa.sparse_pair_s, rel=1e-9)
+    assert bdsa.sparse_pair_s * b200.pk_attn == pytest.approx(2 * 128 * (2 * 512 + 64))
+
+
 MODELS = ["qwen3.5-397b-a17b-fp8", "gpt-oss-120b", "glm-5-fp8"]
 
 

@@ -143,6 +143,11 @@ class Engine(_Profile):
                                      "gaps (eager mode)")
     decode_layer_us: NonNeg = Field(description="Per layer per decode step: gaps between "
                                     "kernels inside the CUDA graph")
+    small_kernel_us: NonNeg = Field(0.0, description="Per small kernel of a layer's "
+                                    "latency-bound chains that no byte or FLOP of the step "
+                                    "accounts for (a MoE layer's routing, a DSA layer's "
+                                    "indexer, a Gated DeltaNet layer's recurrence: "
+                                    "pdsim.model.architectures.CHAIN_KERNELS), us")
     eager_layer_us: NonNeg | None = Field(None, description="Per layer per decode step run "
                                           "eagerly (a batch above the CUDA-graph cap, "
                                           "--cuda-graph-max-bs): kernel launch gaps; default "

@@ -16,6 +16,21 @@ two-batch overlap the overlap is taken on the mean layer):
   as replicated on every attention GPU, its weights are ReplicatedLinear in SGLang's NSA
   indexer), then MLA attends to the ``index_topk`` best tokens only: pairs at most ``tokens x
   topk``, decode reads at most ``topk`` latents per sequence (plus every token's indexer key).
+  A prefill runs one of two kernels (SGLang models/deepseek_v2.py ``handle_attention_nsa``,
+  0.5.9 era): while its longest KV is at most ``index_topk`` on a Hopper die with a BF16 KV
+  cache, MHA over the decompressed latent (``MHA_ONE_SHOT``, dense: top-k selects every
+  token), the predictor's MHA pair cost; longer, absorbed MLA through FlashMLA's sparse kernel
+  (nsa_backend.py ``_forward_flashmla_sparse``): each query head scores the 576-wide latent
+  (``kv_lora_rank + qk_rope_head_dim``) and sums the 512-wide one, ``2 x (2 x kv_lora_rank +
+  qk_rope_head_dim)`` FLOPs per head per pair, over the GPU's query heads **padded to a
+  multiple of 64 on Hopper, 128 on Blackwell** ("FlashMLA sparse kernel requires num_heads to
+  be a multiple of 64 (Hopper) or 128 (Blackwell)": GLM-5 at TP 8 runs 8 heads as 64). The
+  forward's KV length is taken as ``sq_tokens`` over its attention tokens (the token-weighted
+  mean of its chunks' KV lengths: exact for a one-request forward; SGLang decides on the
+  longest). While that KV is at most
+  ``index_topk`` the indexer only computes and stores its keys, no logits (nsa_indexer.py
+  ``forward_cuda``: ``skip_logits_computation = max_kv_len <= index_topk``, then
+  ``_forward_cuda_k_only``): top-k would select every token.
 - **linear attention** (Gated DeltaNet, Qwen3-Next/3.5): no KV; a state of ``V x Dv x Dk`` per
   head group. Decode reads and writes the state once per sequence per step (memory-bound) and
   does ``6 x Dk x Dv`` FLOPs per value head per token (decay, delta update, output); prefill runs
@@ -36,6 +51,41 @@ from pdsim.config.profile_schema import Model
 
 GDN_CHUNK = 64  # tokens per chunk of the chunked gated-delta-rule kernel (FLA_CHUNK_SIZE)
 
+# Small kernels per layer that no byte or FLOP of pdsim's step prices, each at least
+# engine.small_kernel_us at small batch (a latency-bound chain; SGLang's source, 0.5.9 era):
+CHAIN_KERNELS = {
+    # a MoE layer's routing, between its all-reduce and its first expert GEMM: router GEMM
+    # (split-K and its reduce), top-k, group top-k, FP8 activation quant, moe_align_block_size,
+    # count-and-sort, and the elementwise glue: the 12 kernels vllm-project/vllm #28084
+    # measured on H200 (SGLang: MoEGate / dsv3_router_gemm, TopK biased_grouped_topk,
+    # per_token_group_quant_fp8, moe_align_block_size; models/deepseek_v2.py, layers/moe)
+    "moe": 12,
+    # the same under DeepEP (--moe-a2a-backend deepep; deepseek_v2.py forward_deepep): the
+    # norm, router GEMM and its split-K reduce, score/bias and grouped top-k remain; the
+    # quant, align/sort and glue are DeepEP's dispatch and DeepGEMM's masked layout, which
+    # the all-to-all's own fixed cost (gpu.a2a_us) prices
+    "moe_deepep": 5,
+    # a DSA layer's indexer beyond its GEMMs (layers/attention/nsa/nsa_indexer.py
+    # forward_cuda, _get_q_k_bf16, _get_topk_paged): head-gate scaling, k_norm, RoPE, two
+    # slice copies, two Hadamard rotations, two act_quant, the index-key store, the q-scale
+    # product, fp8_paged_mqa_logits, topk_transform, and the two GEMMs' activation quant
+    "dsa": 14,
+    # a Gated DeltaNet layer beyond its GEMMs (models/qwen3_5.py Qwen3_5GatedDeltaNet.forward,
+    # hybrid_linear_attn_backend): fused_qkvzba_split_reshape_cat, causal_conv1d_update,
+    # fused_gdn_gating, fused_sigmoid_gating_delta_rule_update, RMSNormGated
+    "gdn": 5,
+}
+
+
+def chain_kernels(model: Model, deepep: bool = False) -> int:
+    """The :data:`CHAIN_KERNELS` of one forward of ``model`` (all its layers); ``deepep``:
+    its MoE layers dispatch through DeepEP."""
+    n = model.moe_layers * CHAIN_KERNELS["moe_deepep" if deepep else "moe"] \
+        if model.is_moe else 0
+    if model.index_topk:
+        n += model.full_attention_layers * CHAIN_KERNELS["dsa"]
+    return n + model.linear_attention_layers * CHAIN_KERNELS["gdn"]
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -49,30 +99,53 @@ class Kind:
     ctx_s: float = 0.0  # decode: seconds per context token attended to
     ctx_cap: int = 0  # context tokens per sequence attended to at most (0: all)
     index_pair_s: float = 0.0  # DSA indexer: seconds per pair (prefill, every pair)
+    sparse_pair_s: float = 0.0  # DSA: seconds per pair of the absorbed sparse MLA prefill
+    dense_kv_max: int = 0  # DSA: longest KV prefilled by dense MHA (0: never)
     index_ctx_s: float = 0.0  # DSA indexer: seconds per context token (decode, every token)
     token_s: float = 0.0  # linear attention: prefill seconds per token
     req_s: float = 0.0  # linear attention: prefill seconds per request (state in and out)
     seq_s: float = 0.0  # linear attention: decode seconds per sequence
 
 
+def sparse_mla_heads(die: str, heads: float) -> int:
+    """Query heads FlashMLA's sparse kernel runs for ``heads`` heads on one GPU: padded to a
+    multiple of 64 on Hopper, 128 on Blackwell (SGLang nsa_backend.py
+    ``_forward_flashmla_sparse``: ``required_padding = 128 if device_sm_major >= 10 else
+    64``)."""
+    pad = 128 if die.startswith("Blackwell") else 64
+    return max(pad, -(-int(heads) // pad) * pad)
+
+
+def dense_prefill_kv_max(die: str, model: Model) -> int:
+    """The longest KV a DSA prefill runs as dense MHA (``MHA_ONE_SHOT``): ``index_topk`` on a
+    Hopper die (SM90, FA3) with a BF16 KV cache, else 0 (SGLang deepseek_v2.py
+    ``handle_attention_nsa``: the MHA path is for SM90 only, and for a BF16 pool only)."""
+    return model.index_topk if die == "GH100" and model.kv_dtype != "fp8" else 0
+
+
 def kinds(model: Model, attn_tp: int, *, full_proj: float, pair_flops: float, per_ctx: float,
           pk_attn: float, pk_dattn: float, pk_index: float, pk_index_decode: float,
-          bw: float) -> list[Kind]:
+          bw: float, die: str = "GH100") -> list[Kind]:
     """The layer kinds of ``model`` with their counts (zero-count kinds left out).
 
     ``full_proj``, ``pair_flops`` and ``per_ctx`` are the predictor's terms of one full
     attention layer (GQA or MLA); the peaks are FLOP/s (``pk_index*``: the FP8 rate times the
-    attention efficiencies) and ``bw`` the achieved HBM bytes/s.
+    attention efficiencies), ``bw`` the achieved HBM bytes/s and ``die`` the GPU's die (which
+    DSA prefill kernel runs, and its head padding).
     """
     out = []
     full = model.full_attention_layers
     if model.index_topk:
         idx_pair = 2 * model.index_n_heads * model.index_head_dim
         idx_bytes = model.index_head_dim + model.index_head_dim // 128 * 4
+        heads = sparse_mla_heads(die, model.heads / attn_tp)
+        sparse = 2 * heads * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
         out.append(Kind("sparse attention (DSA)", full, full_proj, pair_flops / pk_attn,
                         model.index_topk, per_ctx, model.index_topk,
                         index_pair_s=idx_pair / pk_index,
-                        index_ctx_s=max(idx_pair / pk_index_decode, idx_bytes / bw)))
+                        index_ctx_s=max(idx_pair / pk_index_decode, idx_bytes / bw),
+                        sparse_pair_s=sparse / pk_attn,
+                        dense_kv_max=dense_prefill_kv_max(die, model)))
     elif full:
         out.append(Kind("full attention", full, full_proj, pair_flops / pk_attn, 0, per_ctx))
     if model.sliding_window_layers:
@@ -99,13 +172,23 @@ class Hybrid:
         self.kinds = kinds_
         self.layers = float(layers)
 
-    def prefill_core(self, tokens: float, pairs: float, reqs: float) -> float:
+    def prefill_core(self, tokens: float, pairs: float, reqs: float,
+                     kv_len: float = 0.0) -> float:
         """Attention (and recurrence) seconds of a mean layer of a prefill forward, but the
-        projection GEMMs."""
+        projection GEMMs. ``kv_len``: the forward's KV length per request (DSA: which kernel
+        runs, module docstring)."""
         total = 0.0
         for k in self.kinds:
             if k.token_s or k.req_s:
                 total += k.layers * (tokens * k.token_s + reqs * k.req_s)
+                continue
+            if k.sparse_pair_s:  # DSA (module docstring)
+                if kv_len <= k.pair_cap:  # every token selected: no indexer logits
+                    s = k.pair_s if kv_len <= k.dense_kv_max else k.sparse_pair_s
+                    total += k.layers * pairs * s
+                else:  # sparse absorbed MLA over the top-k, the indexer over every pair
+                    p = min(pairs, tokens * k.pair_cap)
+                    total += k.layers * (p * k.sparse_pair_s + pairs * k.index_pair_s)
                 continue
             p = pairs if not k.pair_cap else min(pairs, tokens * k.pair_cap)
             total += k.layers * (p * k.pair_s + pairs * k.index_pair_s)

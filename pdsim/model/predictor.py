@@ -19,13 +19,16 @@ Every predictor implements
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from statistics import NormalDist
 from typing import Protocol
 
 from pdsim.config.fleet import FITTED_KEYS, PredictorConfig
 from pdsim.config.profile_schema import GPU, Engine, Model
 from pdsim.model import architectures, formats
+from pdsim.model.layout import Layout, layout_for, role_layout
 from pdsim.model.rates import check_rates
 from pdsim.model.simple import FittedPredictor, RooflinePredictor
 
@@ -48,51 +51,6 @@ class Predictor(Protocol):
 # --- the operator-level model --------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Layout:
-    """How one rank's forward is spread over GPUs, as SGLang shards it (issue 29 fact sheet A4:
-    layers/communicator.py ``LayerScatterModes``, models/deepseek_v2.py and qwen2_moe.py).
-
-    ``tp`` GPUs per server; with ``dp_attention`` the server's ``dp`` ranks each run attention
-    on their own requests over ``tp // dp`` GPUs, and the MLP/MoE sees the tokens of the
-    ``gather`` ranks stepping together. ``ep > 1``: routed experts are split over ``ep`` GPUs,
-    each expert's width over ``tp // ep``. With ``a2a`` none (SGLang's default) every GPU still
-    holds every token: it runs its own experts over them and the TP all-reduce sums the
-    outputs (no all-to-all); dense MLP, shared experts and LM head stay TP-sharded. With
-    ``a2a`` deepep tokens are scattered over the GPUs and reach their experts by all-to-all
-    (normal kernels when the forward has prefill tokens, low-latency ones for pure decode),
-    over NVLink inside an NVLink domain and the NIC between domains; shared experts keep whole
-    weights and compute each GPU's own tokens. ``dense_tp1`` (``--moe-dense-tp-size 1``): dense
-    layers run data-parallel with whole weights; ``dp_lm_head`` (``--enable-dp-lm-head``): the
-    LM head is sharded over the attention-TP group and samples its own rank's tokens.
-    ``tbo``: two-batch overlap (each forward in two micro-batches, communication of one under
-    computation of the other). ``imbalance``: busiest expert-GPU load over the mean (1:
-    balanced). ``graph_bs``: the largest decode batch run as a CUDA graph (None: every one;
-    larger batches run eagerly, :attr:`Engine.eager_layer_us` per layer). ``ll_nvlink``:
-    DeepEP's low-latency kernels send intra-domain pairs over NVLink (its
-    ``allow_nvlink_for_low_latency_mode``, default since DeepEP PR #173, May 2025); false: over
-    RDMA like every other pair, as before it (DeepEP issue #164: "the local node transfer will
-    also use RDMA").
-    """
-
-    tp: int = 1
-    dp: int = 1
-    dp_attention: bool = False
-    ep: int = 1
-    gather: int = 1
-    tbo: bool = False
-    imbalance: float = 1.0
-    a2a: str = "none"
-    dense_tp1: bool = False
-    dp_lm_head: bool = False
-    graph_bs: int | None = None
-    ll_nvlink: bool = True
-
-    @property
-    def attn_tp(self) -> int:
-        return max(1, self.tp // self.dp) if self.dp_attention else self.tp
-
-
 class _Terms:
     """What :class:`OperatorPredictor` derives from its GPU, model, engine and layout (in its
     ``__post_init__``), as slots: CPython 3.11 reads an instance's attributes inline only while
@@ -108,7 +66,7 @@ class _Terms:
                  "_lm_cache", "_nd", "_nm", "_hidden", "_moe", "_experts", "_k", "_keep", "_ar_s",
                  "_domain", "_a2a_s", "_gather", "_tbo", "_w_attn", "_w_dense", "_w_shared",
                  "_w_lm", "_w_kv_b", "_two_expert_w", "_dc_fixed", "_dc_eager", "_scatter",
-                 "_w_kinds", "decode_request_s")
+                 "_w_kinds", "_ep_z", "decode_request_s")
 
 
 @dataclass(slots=True)
@@ -128,7 +86,9 @@ class OperatorPredictor(_Terms):
       ``imbalance`` on the busiest GPU.
     - Communication: two all-reduces per layer over the TP group (TP, or the DP-attention
       gather and scatter); all-to-all under EP. Two-batch overlap hides it under computation.
-    - Elementwise traffic, per-step and per-layer engine overheads.
+    - Elementwise traffic, per-step and per-layer engine overheads, and each MoE layer's
+      routing chain, each DSA layer's indexer chain, each Gated DeltaNet layer's recurrence
+      chain: small kernels at ``engine.small_kernel_us`` each, graphed or eager.
     """
 
     gpu: GPU
@@ -206,7 +166,7 @@ class OperatorPredictor(_Terms):
                 m, at, full_proj=self.attn_w, pair_flops=self.pf_pair_flops,
                 per_ctx=self.per_ctx, pk_attn=self.pk_attn, pk_dattn=self.pk_dattn,
                 pk_index=fp8 * g.attn_eff, pk_index_decode=fp8 * g.decode_attn_eff,
-                bw=self.bw)
+                bw=self.bw, die=g.arch)
             self.hybrid = architectures.Hybrid(kinds, m.layers)
             self._w_kinds = tuple((k.layers, self._weight(k.proj_params, self.wb, self.pk_w))
                                   for k in kinds)
@@ -217,6 +177,9 @@ class OperatorPredictor(_Terms):
         # body + lm`` adds from the left), the LM head per request count
         self._pf_fixed = self.engine.prefill_step_ms / 1e3
         self._pf_fixed_layers = self._pf_fixed + m.layers * self.engine.prefill_layer_us * 1e-6
+        # (and each forward's chains of small kernels: architectures.chain_kernels)
+        chains = architectures.chain_kernels(m, self.deepep) * self.engine.small_kernel_us * 1e-6
+        self._pf_fixed_layers += chains
         self._lm_cache: dict[float, float] = {}
         # (properties: read once; as floats, the same products, see ``decode_series``)
         self._nd, self._nm = float(m.dense_mlp_layers), float(m.moe_layers)
@@ -227,6 +190,8 @@ class OperatorPredictor(_Terms):
         self._hidden, self._moe = h, m.is_moe
         self._experts, self._k = m.experts, m.experts_per_token
         self._keep = 1.0 - m.experts_per_token / m.experts if m.is_moe else 0.0
+        ep = lay.ep  # (the expected largest of ep standard normals, Blom: :meth:`moe`)
+        self._ep_z = NormalDist().inv_cdf((ep - 0.375) / (ep + 0.25)) if ep > 1 else 0.0
         self._ar_s = g.allreduce_us * 1e-6
         self._domain, self._a2a_s = g.domain, 2 * g.a2a_us * 1e-6
         # a step the memos have not seen (most decode steps of a run: the batch and its
@@ -245,6 +210,8 @@ class OperatorPredictor(_Terms):
         self._dc_fixed = eng.decode_step_ms / 1e3 + m.layers * eng.decode_layer_us * 1e-6
         eager = eng.prefill_layer_us if eng.eager_layer_us is None else eng.eager_layer_us
         self._dc_eager = eng.decode_step_ms / 1e3 + m.layers * eager * 1e-6
+        self._dc_fixed += chains
+        self._dc_eager += chains
         self.decode_request_s = eng.decode_request_us * 1e-6  # (CPU per request per step)
 
     def rates(self) -> list[tuple[str, float]]:
@@ -303,14 +270,21 @@ class OperatorPredictor(_Terms):
         """Routed experts on one GPU when ``routed`` tokens (all ranks') pick their experts.
 
         TP-MoE: every GPU holds 1/tp of each expert and sees every token; EP: a GPU holds
-        E/ep whole experts and gets its share of the assignments (times ``imbalance``).
+        E/ep whole experts and gets its share of the assignments (times ``imbalance``), and the
+        layer waits for the GPU whose experts the batch touches most: a GPU's count of its
+        ``L = E/ep`` experts is binomial (each touched with probability ``q``), the busiest of
+        ``ep`` taken as ``Lq + z_ep sqrt(Lq(1-q))`` (``z_ep``: the expected largest of ``ep``
+        standard normals), at most ``L`` (Qwen3.5 at EP 8, 4 tokens: ~1.6x the mean GPU's).
         """
         if routed <= 0:
             return 0.0
-        touched = self.local_experts * self.experts_touched(routed) / self._experts
+        share = self.experts_touched(routed) / self._experts  # q
+        touched = self.local_experts * share
         assigned = routed * self._k
         if self.ep_mode:
             assigned = assigned / self.layout.ep * self.layout.imbalance
+            spread = math.sqrt(touched * (1.0 - share))
+            touched = min(self.local_experts, touched + self._ep_z * spread)
         compute = self._two_expert_w * (assigned + self.half * touched) / self.pk_e
         memory = touched * self.expert_w * self.ewb / self.bw
         return memory if memory > compute else compute  # max(compute, memory)
@@ -413,7 +387,8 @@ class OperatorPredictor(_Terms):
         if self.hybrid is None:
             core = pairs * self.pf_pair_flops / self.pk_attn
         else:  # the mean layer's attention, window/top-k capped, or its recurrence
-            core = self.hybrid.prefill_core(at, pairs, reqs)
+            kv = (sq_tokens if sq_tokens else 2 * pairs) / at if at > 0 else 0.0  # KV/request
+            core = self.hybrid.prefill_core(at, pairs, reqs, kv)
         if prefix and self.kv_b_w:  # MLA: expand the cached latent of the prefix (MHA path)
             core += self._gemm(prefix, self._w_kv_b)
         nd, nm = self._nd, self._nm
@@ -548,31 +523,6 @@ class OperatorPredictor(_Terms):
                                           + self.local_experts * self.expert_w * self.ewb)
         emb = m.vocab_size * m.hidden_size * ACT_BYTES / at
         return layers + emb + (0.0 if m.tie_word_embeddings else self.lm_w * ACT_BYTES)
-
-
-def role_layout(role: object, gather: int = 1, graph_bs: int | None = None,
-                tbo: bool = False, imbalance: float = 1.0) -> Layout:
-    """The :class:`Layout` of a scenario role's sharding (``fleet.prefill`` / ``.decode``)."""
-    return Layout(tp=role.tp, dp=role.dp, dp_attention=role.dp_attention,
-                  ep=getattr(role, "ep", 1), gather=gather, tbo=tbo, imbalance=imbalance,
-                  a2a=getattr(role, "moe_a2a_backend", "none"),
-                  dense_tp1=getattr(role, "moe_dense_tp_size", None) == 1,
-                  dp_lm_head=getattr(role, "enable_dp_lm_head", False), graph_bs=graph_bs,
-                  ll_nvlink=getattr(role, "deepep_ll_nvlink", True))
-
-
-def layout_for(role: object, cfg: PredictorConfig, gather: int, gpu: GPU | None = None,
-               version: str | None = None) -> Layout:
-    """The :class:`Layout` of a scenario role (``fleet.prefill`` / ``fleet.decode``) under the
-    scenario's predictor settings. The CUDA-graph cap: the role's ``cuda_graph_max_bs``, else
-    SGLang's default for ``gpu``, its tp and the release ``version`` (the scenario's
-    ``engine.version``; none known without a GPU)."""
-    graph = getattr(role, "cuda_graph_max_bs", None)
-    if graph is None and gpu is not None:
-        from pdsim.model import sglang
-
-        graph = sglang.cuda_graph_max_bs(gpu, role.tp, version or sglang.DEFAULT_VERSION)
-    return role_layout(role, gather, graph, cfg.two_batch_overlap, cfg.expert_imbalance)
 
 
 def build(cfg: PredictorConfig, gpu: GPU, model: Model, tp: int, dp_gather: int = 1,

@@ -1,0 +1,58 @@
+"""Expert parallelism at small batch: the MoE layer waits for the GPU whose experts the batch
+touches most (the all-reduce, or DeepEP's combine, joins the GPUs), not for the mean GPU.
+With balanced routing each of a GPU's E/ep experts is touched with probability q, so a GPU's
+count is binomial; pdsim takes the busiest of ep as mean + z_ep sd (pdsim.model.predictor
+OperatorPredictor.moe)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from pdsim.model import profiles
+from pdsim.model.predictor import Layout, OperatorPredictor
+
+ENGINE = profiles.engine()
+MODEL = profiles.model("qwen3.5-397b-a17b-fp8")  # 512 experts, top-10
+
+
+def _op(**layout) -> OperatorPredictor:
+    return OperatorPredictor(profiles.gpu("H200"), MODEL, ENGINE, Layout(**layout))
+
+
+def _busiest_by_sampling(tokens: int, ep: int, trials: int = 4000) -> float:
+    """The mean over random balanced routings of the largest per-GPU count of distinct
+    experts touched (experts split in contiguous blocks of E/ep, as SGLang places them)."""
+    rng = random.Random(7)
+    e, k, local = MODEL.experts, MODEL.experts_per_token, MODEL.experts // ep
+    total = 0
+    for _ in range(trials):
+        hit = set()
+        for _ in range(tokens):
+            hit.update(rng.sample(range(e), k))
+        per_gpu = [0] * ep
+        for x in hit:
+            per_gpu[x // local] += 1
+        total += max(per_gpu)
+    return total / trials
+
+
+@pytest.mark.parametrize("tokens", [4, 16, 64])
+def test_the_busiest_gpus_experts_match_random_routing(tokens):
+    op = _op(tp=8, ep=8)
+    memory_per_expert = op.expert_w * op.ewb / op.bw
+    busiest = op.moe(tokens) / memory_per_expert  # memory-bound at these batches
+    assert busiest == pytest.approx(_busiest_by_sampling(tokens, 8), rel=0.08)
+    mean = op.local_experts * op.experts_touched(tokens) / MODEL.experts
+    assert busiest > mean * (1.5 if tokens == 4 else 1.05)
+
+
+def test_tp_moe_has_no_busiest_gpu_and_a_saturated_ep_reads_every_expert():
+    tp = _op(tp=8)
+    assert tp.moe(4) * 8 == pytest.approx(  # TP: 1/8 of every touched expert, every GPU
+        tp.experts_touched(4) * tp.expert_w * tp.ewb / tp.bw * 8, rel=1e-9)
+    ep = _op(tp=8, ep=8)
+    assert ep.moe(100_000) >= 64 * ep.expert_w * ep.ewb / ep.bw * (1 - 1e-9)
+    assert not math.isnan(ep.moe(1))
