@@ -376,7 +376,7 @@ BOUNDS: dict[str, list] = {
     "gpu.a2a_us": [0.0, 1e9], "gpu.hbm_gb": [*TINY, 1e9], "gpu.gpus_per_nic": [1, 10_000_000],
     "engine.prefill_step_ms": [0.0, 1e9], "engine.decode_step_ms": [0.0, 1e9],
     "engine.prefill_layer_us": [0.0, 1e9], "engine.decode_layer_us": [0.0, 1e9],
-    "engine.decode_request_us": [0.0, 1e9],
+    "engine.decode_request_us": [0.0, 1e9], "engine.request_ms": [0.0, 1e9],
     "engine.bootstrap_ms": [0.0, 1e9], "engine.tokenize_us_per_token": [0.0, 1e9],
     "engine.tbo_overlap": [*TINY, 1.0],
     "model.layers": [1, 10_000_000], "model.experts": [0, 8], "model.experts_per_token": [1],

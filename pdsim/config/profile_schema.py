@@ -161,6 +161,10 @@ class Engine(_Profile):
                                  "handshake before the prefill may run")
     tokenize_us_per_token: NonNeg = Field(description="Per prompt token on the TTFT path: "
                                           "tokenization in the server's tokenizer manager")
+    request_ms: NonNeg = Field(0.0, description="Per request on a colocated server's TTFT "
+                               "path, off the GPU (no forward waits for it): the HTTP front end, "
+                               "the tokenizer manager's IPC and the first chunk's way back (a PD "
+                               "request's is part of bootstrap_ms)")
     tbo_overlap: Frac = Field(description="Two-batch overlap: share of the shorter of "
                               "computation and communication hidden under the longer")
 

@@ -60,8 +60,8 @@ class ColocatedRank(RunningBatch):
     __slots__ = ("max_running", "waiting", "running", "step",
                  "ctx_sum", "_finish", "_grow", "_seq", "growth_pages", "_block_tokens", "_lag",
                  "_late", "_epoch", "_planned", "retract_20_steps", "port", "session",
-                 "tokenize_s_per_token", "chunk_budget", "max_prefill", "cache", "chunked",
-                 "batch", "batch_is_full", "mixed_chunk", "ratio_init", "ratio_min",
+                 "tokenize_s_per_token", "request_s", "chunk_budget", "max_prefill", "cache",
+                 "chunked", "batch", "batch_is_full", "mixed_chunk", "ratio_init", "ratio_min",
                  "ratio_decay", "_r_base", "_r_at", "_r_skip", "ratio_plus_one",
                  "page_aligned_chunk", "chunk_capped_by_memory", "in_sum", "out_sum", "_long",
                  "_arriving", "_aborts")
@@ -93,6 +93,7 @@ class ColocatedRank(RunningBatch):
         self.port = 0
         self.session = f"colocated-{server}.r{index}"  # (faults name it; no KV session)
         self.tokenize_s_per_token = 0.0  # set by the fleet (engine profile)
+        self.request_s = 0.0  # the front end's fixed cost per request (the fleet sets it)
         self.chunk_budget = chunk_budget  # per rank, after SGLang's DP division (fleet.py)
         self.max_prefill = cfg.max_prefill_tokens
         self.cache = PrefixCache(self.alloc, cfg.prefix_block_tokens) if cfg.prefix_cache \
@@ -127,7 +128,7 @@ class ColocatedRank(RunningBatch):
         req.p_rank = req.d_rank = self.index
         self.load_tokens += req.input_len + req.output_len
         req.fill_target, req.fill_done = req.input_len, 0
-        delay = self.tokenize_s_per_token * req.input_len
+        delay = self.request_s + self.tokenize_s_per_token * req.input_len
         if delay > 0:
             self._arriving += 1
             epoch = self._epoch

@@ -207,6 +207,7 @@ class Fleet:
                 rank = ColocatedRank(env, s, r, cc, pred, pages, sc.flush.semantics, self.log,
                                      self.stats, chunk, rules)
                 rank.tokenize_s_per_token = c_engine.tokenize_us_per_token * 1e-6
+                rank.request_s = c_engine.request_ms / 1e3
                 rank.max_running = max_running(cc, c_pool, self.model)
                 if together and cc.dp > 1:  # a lockstep group plans every step (no spans)
                     rank.spans = False

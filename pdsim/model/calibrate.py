@@ -41,7 +41,7 @@ BOUNDS = {
     "gpu.a2a_us": (0.0, 2000.0),
     "engine.prefill_step_ms": (0.0, 100.0), "engine.decode_step_ms": (0.0, 100.0),
     "engine.prefill_layer_us": (0.0, 1000.0), "engine.decode_layer_us": (0.0, 1000.0),
-    "engine.decode_request_us": (0.0, 1000.0),
+    "engine.decode_request_us": (0.0, 1000.0), "engine.request_ms": (0.0, 1000.0),
     "engine.bootstrap_ms": (0.0, 1000.0), "engine.tokenize_us_per_token": (0.0, 50.0),
     "engine.tbo_overlap": (0.01, 1.0),
 }
