@@ -181,8 +181,8 @@ def test_explain_prints_the_rows_assumptions(capsys):
     assert main(["validate-model", "--explain", rid]) == 0
     out = capsys.readouterr().out
     assert "InferenceX config dsr1-fp8-h200-sglang" in out and "warmup:" in out
-    # (the deepseek-mla-moe set is recorded, not shipped: the profiles as shipped)
-    assert "calibration (colocated): none: the profiles as shipped" in out
+    # (the deepseek-mla-moe set ships: the row runs with the values fitted on it and its kin)
+    assert "calibration (colocated): die GH100 / family deepseek-mla-moe" in out
     assert main(["validate-model", "--explain", corpus.QUICK[0]]) == 0  # Qwen3-32B
     assert "calibration (colocated): die GH100 / family qwen3-dense" in capsys.readouterr().out
     assert main(["validate-model", "--explain", "no-such-row"]) == 2

@@ -266,9 +266,10 @@ def test_cli_profiles_scenario_says_which_calibration_a_run_uses(capsys, tmp_pat
     assert "(SGLang 0.5.9)" in out
     assert ("calibration (decode): H100 / deepseek-v3 / sglang (fitted on H100; applies to H200 "
             "through their die GH100") in out
-    # (the TP prefill: the DeepEP fit does not hold there, and the corpus's deepseek-mla-moe set
-    # is recorded, not shipped)
-    assert "calibration (prefill): none" in out
+    # (the TP prefill: the DeepEP fit does not hold there; the corpus's TP fit of the family,
+    # written for the H200's die, does)
+    assert ("calibration (prefill): die GH100 / family deepseek-mla-moe / sglang (written for "
+            "the die of H200) for layouts with dp_attention False") in out
     assert "Large-scale EP deployment (LMSYS, S2)" in out  # the fit, by its source
     assert "calibrations.yaml calibration H100/deepseek-v3/sglang" in out  # per value
     sc.write_text("fleet: {gpu: H200, model: qwen3-32b, prefill: {tp: 8}, decode: {tp: 8}}\n"
