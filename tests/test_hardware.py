@@ -5,6 +5,7 @@ attached to a die (and a weaker part never faster than a stronger one of its die
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 
@@ -302,3 +303,22 @@ def test_a_profile_still_giving_hbm_gb_is_told_what_replaced_it(tmp_path):
     msg = str(err.value)
     assert "unknown key 'gpus.MyGPU.hbm_gb': hbm_gb is now hbm_mib" in msg and "81559" in msg
     assert "\n" not in msg
+
+
+def test_cli_profiles_scenario_lists_the_values_each_role_runs_with(capsys):
+    """The listed values are each role's own (profiles.for_role, what the fleet builds), not
+    a layout-blind resolution: trace_replay's TP prefill takes the corpus's deepseek-mla-moe
+    set, its DP-attention decode (no DeepEP) no calibration, so neither lists the DeepEP
+    decode's H100 fit (gemm_eff 0.413), which a layout-blind listing showed."""
+    from pdsim.config import loader
+    from pdsim.model import profiles
+
+    assert main(["profiles", "--scenario", "scenarios/trace_replay.yaml"]) == 0
+    out = capsys.readouterr().out
+    pre, dec = out.split("values (prefill):\n")[1].split("values (decode): as (prefill) but\n")
+    sc = loader.load("scenarios/trace_replay.yaml")
+    want = {role: profiles.for_role(sc, cfg).gpu.gemm_eff for role, cfg in sc.fleet.roles()}
+    assert want["prefill"] != want["decode"]
+    assert re.search(rf"gpu\.gemm_eff\s+{want['prefill']}\s", pre)
+    assert re.search(rf"gpu\.gemm_eff\s+{want['decode']}\s", dec)
+    assert "0.413" not in out

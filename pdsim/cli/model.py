@@ -134,17 +134,23 @@ def profiles_cmd(args: argparse.Namespace) -> int:
             return die(str(err))
         print(f"{args.scenario}: {res.gpu.name} / {res.model.name} / {res.engine.name} "
               f"(SGLang {sc.engine.version})")
-        for role, cfg in sc.fleet.roles():  # (a calibration may hold for one layout only)
-            cal = profiles.for_role(sc, cfg).calibration
+        roles = [(role, profiles.for_role(sc, cfg)) for role, cfg in sc.fleet.roles()]
+        for role, r in roles:  # (a calibration may hold for one layout only)
             print(f"calibration ({role}): "
-                  f"{cal or 'none: the GPU and engine profiles as shipped'}")
+                  f"{r.calibration or 'none: the GPU and engine profiles as shipped'}")
         declared = {u.path: u for u in sc.unknowns}
-        for key, (value, origin) in res.origins.items():
-            if key == "model.fitted":
-                continue
-            if key in declared:  # chosen, not known: its range and why are in the scenario
-                origin = f"declared unknown at its nominal ({declared[key].describe()})"
-            print(f"  {key:<30}{value!s:<11} {origin}")
+        first = roles[0][1].origins
+        for i, (role, r) in enumerate(roles):  # each role's own values (the first's in full)
+            keys = [k for k, vo in r.origins.items() if k != "model.fitted"
+                    and (i == 0 or first.get(k) != vo)]
+            if len(roles) > 1:
+                print(f"values ({role}):" if i == 0 else
+                      f"values ({role}): as ({roles[0][0]}) but" + ("" if keys else " none"))
+            for key in keys:
+                value, origin = r.origins[key]
+                if key in declared:  # chosen, not known: its range and why are in the scenario
+                    origin = f"declared unknown at its nominal ({declared[key].describe()})"
+                print(f"  {key:<30}{value!s:<11} {origin}")
         return 0
     gpus, models = profiles.raw_gpus(), profiles.raw_models()
     engines = profiles.raw_engines()
