@@ -121,6 +121,42 @@ def test_a_long_dsa_prefill_runs_sparse_absorbed_mla_over_padded_heads():
     assert bdsa.sparse_pair_s * b200.pk_attn == pytest.approx(2 * 128 * (2 * 512 + 64))
 
 
+def test_an_fp8_kv_pool_takes_the_sparse_dsa_prefill_where_bf16_runs_dense_mha():
+    """SGLang's MHA path for a short DSA prefill is for a BF16 KV pool only (deepseek_v2.py
+    handle_attention_nsa; pdsim.model.architectures.dense_prefill_kv_max): with
+    ``--kv-cache-dtype fp8_e4m3`` a 1,024-token GLM-5 prefill on H200 runs FlashMLA's sparse
+    kernel over its 64 padded heads (still no indexer logits: KV <= index_topk), where the
+    BF16 pool runs dense MHA."""
+    bf16 = _op("glm-5-fp8", tp=8)
+    model = bf16.model.model_copy(update={"kv_dtype": "fp8"})
+    fp8 = OperatorPredictor(bf16.gpu, model, ENGINE, Layout(tp=8))
+    ((dense,), (sparse,)) = bf16.hybrid.kinds, fp8.hybrid.kinds
+    assert (dense.dense_kv_max, sparse.dense_kv_max) == (2048, 0)
+    n = 1024
+    pairs = n * (n + 1) / 2
+    mha = bf16.pf_pair_flops / bf16.pk_attn
+    flash = 2 * 64 * (2 * 512 + 64) / fp8.pk_attn
+    assert flash > 8 * mha
+    for op, per_pair in ((bf16, mha), (fp8, flash)):  # the forward: 78 such layers
+        attention = op.prefill(n, n * n, pairs, 1, 0, n) - op.prefill(n, n * n, 0, 1, 0, n)
+        assert attention == pytest.approx(78 * pairs * per_pair, rel=1e-9)
+
+
+def test_a_chunk_after_a_long_prefix_takes_its_kv_length_from_sq_tokens():
+    """A 64-token chunk of a request with 1,500 tokens already prefilled: its KV is 1,564
+    tokens (sq_tokens / attention tokens = n (n + prefix) / n), at most index_topk, so the
+    indexer skips its logits and the chunk runs dense MHA over its 98,080 pairs. Its causal
+    pairs alone would say 2 pairs / n = 3,065 > 2,048 (sparse MLA and the indexer's logits):
+    only sq_tokens tells a long prefix from a long chunk (commit 9de3e15)."""
+    op = _op("glm-5-fp8", tp=8)
+    n, prefix = 64, 1500
+    sq, pairs = n * (n + prefix), n * prefix + n * (n + 1) / 2
+    assert sq / n <= 2048 < 2 * pairs / n
+    mha = op.pf_pair_flops / op.pk_attn
+    attention = op.prefill(n, sq, pairs, 1, prefix, n) - op.prefill(n, sq, 0, 1, prefix, n)
+    assert attention == pytest.approx(78 * pairs * mha, rel=1e-9)
+
+
 MODELS = ["qwen3.5-397b-a17b-fp8", "gpt-oss-120b", "glm-5-fp8"]
 
 

@@ -56,3 +56,22 @@ def test_tp_moe_has_no_busiest_gpu_and_a_saturated_ep_reads_every_expert():
     ep = _op(tp=8, ep=8)
     assert ep.moe(100_000) >= 64 * ep.expert_w * ep.ewb / ep.bw * (1 - 1e-9)
     assert not math.isnan(ep.moe(1))
+
+
+@pytest.mark.parametrize("tokens", [200, 300])
+def test_a_memory_bound_saturated_ep_reads_exactly_its_gpus_experts(tokens):
+    """200-300 tokens at EP 8 touch ~98-99.7% of the experts: mean + z_ep sd of a GPU's count
+    passes its L = 64 experts, but a GPU cannot read more experts than it holds, and the layer,
+    still memory-bound, reads exactly L experts' weights (the ``min(L, ...)`` of moe)."""
+    op = _op(tp=8, ep=8)
+    local = op.local_experts
+    assert local == MODEL.experts // 8 == 64
+    q = op.experts_touched(tokens) / MODEL.experts
+    busiest_uncapped = local * q + op._ep_z * math.sqrt(local * q * (1 - q))
+    assert busiest_uncapped > local + 0.3  # the cap binds here
+    memory = local * op.expert_w * op.ewb / op.bw
+    compute = op._two_expert_w * (tokens * MODEL.experts_per_token / 8 * op.layout.imbalance
+                                 + op.half * local) \
+        / op.pk_e
+    assert compute < 0.5 * memory  # memory-bound: moe() is the weights read
+    assert op.moe(tokens) == pytest.approx(memory, rel=1e-12)

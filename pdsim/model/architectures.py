@@ -66,9 +66,10 @@ CHAIN_KERNELS = {
     # the all-to-all's own fixed cost (gpu.a2a_us) prices
     "moe_deepep": 5,
     # a DSA layer's indexer beyond its GEMMs (layers/attention/nsa/nsa_indexer.py
-    # forward_cuda, _get_q_k_bf16, _get_topk_paged): head-gate scaling, k_norm, RoPE, two
-    # slice copies, two Hadamard rotations, two act_quant, the index-key store, the q-scale
-    # product, fp8_paged_mqa_logits, topk_transform, and the two GEMMs' activation quant
+    # forward_cuda, _get_q_k_bf16, _get_topk_paged), 14: k_norm, RoPE, two slice copies, two
+    # Hadamard rotations, two act_quant, the index-key store, the head gate's scaling by the
+    # q scale (_get_logits_head_gate, one compiled kernel), fp8_paged_mqa_logits,
+    # topk_transform, and the two GEMMs' activation quant
     "dsa": 14,
     # a Gated DeltaNet layer beyond its GEMMs (models/qwen3_5.py Qwen3_5GatedDeltaNet.forward,
     # hybrid_linear_attn_backend): fused_qkvzba_split_reshape_cat, causal_conv1d_update,
