@@ -313,6 +313,12 @@ def test_an_unphysical_fit_is_recorded_not_shipped(cases):
     pinned = {**ok, "gpu.attn_eff": 0.2, "engine.prefill_step_ms": 30.0}
     shipped, why = corpus_fit.ships(_a_set(pinned), by_id)
     assert not shipped and "gpu.attn_eff 0.2 at an end of [0.2, 0.8]" in why
+    # within 1% of the range's width counts as pressed (a refit at 0.3003 against 0.3 did)
+    near = {**ok, "gpu.gemm_eff": 0.3003, "engine.prefill_step_ms": 29.8}
+    shipped, why = corpus_fit.ships(_a_set(near), by_id)
+    assert not shipped and "gpu.gemm_eff 0.3003 at an end of [0.3, 0.85]" in why
+    assert "engine.prefill_step_ms 29.8 at an end of [0, 30]" in why
+    assert corpus_fit.ships(_a_set({**ok, "gpu.gemm_eff": 0.306}), by_id)[0]
     entries = corpus_fit.calibration_entries({"sets": [_a_set(bad), _a_set(ok)]}, cases)
     assert [e["set"]["gpu.attn_eff"]["value"] for e in entries] == [0.55]
     # the fit itself cannot leave the physical ranges
