@@ -206,10 +206,7 @@ def markdown(df: pd.DataFrame, fits: dict[str, Any], in_sample: bool = True) -> 
     """The README block: the group table, the totals, the skipped rows, the parameter sets
     (``fits``: the record, for the cross-validated columns; ``in_sample``: the rows are the
     training split the shipped sets were fitted on)."""
-    df = with_cv(df, fits) if fits else df
-    if "skipped" not in df:
-        df = df.assign(skipped=None)
-    ran = df[df.skipped.isna()]
+    df, ran = _rows(df, fits)
     n, total = len(ran), len(df)
     lines = [group_table(df), ""]
     def errs(d: pd.DataFrame) -> str:
@@ -261,12 +258,18 @@ def _replace(path: Path, begin: str, end: str, body: str) -> None:
     path.write_text(f"{head}{begin}\n{body}\n{end}{tail}")
 
 
-def summary(df: pd.DataFrame, fits: dict[str, Any]) -> str:
-    """The project README's block: the per-(GPU, model, mode) table and issue 29's bar."""
+def _rows(df: pd.DataFrame, fits: dict[str, Any]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows with their cross-validated columns (``fits``) and a ``skipped`` column, and
+    those of them that ran."""
     df = with_cv(df, fits) if fits else df
     if "skipped" not in df:
         df = df.assign(skipped=None)
-    ran = df[df.skipped.isna()]
+    return df, df[df.skipped.isna()]
+
+
+def summary(df: pd.DataFrame, fits: dict[str, Any]) -> str:
+    """The project README's block: the per-(GPU, model, mode) table and issue 29's bar."""
+    df, ran = _rows(df, fits)
     out = [group_table(df), "",
            "Each cell: median |error| of the mean (share of rows within ±10%, ±25%). "
            "\"fitted: in-sample\" rows ran with a parameter set fitted on them (a fit, not a "

@@ -243,9 +243,8 @@ class ColocatedRank(RunningBatch):
         if b:
             # (the forward's part, without decode()'s CPU floor: the mixed forward's result
             # processing covers its decode requests too, and is floored as a whole)
-            gpu = getattr(pred, "decode_gpu", pred.decode)
-            dt += gpu(b, plan[1]) - gpu(b, 0)
-            cpu = b * getattr(pred, "decode_request_s", 0.0)
+            dt += pred.decode_gpu(b, plan[1]) - pred.decode_gpu(b, 0)
+            cpu = b * pred.decode_request_s
             if cpu > dt:
                 dt = cpu
         return dt

@@ -47,6 +47,11 @@ class Predictor(Protocol):
     def decode(self, batch: float, context: float, attn_batch: float | None = None
                ) -> float: ...
 
+    def decode_gpu(self, batch: float, context: float, attn_batch: float | None = None
+                   ) -> float: ...  # decode() without its CPU floor
+
+    decode_request_s: float  # the CPU floor's seconds per request (0: none)
+
 
 # --- the operator-level model --------------------------------------------------------------
 

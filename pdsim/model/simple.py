@@ -34,6 +34,9 @@ class FittedPredictor:
         return (self.decode_a_ms + self.decode_b_ms_per_ktok * context / 1e3
                 + self.decode_c_ms_per_seq * batch) / 1e3
 
+    decode_gpu = decode  # (no CPU floor: the forward is the step)
+    decode_request_s = 0.0
+
     def decode_series(self, batch: float, attn_batch: float, context: int, grow: int
                       ) -> Iterator[float]:
         """``decode(batch, context + grow*j, attn_batch)`` for j = 0, 1, ...: the same floats
@@ -104,6 +107,9 @@ class RooflinePredictor:
         memory = (weights + kv) / bw
         compute = active2 * batch * self.dp_gather / self.tp / flops_s
         return self.overhead_s + max(memory, compute)
+
+    decode_gpu = decode  # (no CPU floor: the forward is the step)
+    decode_request_s = 0.0
 
     def decode_series(self, batch: float, attn_batch: float, context: int, grow: int
                       ) -> Iterator[float]:
