@@ -100,6 +100,11 @@ class GPU(_Profile):
                                          "inside it and cross the NIC between domains; default "
                                          "gpus_per_node")
     gemm_eff: Frac = Field(description="Fraction of peak FLOP/s large GEMMs reach")
+    moe_fp8_block_eff: Frac | None = Field(None, description="Fraction of the FP8 peak the "
+                                           "routed experts reach when SGLang runs them in its "
+                                           "Triton fused-MoE kernel on block-scaled FP8 weights "
+                                           "(no DeepEP: TP or EP MoE); null: gemm_eff, as every "
+                                           "GEMM")
     gemm_half_tokens: Pos = Field(description="Tokens per GEMM (per expert in MoE) at which "
                                   "GEMM efficiency is half of gemm_eff")
     attn_eff: Frac = Field(description="Fraction of BF16 peak prefill attention reaches")

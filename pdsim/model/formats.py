@@ -49,3 +49,20 @@ def peak_tflops(gpu: GPU, fmt: str) -> float:
     if comp == "fp4":
         return gpu.fp4_tflops or gpu.bf16_tflops
     return gpu.fp8_tflops if comp == "fp8" else gpu.bf16_tflops
+
+
+def expert_rate(gpu: GPU, fmt: str, deepep: bool) -> tuple[float, float]:
+    """The routed experts' GEMMs on ``fmt`` weights: (peak TFLOP/s, the fraction of it they
+    reach): the format's peak and :attr:`GPU.gemm_eff`, except block-scaled FP8 experts outside DeepEP on a GPU with a
+    measured :attr:`GPU.moe_fp8_block_eff`.
+
+    Why: SGLang runs routed experts under TP or EP without DeepEP in its Triton fused-MoE kernel
+    (``fused_moe_kernel`` with ``use_fp8_w8a8`` and a ``block_shape``), which applies the
+    per-128 activation and weight scales inside its K loop, and reaches a fraction of what
+    DeepGEMM (the dense FP8 linears, and the experts under DeepEP) does on the same die: the
+    Triton block-FP8 GEMM of the same design measured 305 TFLOP/s at 4,096 tokens on an H100
+    against DeepGEMM's ~1,550 on an H800 (gpus.yaml [tfp8], [dg]).
+    """
+    if fmt == "fp8_block" and not deepep and gpu.moe_fp8_block_eff is not None:
+        return gpu.fp8_tflops, gpu.moe_fp8_block_eff
+    return peak_tflops(gpu, fmt), gpu.gemm_eff

@@ -105,7 +105,6 @@ class OperatorPredictor(_Terms):
         g, m, lay = self.gpu, self.model, self.layout
         self.bw = g.hbm_tbps * 1e12 * g.hbm_eff
         self.pk_w = formats.peak_tflops(g, m.weight_dtype) * 1e12 * g.gemm_eff
-        self.pk_e = formats.peak_tflops(g, m.expert_format) * 1e12 * g.gemm_eff
         self.pk_lm = g.bf16_tflops * 1e12 * g.gemm_eff
         self.pk_attn = g.bf16_tflops * 1e12 * g.attn_eff
         self.pk_dattn = g.bf16_tflops * 1e12 * g.decode_attn_eff
@@ -140,6 +139,8 @@ class OperatorPredictor(_Terms):
         # TP-sharded unless moe_dense_tp_size 1 / enable_dp_lm_head
         self.ep_mode = lay.ep > 1 and m.is_moe
         self.deepep = lay.a2a == "deepep" and m.is_moe
+        peak, eff = formats.expert_rate(g, m.expert_format, self.deepep)  # (Triton's MoE)
+        self.pk_e = peak * 1e12 * eff
         self.dense_w = m.dense_mlp_params / (1 if lay.dense_tp1 else lay.tp)
         self.shared_w = m.shared_params / (1 if self.deepep else lay.tp)
         self.expert_w = m.expert_params / (lay.tp // lay.ep if m.is_moe else lay.tp)

@@ -1,0 +1,52 @@
+"""Block-scaled FP8 routed experts outside DeepEP run in SGLang's Triton fused-MoE kernel, which
+reaches a measured fraction of the FP8 peak (GPU.moe_fp8_block_eff, gpus.yaml [tfp8]) instead
+of the dense GEMMs' gemm_eff (pdsim.model.formats.expert_rate). Under DeepEP the experts run in
+DeepGEMM's grouped GEMM (gemm_eff); on a GPU without a measured fraction (H20, Blackwell) too.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from pdsim.model import formats, profiles
+from pdsim.model.predictor import Layout, OperatorPredictor
+
+ENGINE = profiles.engine()
+FP8 = profiles.model("qwen3-235b-a22b-fp8")  # block-scaled FP8 experts (128 x 128)
+BF16 = profiles.model("qwen3-235b-a22b")
+
+
+def _op(gpu: str, model, **layout) -> OperatorPredictor:
+    return OperatorPredictor(profiles.gpu(gpu), model, ENGINE, Layout(**layout))
+
+
+def test_hopper_block_fp8_experts_run_at_the_triton_kernels_rate():
+    h200 = profiles.gpu("H200")
+    assert h200.moe_fp8_block_eff is not None and h200.moe_fp8_block_eff < h200.gemm_eff
+    op = _op("H200", FP8, tp=4)
+    assert op.pk_e == pytest.approx(h200.fp8_tflops * 1e12 * h200.moe_fp8_block_eff)
+    # dense FP8 linears (DeepGEMM) keep gemm_eff
+    assert op.pk_w == pytest.approx(h200.fp8_tflops * 1e12 * h200.gemm_eff)
+
+
+def test_compute_bound_moe_layer_is_slower_by_the_ratio_of_the_rates():
+    h200 = profiles.gpu("H200")
+    op = _op("H200", FP8, tp=4)
+    without = OperatorPredictor(h200.model_copy(update={"moe_fp8_block_eff": None}), FP8,
+                                ENGINE, Layout(tp=4))
+    ratio = h200.gemm_eff / h200.moe_fp8_block_eff
+    assert op.moe(8192) == pytest.approx(without.moe(8192) * ratio, rel=1e-9)
+    # a whole 8k-token prefill forward: most of Qwen3-235B's GEMM FLOPs are routed experts
+    assert op.prefill(8192, 8192 * 1000) > 1.8 * without.prefill(8192, 8192 * 1000)
+
+
+@pytest.mark.parametrize("gpu, model, layout", [
+    ("H200", BF16, {"tp": 4}),  # BF16 experts: not the block-FP8 kernel
+    ("H200", FP8, {"tp": 8, "ep": 8, "a2a": "deepep"}),  # DeepEP: DeepGEMM grouped GEMM
+    ("H20", FP8, {"tp": 4}),  # no measured fraction on the H20
+    ("B200", FP8, {"tp": 4}),  # Blackwell: other MoE kernels
+])
+def test_other_paths_keep_gemm_eff(gpu, model, layout):
+    g = profiles.gpu(gpu)
+    op = _op(gpu, model, **layout)
+    assert op.pk_e == pytest.approx(formats.peak_tflops(g, model.expert_format) * 1e12 * g.gemm_eff)
