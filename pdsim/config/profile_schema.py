@@ -105,6 +105,11 @@ class GPU(_Profile):
                                            "Triton fused-MoE kernel on block-scaled FP8 weights "
                                            "(no DeepEP: TP or EP MoE); null: gemm_eff, as every "
                                            "GEMM")
+    gdn_prefill_eff: Frac | None = Field(None, description="Fraction of the BF16 peak a Gated "
+                                         "DeltaNet layer's prefill recurrence reaches in SGLang's "
+                                         "chunked gated-delta-rule kernels (fla's Triton "
+                                         "chunk_gated_delta_rule), on pdsim's FLOP count of it; "
+                                         "null: attn_eff")
     gemm_half_tokens: Pos = Field(description="Tokens per GEMM (per expert in MoE) at which "
                                   "GEMM efficiency is half of gemm_eff")
     attn_eff: Frac = Field(description="Fraction of BF16 peak prefill attention reaches")

@@ -36,7 +36,12 @@ two-batch overlap the overlap is taken on the mean layer):
   does ``6 x Dk x Dv`` FLOPs per value head per token (decay, delta update, output); prefill runs
   the chunked form (chunks of 64 tokens, fla's chunk_gated_delta_rule; SGLang FLA_CHUNK_SIZE 64):
   the same per-token FLOPs plus ``2 x 64 x (Dk + Dv)`` per head for the intra-chunk attention,
-  and reads and writes each request's state once per forward.
+  and reads and writes each request's state once per forward. Those FLOPs run at the rate
+  SGLang's kernels reach (``pk_gdn``: :attr:`GPU.gdn_prefill_eff` of the BF16 peak where
+  measured, else ``attn_eff``): v0.5.9 prefills every GDN layer through fla's Triton
+  ``chunk_gated_delta_rule`` (hybrid_linear_attn_backend.py ``GDNAttnBackend.forward_extend``),
+  a chain of small kernels over 64-token chunks that a TP-8 shard (8 value heads) keeps at
+  ~3% of the BF16 peak on Hopper (gpus.yaml [gdn]), not a FlashAttention-class 60%.
 
 Decode is given the rank's total context and sequence count, not each sequence's length, so a
 window or top-k cap is applied to the total: ``min(context, sequences x cap)``, exact once every
@@ -126,13 +131,14 @@ def dense_prefill_kv_max(die: str, model: Model) -> int:
 
 def kinds(model: Model, attn_tp: int, *, full_proj: float, pair_flops: float, per_ctx: float,
           pk_attn: float, pk_dattn: float, pk_index: float, pk_index_decode: float,
-          bw: float, die: str = "GH100") -> list[Kind]:
+          bw: float, die: str = "GH100", pk_gdn: float | None = None) -> list[Kind]:
     """The layer kinds of ``model`` with their counts (zero-count kinds left out).
 
     ``full_proj``, ``pair_flops`` and ``per_ctx`` are the predictor's terms of one full
     attention layer (GQA or MLA); the peaks are FLOP/s (``pk_index*``: the FP8 rate times the
-    attention efficiencies), ``bw`` the achieved HBM bytes/s and ``die`` the GPU's die (which
-    DSA prefill kernel runs, and its head padding).
+    attention efficiencies; ``pk_gdn``: the Gated DeltaNet prefill's, default ``pk_attn``),
+    ``bw`` the achieved HBM bytes/s and ``die`` the GPU's die (which DSA prefill kernel runs,
+    and its head padding).
     """
     out = []
     full = model.full_attention_layers
@@ -160,7 +166,8 @@ def kinds(model: Model, attn_tp: int, *, full_proj: float, pair_flops: float, pe
         chunked = recurrent + heads * 2 * GDN_CHUNK * (dk + dv)
         state = model.state_bytes_per_request(attn_tp) / model.linear_attention_layers
         out.append(Kind("linear attention (Gated DeltaNet)", model.linear_attention_layers,
-                        model.linear_attn_params / attn_tp, token_s=chunked / pk_attn,
+                        model.linear_attn_params / attn_tp,
+                        token_s=chunked / (pk_gdn or pk_attn),
                         req_s=2 * state / bw,
                         seq_s=max(recurrent / pk_dattn, 2 * state / bw)))
     return out

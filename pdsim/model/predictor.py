@@ -172,7 +172,8 @@ class OperatorPredictor(_Terms):
                 m, at, full_proj=self.attn_w, pair_flops=self.pf_pair_flops,
                 per_ctx=self.per_ctx, pk_attn=self.pk_attn, pk_dattn=self.pk_dattn,
                 pk_index=fp8 * g.attn_eff, pk_index_decode=fp8 * g.decode_attn_eff,
-                bw=self.bw, die=g.arch)
+                bw=self.bw, die=g.arch,
+                pk_gdn=g.bf16_tflops * 1e12 * (g.gdn_prefill_eff or g.attn_eff))
             self.hybrid = architectures.Hybrid(kinds, m.layers)
             self._w_kinds = tuple((k.layers, self._weight(k.proj_params, self.wb, self.pk_w))
                                   for k in kinds)
