@@ -55,3 +55,27 @@ def test_other_dies_keep_attn_eff(gpu):
     dk, dv = QWEN35.linear_key_head_dim, QWEN35.linear_value_head_dim
     flops = heads * (6 * dk * dv + 2 * architectures.GDN_CHUNK * (dk + dv))
     assert _gdn(g).token_s == pytest.approx(flops / (g.bf16_tflops * 1e12 * g.attn_eff))
+
+
+def test_a_prefill_forward_pays_each_gdn_layers_eager_launches_and_decode_does_not():
+    """SGLang v0.5.9 runs prefill eagerly (--enable-piecewise-cuda-graph is off by default,
+    server_args.py); a GDN layer's linear-attention block launches its causal conv1d, gating
+    and fla's chunked kernels from Python: sgl-project/sglang PR #13081 measured a ~67 ms
+    token-independent TTFT floor on Qwen3-Next with everything but those blocks graphed
+    (engines.yaml [gdnpcg], 1.1-1.8 ms per layer)."""
+    assert 1100 <= ENGINE.gdn_prefill_layer_us <= 1800
+    h200 = profiles.gpu("H200")
+    op = OperatorPredictor(h200, QWEN35, ENGINE, Layout(tp=8, ep=8, graph_bs=64))
+    bare = OperatorPredictor(h200, QWEN35, ENGINE.model_copy(update={"gdn_prefill_layer_us": 0}),
+                             Layout(tp=8, ep=8, graph_bs=64))
+    for tokens in (1024, 8192):
+        extra = op.prefill(tokens, tokens * tokens) - bare.prefill(tokens, tokens * tokens)
+        assert extra == pytest.approx(45 * ENGINE.gdn_prefill_layer_us * 1e-6, rel=1e-9)
+        assert extra > 0.05  # 45 layers: ~63 ms, more than the 1k-token forward's GPU work
+    assert op.decode(16, 16 * 2000) == bare.decode(16, 16 * 2000)  # decode: a CUDA graph
+    # a model without GDN layers pays none of it
+    dense = profiles.model("qwen3-235b-a22b-fp8")
+    a = OperatorPredictor(h200, dense, ENGINE, Layout(tp=8))
+    b = OperatorPredictor(h200, dense, ENGINE.model_copy(update={"gdn_prefill_layer_us": 0}),
+                          Layout(tp=8))
+    assert a.prefill(1024, 1024 * 1024) == b.prefill(1024, 1024 * 1024)

@@ -151,6 +151,12 @@ class Engine(_Profile):
                                    "output processing)")
     prefill_layer_us: NonNeg = Field(description="Per layer per prefill forward: kernel launch "
                                      "gaps (eager mode)")
+    gdn_prefill_layer_us: NonNeg = Field(0.0, description="Per Gated DeltaNet layer per "
+                                         "prefill forward, beyond prefill_layer_us: the eager "
+                                         "launch cost of its linear-attention block (causal "
+                                         "conv1d, gating and fla's chain of chunked "
+                                         "gated-delta-rule Triton kernels, each launched from "
+                                         "Python)")
     decode_layer_us: NonNeg = Field(description="Per layer per decode step: gaps between "
                                     "kernels inside the CUDA graph")
     small_kernel_us: NonNeg = Field(0.0, description="Per small kernel of a layer's "

@@ -184,6 +184,10 @@ class OperatorPredictor(_Terms):
         # body + lm`` adds from the left), the LM head per request count
         self._pf_fixed = self.engine.prefill_step_ms / 1e3
         self._pf_fixed_layers = self._pf_fixed + m.layers * self.engine.prefill_layer_us * 1e-6
+        # (a Gated DeltaNet layer's linear-attention block launched eagerly: prefill only, the
+        # decode step is a CUDA graph; pdsim.model.architectures)
+        self._pf_fixed_layers += \
+            m.linear_attention_layers * self.engine.gdn_prefill_layer_us * 1e-6
         # (and each forward's chains of small kernels: architectures.chain_kernels)
         chains = architectures.chain_kernels(m, self.deepep) * self.engine.small_kernel_us * 1e-6
         self._pf_fixed_layers += chains
