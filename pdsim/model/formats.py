@@ -53,8 +53,8 @@ def peak_tflops(gpu: GPU, fmt: str) -> float:
 
 def expert_rate(gpu: GPU, fmt: str, deepep: bool) -> tuple[float, float]:
     """The routed experts' GEMMs on ``fmt`` weights: (peak TFLOP/s, the fraction of it they
-    reach): the format's peak and :attr:`GPU.gemm_eff`, except block-scaled FP8 experts outside DeepEP on a GPU with a
-    measured :attr:`GPU.moe_fp8_block_eff`.
+    reach): the format's peak and :attr:`GPU.gemm_eff`, except block-scaled FP8 experts outside
+    DeepEP on a GPU with a measured :attr:`GPU.moe_fp8_block_eff`.
 
     Why: SGLang runs routed experts under TP or EP without DeepEP in its Triton fused-MoE kernel
     (``fused_moe_kernel`` with ``use_fp8_w8a8`` and a ``block_shape``), which applies the
