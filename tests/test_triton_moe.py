@@ -50,3 +50,37 @@ def test_other_paths_keep_gemm_eff(gpu, model, layout):
     g = profiles.gpu(gpu)
     op = _op(gpu, model, **layout)
     assert op.pk_e == pytest.approx(formats.peak_tflops(g, model.expert_format) * 1e12 * g.gemm_eff)
+
+
+def test_a_measured_qwen3_235b_row_is_met_only_with_the_triton_rate():
+    """The corpus's Qwen3-235B-FP8 TP2 row at concurrency 3 (1k prompt, 100 out) measured a
+    mean TTFT of 240.9 ms. With the experts at gemm_eff pdsim gives ~88 ms (-63%); at the
+    Triton rate within 25%. The value was taken with these rows in view (the corpus table
+    labels them so): this guards the mechanism, it is not evidence of prediction."""
+    from pdsim.analysis import corpus, corpus_run
+    from pdsim.config import loader
+
+    rid = "qwen_qwen3_235b_a22b_fp8_qwen_qwen3_235b_a22b_fp8_h200_sxm_sglang_agg_1000x100_c3_tp2"
+    case = next(c for c in corpus.cases(corpus.read()) if c.id.startswith(rid))
+    got = corpus_run.simulate(case)["sim_ttft_ms"]
+    assert abs(got / case.measured_ttft_ms - 1) < 0.25
+    off = profiles.gpu("H200").gemm_eff  # the experts at gemm_eff, as before the mechanism
+    sc = loader.load(case.scenario, [*case.sets, f"gpu.moe_fp8_block_eff={off}"])
+    import pdsim
+
+    without = pdsim.run(sc).summary["mean_ttft_ms"]
+    assert without < 0.5 * case.measured_ttft_ms
+
+
+def test_the_rows_it_was_chosen_with_in_view_are_not_counted_out_of_sample():
+    import pandas as pd
+
+    from pdsim.analysis import corpus_table
+
+    df = pd.DataFrame({"id": ["a", "b"], "family": ["qwen3-moe", "llama-3"],
+                       "measured_ttft_ms": [100.0, 100.0], "measured_tpot_ms": [10.0, 10.0],
+                       "ttft_error": [0.1, 0.2], "tpot_error": [0.05, 0.05]})
+    out = corpus_table.with_cv(df, {"sets": []})
+    assert out.in_view.tolist() == [True, False]
+    assert pd.isna(out.oos_ttft_error[0]) and out.oos_ttft_error[1] == 0.2
+    assert "chosen in view" in corpus_table._fit_of(out.iloc[:1].assign(skipped=None))

@@ -108,12 +108,12 @@ def _md_table(head: list[str], rows: list[list[str]]) -> str:
 
 
 TRACE_ROWS = [  # label, --set overrides of scenarios/trace_replay.yaml
-    ("shipped: 3 servers, tp 8, no DP attention", []),
-    ("`servers=2`", ["fleet.prefill.servers=2"]),
-    ("`servers=4`", ["fleet.prefill.servers=4"]),
+    ("shipped: 4 servers, tp 8, no DP attention", []),
+    ("`servers=3`", ["fleet.prefill.servers=3"]),
+    ("`servers=5`", ["fleet.prefill.servers=5"]),
     ("`servers=1 dp=8 dp_attention=true` (one node, 8 per-rank caches)",
      ["fleet.prefill.servers=1", "fleet.prefill.dp=8", "fleet.prefill.dp_attention=true"]),
-    ("`kv_pool_tokens=5120000` (3 caches of 10,000 blocks)",
+    ("`kv_pool_tokens=5120000` (4 caches of 10,000 blocks)",
      ["fleet.prefill.kv_pool_tokens=5120000"]),
     ("`kv_pool_tokens=5120000 servers=1` (one cache of 10,000 blocks)",
      ["fleet.prefill.kv_pool_tokens=5120000", "fleet.prefill.servers=1"]),

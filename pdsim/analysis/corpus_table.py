@@ -32,6 +32,17 @@ def load_fits(path: Path = FITS) -> dict[str, Any]:
     return yaml.safe_load(path.read_text()) or {}
 
 
+CHOSEN_IN_VIEW = {  # model family -> the value chosen with its unfitted rows' errors in view
+    "qwen3-moe": "`gpu.moe_fp8_block_eff` 0.154 (SGLang's Triton fused-MoE rate for block-FP8 "
+                 "experts, looked for because these rows missed; the cited range is 0.11-0.18, "
+                 "and their median |TTFT error| is 16.8% at 0.11, 13.6% at 0.154, 20.0% at "
+                 "0.18)",
+}
+"""A family whose rows no shipped set was fitted on but a value was chosen with them in view:
+its rows count as run, not as out of sample (as ``holdout.IN_VIEW`` for the published
+cases)."""
+
+
 def with_cv(df: pd.DataFrame, fits: dict[str, Any]) -> pd.DataFrame:
     """``df`` with the cross-validated predictions of the fit record (``cv_ttft_error``,
     ``cv_tpot_error``; a repeated row takes the prediction of the row it repeats) and which
@@ -65,10 +76,16 @@ def with_cv(df: pd.DataFrame, fits: dict[str, Any]) -> pd.DataFrame:
     out["set_shipped"] = [shipped.get(i, False) for i in out.id]
     # out of sample: a row its shipped set was fitted on counts its cross-validated prediction
     # (a refit that did not see its group); a row no shipped set was fitted on runs with the
-    # profiles as shipped, not fitted to it, and counts as it ran
+    # profiles as shipped, not fitted to it, and counts as it ran, unless a value was chosen
+    # with it in view (CHOSEN_IN_VIEW): then it is not counted out of sample
+    fam = out["family"] if "family" in out else pd.Series([""] * len(out), index=out.index)
+    out["in_view"] = [f in CHOSEN_IN_VIEW and not sh for f, sh in zip(
+        fam, out.set_shipped, strict=True)]
     for m in ("ttft", "tpot"):
-        out[f"oos_{m}_error"] = [c if sh else e for c, e, sh in zip(
-            out[f"cv_{m}_error"], out[f"{m}_error"], out.set_shipped, strict=True)]
+        out[f"oos_{m}_error"] = [float("nan") if iv else (c if sh else e)
+                                 for c, e, sh, iv in zip(
+            out[f"cv_{m}_error"], out[f"{m}_error"], out.set_shipped, out.in_view,
+            strict=True)]
     return out
 
 
@@ -97,6 +114,8 @@ def _fit_of(sel: pd.DataFrame) -> str:
     if shipped.all():
         return "fitted: in-sample"
     if not shipped.any():
+        if "in_view" in sel and sel.in_view.astype(bool).all():
+            return "none: profiles as shipped; a value chosen in view"
         return "none: profiles as shipped"
     return "mixed"
 
@@ -226,6 +245,11 @@ def markdown(df: pd.DataFrame, fits: dict[str, Any], in_sample: bool = True) -> 
                          f"{', '.join(sorted(set(other.family)))}: the profiles as shipped): "
                          f"{errs(other)}.")
     if fits:
+        iv = ran[ran.in_view.astype(bool)] if "in_view" in ran else ran.iloc[:0]
+        if len(iv):
+            lines.append(f"- **Chosen in view** (not fitted, but a value was chosen with these "
+                         f"rows' errors in view; not counted out of sample): {errs(iv)}; "
+                         f"{_in_view_values(iv)}.")
         oos = ran[ran.oos_ttft_error.notna()]
         lines.append(f"- **Out of sample** (the fitted rows by cross-validation within the "
                      f"training split: {fits.get('cv_rule', '')}; the other rows as run): "
@@ -267,13 +291,22 @@ def _rows(df: pd.DataFrame, fits: dict[str, Any]) -> tuple[pd.DataFrame, pd.Data
     return df, df[df.skipped.isna()]
 
 
+def _in_view_values(rows: pd.DataFrame) -> str:
+    return "; ".join(f"{f}: {CHOSEN_IN_VIEW[f]}" for f in sorted(set(rows.family))
+                     if f in CHOSEN_IN_VIEW)
+
+
 def summary(df: pd.DataFrame, fits: dict[str, Any]) -> str:
     """The project README's block: the per-(GPU, model, mode) table and issue 29's bar."""
     df, ran = _rows(df, fits)
     out = [group_table(df), "",
            "Each cell: median |error| of the mean (share of rows within ±10%, ±25%). "
            "\"fitted: in-sample\" rows ran with a parameter set fitted on them (a fit, not a "
-           "prediction); the out-of-sample columns predict them by cross-validation."]
+           "prediction); the out-of-sample columns predict them by cross-validation. "
+           "\"a value chosen in view\" rows ran unfitted, but a value was chosen with their "
+           "errors in view, so they are not counted out of sample"
+           + (f" ({_in_view_values(ran[ran.in_view.astype(bool)])})."
+              if "in_view" in ran and ran.in_view.astype(bool).any() else ".")]
     if fits:
         out += ["", bar_lines(len(ran), len(df), ran)]
     return "\n".join(out)

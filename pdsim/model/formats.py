@@ -56,12 +56,17 @@ def expert_rate(gpu: GPU, fmt: str, deepep: bool) -> tuple[float, float]:
     reach): the format's peak and :attr:`GPU.gemm_eff`, except block-scaled FP8 experts
     outside DeepEP on a GPU with a measured :attr:`GPU.moe_fp8_block_eff`.
 
-    Why: SGLang runs routed experts under TP or EP without DeepEP in its Triton fused-MoE kernel
-    (``fused_moe_kernel`` with ``use_fp8_w8a8`` and a ``block_shape``), which applies the
-    per-128 activation and weight scales inside its K loop, and reaches a fraction of what
-    DeepGEMM (the dense FP8 linears, and the experts under DeepEP) does on the same die: the
-    Triton block-FP8 GEMM of the same design measured 305 TFLOP/s at 4,096 tokens on an H100
-    against DeepGEMM's ~1,550 on an H800 (gpus.yaml [tfp8], [dg]).
+    Why: SGLang v0.5.6.post2 and v0.5.9 run routed experts under TP, or EP without DeepEP, in
+    the Triton fused-MoE kernel (``fused_moe_kernel`` with ``use_fp8_w8a8`` and a
+    ``block_shape``), which applies the per-128 activation and weight scales inside its K
+    loop; the dense block-FP8 linears (and DeepEP's experts) run in DeepGEMM. No published
+    figure gives the fused-MoE kernel itself at prefill sizes on Hopper, so pdsim takes the
+    Triton block-FP8 GEMM of the same scaling scheme as a proxy: 305 TFLOP/s at 4,096 tokens on
+    an H100 (0.154 of the FP8 peak; 0.11-0.18 over 512-16,384 tokens), where DeepGEMM reaches
+    650-970 on the same shapes (gpus.yaml [tfp8]). Not modelled: per-tensor FP8 and BF16
+    experts also run in ``fused_moe_kernel`` but keep ``gemm_eff`` (no measurement of their
+    rate here), and SGLang fuses DeepSeek's shared expert into that kernel at EP 1, which pdsim
+    still prices as a dense GEMM.
     """
     if fmt == "fp8_block" and not deepep and gpu.moe_fp8_block_eff is not None:
         return gpu.fp8_tflops, gpu.moe_fp8_block_eff
