@@ -91,13 +91,18 @@ CHAIN_KERNELS = {
 # CHAIN_KERNELS["moe"], a DSA indexer's in "dsa"):
 FP8_LINEARS = {
     "gqa": 2,  # qkv_proj (with the output gate's rows), o_proj
-    # fused_qkv_a_proj_with_mqa, q_b_proj, o_proj (deepseek_v2.py; the absorbed decode's
-    # w_kc / w_vc batched GEMMs quantize too, not counted)
-    "mla": 3,
-    # in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj (models/qwen3_5.py@0.5.9
-    # Qwen3_5GatedDeltaNet: split projections; Qwen3-Next's fused in_proj_qkvz / in_proj_ba
-    # would be 3)
-    "gdn": 5,
+    # fused_qkv_a_proj_with_mqa, q_b_proj, kv_b_proj (the prefill's MHA path,
+    # forward_mha.py), o_proj (deepseek_v2.py); the absorbed decode quantizes for w_kc / w_vc
+    # instead of kv_b_proj (5 there: one not counted). At EP 1 SGLang fuses DeepSeek's shared
+    # expert into the routed MoE (deepseek_v2.py), whose 2 "mlp" quants are then not run:
+    # not modelled (counted)
+    "mla": 4,
+    # [assume] 3 of the 5 projections (models/qwen3_5.py@0.5.9 Qwen3_5GatedDeltaNet:
+    # in_proj_qkv, in_proj_z, out_proj): in_proj_b / in_proj_a have 8 rows per GPU at TP 8,
+    # which block FP8 refuses (quantization/fp8.py; sgl-project/sglang #19045 hit it with
+    # this checkpoint), so they stay BF16; which others the checkpoint leaves BF16 is not
+    # public (Qwen3-Next's FP8 skips its fused in_proj_qkvz, sglang PR #23973): range 1-3
+    "gdn": 3,
     "mlp": 2,  # gate_up_proj, down_proj (a dense MLP, or the shared experts of a MoE layer)
 }
 
