@@ -82,51 +82,19 @@ CHAIN_KERNELS = {
     "gdn": 5,
 }
 
-# Dense linears per layer that quantize their activations in a kernel of their own when the
-# weights are FP8 (W8A8; SGLang v0.5.9 layers/quantization/fp8_utils.py: block-scaled weights
-# through deepgemm_w8a8_block_fp8_linear_with_fallback, which runs
-# sglang_per_token_group_quant_fp8 before DeepGEMM, or its Triton fallback's
-# per_token_group_quant_fp8; per-tensor/channel weights through apply_fp8_linear's
-# sglang_per_token_quant_fp8), one small kernel each (the routed experts' quant is in
-# CHAIN_KERNELS["moe"], a DSA indexer's in "dsa"):
-FP8_LINEARS = {
-    "gqa": 2,  # qkv_proj (with the output gate's rows), o_proj
-    # fused_qkv_a_proj_with_mqa, q_b_proj, kv_b_proj (the prefill's MHA path,
-    # forward_mha.py), o_proj (deepseek_v2.py); the absorbed decode quantizes for w_kc / w_vc
-    # instead of kv_b_proj (5 there: one not counted). At EP 1 SGLang fuses DeepSeek's shared
-    # expert into the routed MoE (deepseek_v2.py), whose 2 "mlp" quants are then not run:
-    # not modelled (counted)
-    "mla": 4,
-    # [assume] 3 of the 5 projections (models/qwen3_5.py@0.5.9 Qwen3_5GatedDeltaNet:
-    # in_proj_qkv, in_proj_z, out_proj): in_proj_b / in_proj_a have 8 rows per GPU at TP 8,
-    # which block FP8 refuses (quantization/fp8.py; sgl-project/sglang #19045 hit it with
-    # this checkpoint), so they stay BF16; which others the checkpoint leaves BF16 is not
-    # public (Qwen3-Next's FP8 skips its fused in_proj_qkvz, sglang PR #23973): range 1-3
-    "gdn": 3,
-    "mlp": 2,  # gate_up_proj, down_proj (a dense MLP, or the shared experts of a MoE layer)
-}
-
-
-def fp8_linears(model: Model) -> int:
-    """The :data:`FP8_LINEARS` of one forward of ``model`` (0 unless its weights are FP8)."""
-    if model.weight_dtype not in ("fp8", "fp8_block"):
-        return 0
-    attn = FP8_LINEARS["mla" if model.attention == "mla" else "gqa"]
-    mlp = model.dense_mlp_layers + (model.moe_layers if model.shared_experts else 0)
-    return (model.attention_layers * attn
-            + model.linear_attention_layers * FP8_LINEARS["gdn"]
-            + mlp * FP8_LINEARS["mlp"])
-
-
 def chain_kernels(model: Model, deepep: bool = False) -> int:
     """The :data:`CHAIN_KERNELS` of one forward of ``model`` (all its layers); ``deepep``:
-    its MoE layers dispatch through DeepEP. With the activation quant of each FP8 dense
-    linear (:func:`fp8_linears`)."""
+    its MoE layers dispatch through DeepEP.
+
+    Not counted: the activation-quant kernel SGLang v0.5.9 runs before each FP8 dense linear
+    (layers/quantization/fp8_utils.py; 2 per GQA layer, 4 per MLA layer in prefill): tried
+    this session, it moved the bounded corpus fits to other corners (none then shipped), and
+    its prefill cost scales with tokens, which a fixed per-kernel cost misprices."""
     n = model.moe_layers * CHAIN_KERNELS["moe_deepep" if deepep else "moe"] \
         if model.is_moe else 0
     if model.index_topk:
         n += model.full_attention_layers * CHAIN_KERNELS["dsa"]
-    return n + model.linear_attention_layers * CHAIN_KERNELS["gdn"] + fp8_linears(model)
+    return n + model.linear_attention_layers * CHAIN_KERNELS["gdn"]
 
 
 @dataclass(frozen=True)
