@@ -23,6 +23,8 @@ def _op(gpu: str, model, **layout) -> OperatorPredictor:
 def test_hopper_block_fp8_experts_run_at_the_triton_kernels_rate():
     h200 = profiles.gpu("H200")
     assert h200.moe_fp8_block_eff is not None and h200.moe_fp8_block_eff < h200.gemm_eff
+    # the cited proxy: the Triton block-FP8 GEMM at 4,096 tokens, 305 TFLOP/s (vllm #23939)
+    assert h200.fp8_tflops * h200.moe_fp8_block_eff == pytest.approx(305, rel=0.01)
     op = _op("H200", FP8, tp=4)
     assert op.pk_e == pytest.approx(h200.fp8_tflops * 1e12 * h200.moe_fp8_block_eff)
     # dense FP8 linears (DeepGEMM) keep gemm_eff
@@ -84,3 +86,17 @@ def test_the_rows_it_was_chosen_with_in_view_are_not_counted_out_of_sample():
     assert out.in_view.tolist() == [True, False]
     assert pd.isna(out.oos_ttft_error[0]) and out.oos_ttft_error[1] == 0.2
     assert "chosen in view" in corpus_table._fit_of(out.iloc[:1].assign(skipped=None))
+
+
+def test_the_in_view_note_quotes_the_tables_figure():
+    """CHOSEN_IN_VIEW quotes the Qwen3-235B rows' median |TTFT error| at the shipped value: the
+    README's generated table must show the same figure (both written from the same run)."""
+    import re
+    from pathlib import Path
+
+    from pdsim.analysis import corpus_table
+
+    quoted = re.search(r"(\d+\.\d)% at 0\.154", corpus_table.CHOSEN_IN_VIEW["qwen3-moe"]).group(1)
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    row = next(x for x in readme.splitlines() if "Qwen3-235B-A22B-FP8 | agg" in x)
+    assert row.split("|")[7].strip().startswith(f"{quoted}%")

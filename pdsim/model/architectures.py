@@ -82,14 +82,16 @@ CHAIN_KERNELS = {
     "gdn": 5,
 }
 
+
 def chain_kernels(model: Model, deepep: bool = False) -> int:
     """The :data:`CHAIN_KERNELS` of one forward of ``model`` (all its layers); ``deepep``:
     its MoE layers dispatch through DeepEP.
 
     Not counted: the activation-quant kernel SGLang v0.5.9 runs before each FP8 dense linear
-    (layers/quantization/fp8_utils.py; 2 per GQA layer, 4 per MLA layer in prefill): tried
-    this session, it moved the bounded corpus fits to other corners (none then shipped), and
-    its prefill cost scales with tokens, which a fixed per-kernel cost misprices."""
+    (layers/quantization/fp8_utils.py; 2 per GQA layer, 4 per MLA layer in prefill): priced
+    in d2cf218 and removed in ce0aff1, it moved the bounded corpus fits to other corners (none
+    then shipped), and its prefill cost scales with tokens, which a fixed per-kernel cost
+    misprices."""
     n = model.moe_layers * CHAIN_KERNELS["moe_deepep" if deepep else "moe"] \
         if model.is_moe else 0
     if model.index_topk:

@@ -229,9 +229,11 @@ class OperatorPredictor(_Terms):
         """The rates its step times divide by, each with the GPU fields it is the product of."""
         m = self.model
         return [(f"GEMM FLOP/s (the GPU's peak for {m.weight_dtype}) x gpu.gemm_eff", self.pk_w),
-                (f"expert GEMM FLOP/s (the GPU's peak for {m.expert_format}) x gpu.gemm_eff "
-                 "(block-FP8 experts in SGLang's Triton MoE: gpu.fp8_tflops x "
-                 "gpu.moe_fp8_block_eff)", self.pk_e),
+                ("expert GEMM FLOP/s gpu.fp8_tflops x gpu.moe_fp8_block_eff (SGLang's Triton "
+                 "fused MoE)" if formats.expert_rate(self.gpu, m.expert_format, self.deepep)[1]
+                 is self.gpu.moe_fp8_block_eff else
+                 f"expert GEMM FLOP/s (the GPU's peak for {m.expert_format}) x gpu.gemm_eff",
+                 self.pk_e),
                 ("LM-head FLOP/s gpu.bf16_tflops x gpu.gemm_eff", self.pk_lm),
                 ("prefill attention FLOP/s gpu.bf16_tflops x gpu.attn_eff", self.pk_attn),
                 ("decode attention FLOP/s gpu.bf16_tflops x gpu.decode_attn_eff", self.pk_dattn),
