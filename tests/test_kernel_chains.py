@@ -29,8 +29,7 @@ def test_the_shipped_engine_and_the_counts():
 
 # (model, its kernels per forward): DeepSeek-R1 58 MoE layers; GLM-5 75 MoE + 78 DSA layers;
 # Qwen3.5 60 MoE + 45 Gated DeltaNet layers
-CASES = [("deepseek-r1", 58 * 12),
-         ("glm-5-fp8", 75 * 12 + 78 * 14),
+CASES = [("deepseek-r1", 58 * 12), ("glm-5-fp8", 75 * 12 + 78 * 14),
          ("qwen3.5-397b-a17b-fp8", 60 * 12 + 45 * 5)]
 
 

@@ -68,6 +68,12 @@ def expert_rate(gpu: GPU, fmt: str, deepep: bool) -> tuple[float, float]:
     rate here), and SGLang fuses DeepSeek's shared expert into that kernel at EP 1, which pdsim
     still prices as a dense GEMM.
     """
-    if fmt == "fp8_block" and not deepep and gpu.moe_fp8_block_eff is not None:
+    if triton_block_fp8_moe(gpu, fmt, deepep):
         return gpu.fp8_tflops, gpu.moe_fp8_block_eff
     return peak_tflops(gpu, fmt), gpu.gemm_eff
+
+
+def triton_block_fp8_moe(gpu: GPU, fmt: str, deepep: bool) -> bool:
+    """Whether routed experts on ``fmt`` weights run at the Triton fused-MoE kernel's measured
+    rate on ``gpu`` (:func:`expert_rate`)."""
+    return fmt == "fp8_block" and not deepep and gpu.moe_fp8_block_eff is not None

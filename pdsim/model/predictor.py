@@ -230,8 +230,8 @@ class OperatorPredictor(_Terms):
         m = self.model
         return [(f"GEMM FLOP/s (the GPU's peak for {m.weight_dtype}) x gpu.gemm_eff", self.pk_w),
                 ("expert GEMM FLOP/s gpu.fp8_tflops x gpu.moe_fp8_block_eff (SGLang's Triton "
-                 "fused MoE)" if formats.expert_rate(self.gpu, m.expert_format, self.deepep)[1]
-                 is self.gpu.moe_fp8_block_eff else
+                 "fused MoE)" if formats.triton_block_fp8_moe(self.gpu, m.expert_format,
+                                                               self.deepep) else
                  f"expert GEMM FLOP/s (the GPU's peak for {m.expert_format}) x gpu.gemm_eff",
                  self.pk_e),
                 ("LM-head FLOP/s gpu.bf16_tflops x gpu.gemm_eff", self.pk_lm),
