@@ -223,7 +223,7 @@ def bar_lines(n: int, total: int, ran: pd.DataFrame) -> str:
     ins = verdict(_median_abs(ran.ttft_error), _median_abs(ran.tpot_error))
     oos = verdict(_median_abs(ran.oos_ttft_error), _median_abs(ran.oos_tpot_error))
     n_oos = int(ran.oos_ttft_error.notna().sum())
-    iv = ran[ran.in_view.astype(bool)] if "in_view" in ran else ran.iloc[:0]
+    iv = _in_view_rows(ran)
     left = (f"; the {len(iv)} rows a value was chosen with in view are not counted (as run: "
             f"TTFT {_pct(_median_abs(iv.ttft_error))}, TPOT {_pct(_median_abs(iv.tpot_error))})"
             if len(iv) else "")
@@ -257,7 +257,7 @@ def markdown(df: pd.DataFrame, fits: dict[str, Any], in_sample: bool = True) -> 
                          f"{', '.join(sorted(set(other.family)))}: the profiles as shipped): "
                          f"{errs(other)}.")
     if fits:
-        iv = ran[ran.in_view.astype(bool)] if "in_view" in ran else ran.iloc[:0]
+        iv = _in_view_rows(ran)
         if len(iv):
             lines.append(f"- **Chosen in view** (not fitted, but a value was chosen with these "
                          f"rows' errors in view; not counted out of sample): {errs(iv)}; "
@@ -303,6 +303,11 @@ def _rows(df: pd.DataFrame, fits: dict[str, Any]) -> tuple[pd.DataFrame, pd.Data
     return df, df[df.skipped.isna()]
 
 
+def _in_view_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows a value was chosen with in view (:data:`CHOSEN_IN_VIEW`), if any."""
+    return rows[rows.in_view.astype(bool)] if "in_view" in rows else rows.iloc[:0]
+
+
 def _in_view_values(rows: pd.DataFrame) -> str:
     return "; ".join(f"{f}: {CHOSEN_IN_VIEW[f]}" for f in sorted(set(rows.family))
                      if f in CHOSEN_IN_VIEW)
@@ -317,8 +322,8 @@ def summary(df: pd.DataFrame, fits: dict[str, Any]) -> str:
            "prediction); the out-of-sample columns predict them by cross-validation. "
            "\"a value chosen in view\" rows ran unfitted, but a value was chosen with their "
            "errors in view, so they are not counted out of sample"
-           + (f" ({_in_view_values(ran[ran.in_view.astype(bool)])})."
-              if "in_view" in ran and ran.in_view.astype(bool).any() else ".")]
+           + (f" ({_in_view_values(_in_view_rows(ran))})." if len(_in_view_rows(ran))
+              else ".")]
     if fits:
         out += ["", bar_lines(len(ran), len(df), ran)]
     return "\n".join(out)
