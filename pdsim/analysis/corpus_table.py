@@ -281,18 +281,36 @@ def sets_table(fits: dict[str, Any], cases: dict[str, corpus.Case] | None = None
         lines.append(f"| {s['name']} | {len(s['rows'])} (+{len(s.get('duplicates') or {})} "
                      f"repeats) | {_pct(it)} / {_pct(ip)} | {_pct(ct)} / {_pct(cp)} | "
                      f"{'yes' if ok else why} |")
-    lines += ["", "| parameter set | value | fitted | start (shipped profile) | fit bound | "
-              "physical range |", "|---|---|---:|---:|---|---|"]
+    lines += ["", "| parameter set | value | fitted | ± (relative s.e.) | start (shipped profile) "
+              "| fit bound | physical range |", "|---|---|---:|---:|---:|---|---|"]
+    tied = []
     for s in fits.get("sets", []):
+        ident = s.get("identifiability") or {}
         for k, v in s["values"].items():
             lo, hi = (fits.get("bounds") or {}).get(k, BOUNDS[k])
             plo, phi = PHYSICAL[k]
             at = s.get("at_bound", {}).get(k, "")
             out = "" if plo <= v <= phi else " **outside**"
-            lines.append(f"| {s['family']} | `{k}` | {v:g} | {s['start'][k]:g} | "
+            se = (ident.get("rel_se") or {}).get(k)
+            sec = "held at its bound" if at else ("—" if se is None else _se(se))
+            lines.append(f"| {s['family']} | `{k}` | {v:g} | {sec} | {s['start'][k]:g} | "
                          f"[{lo:g}, {hi:g}]{' (at its ' + at + ')' if at else ''} | "
                          f"[{plo:g}, {phi:g}]{out} |")
+        pairs = ident.get("correlated") or []
+        if pairs:
+            tied.append(f"{s['family']}: " + ", ".join(f"`{a}` with `{b}` ({r:+.2f})"
+                                                        for a, b, r in pairs))
+    if any(s.get("identifiability") for s in fits.get("sets", [])):
+        lines += ["", "± is each value's relative standard error as the rows determine it "
+                  "(Gauss-Newton at the fit, `corpus_fit.identifiability`: which values the "
+                  "rows pin, not a calibrated interval). Values whose estimates correlate by "
+                  "0.9 or more are not told apart by their set's rows, which fix only a "
+                  "combination of them: " + ("; ".join(tied) if tied else "none") + "."]
     return "\n".join(lines)
+
+
+def _se(x: float) -> str:
+    return "> 100%" if x > 1 else f"{x:.0%}" if x >= 0.01 else "< 1%"
 
 
 BAR = (0.90, 0.15, 0.10)
