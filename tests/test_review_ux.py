@@ -367,7 +367,7 @@ def test_shipped_scenarios_cite_pages_that_exist_and_figures_validate_prints(cap
     """healthy.yaml's "(README, step-time model)" (printed by every drop_timeout report) and
     trace_replay.yaml's README sections pointed at a README that no longer holds them; and
     llama70b_h100.yaml said "~45 GB for KV at mem_fraction_static 0.8" where validate prints
-    0.824 and 429,601 tokens (~35 GB/GPU)."""
+    0.824 and 429,601 tokens (~35 GB/GPU; 407,926 since the start-up memory)."""
     import re
 
     for p in sorted((ROOT / "scenarios").rglob("*.yaml")):

@@ -617,8 +617,9 @@ def test_weights_that_do_not_fit_say_the_budget_and_what_moves_it():
         pdsim.load(d)
     msg = str(err.value)
     assert ("at 'fleet.prefill': deepseek-v3 weights (79 GiB per GPU at tp 8) do not fit in "
-            "H100 memory: mem_fraction_static 0.818 (SGLang 0.5.9's default) of 79.6 GiB is 65 "
-            "GiB and leaves no KV pool; spread them over more GPUs (a larger tp), pick a GPU "
+            "H100 memory: mem_fraction_static 0.818 (SGLang 0.5.9's default) of the 76.5 GiB "
+            "free at start-up is 63 GiB and leaves no KV pool; spread them over more GPUs (a "
+            "larger tp), pick a GPU "
             "with more memory or raise mem_fraction_static") in msg, msg
     d["fleet"]["prefill"]["tp"] = 16
     with pytest.raises(pdsim.ScenarioError,
