@@ -278,7 +278,10 @@ def fit_set(ps: ParameterSet, cases: list[corpus.Case], workers: int | None = No
                 at[k] = f"{side} bound {b:g}"
     # how well the rows pin each value: the Jacobian per relative change of the free values
     # (scipy's, with the robust loss's weights) at the solution
-    free = [i for i, k in enumerate(keys) if k not in at]
+    # (a value at or pressed against an end of its range is held there, not estimated: its
+    # derivative says nothing of how well the rows pin it, and ships() refuses the set anyway)
+    held = set(at) | set(unphysical(values))
+    free = [i for i, k in enumerate(keys) if k not in held]
     jac_rel = np.asarray(sol.jac)[:, free] * sol.x[free]
     ident = identifiability(jac_rel, np.asarray(sol.fun), [keys[i] for i in free])
     sim = simulate(rows, values, workers)

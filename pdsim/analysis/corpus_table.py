@@ -292,7 +292,9 @@ def sets_table(fits: dict[str, Any], cases: dict[str, corpus.Case] | None = None
             at = s.get("at_bound", {}).get(k, "")
             out = "" if plo <= v <= phi else " **outside**"
             se = (ident.get("rel_se") or {}).get(k)
-            sec = "held at its bound" if at else ("—" if se is None else _se(se))
+            sec = "held at its bound" if at else ("— (at an end: not estimated)"
+                                                  if se is None and ident else
+                                                  "—" if se is None else _se(se))
             lines.append(f"| {s['family']} | `{k}` | {v:g} | {sec} | {s['start'][k]:g} | "
                          f"[{lo:g}, {hi:g}]{' (at its ' + at + ')' if at else ''} | "
                          f"[{plo:g}, {phi:g}]{out} |")
