@@ -421,3 +421,47 @@ def test_identifiability_names_the_values_the_rows_cannot_tell_apart():
     assert "| qwen3-dense | `gpu.gemm_eff` | 0.5 | 31% |" in text
     assert "| qwen3-dense | `gpu.attn_eff` | 0.4 | < 1% |" in text
     assert "qwen3-dense: `gpu.gemm_eff` with `gpu.attn_eff` (-0.95)" in text
+
+
+def test_a_fit_records_which_of_its_values_the_rows_tie(monkeypatch):
+    """fit_set's identifiability on a stand-in for the simulator (no scenario runs): rows whose
+    TTFT moves only with 1/gemm_eff + prefill_layer_us (the same row pattern) tie those two;
+    the standard errors are relative to the fitted values, so they do not depend on where the
+    fit started (a fit that dropped the Jacobian's rescaling to relative changes would give
+    errors in units of the start)."""
+    import types
+
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    n = 24
+    a, c, d, e = (rng.uniform(0.5, 2, n) for _ in range(4))
+    c = c ** 4  # (a pattern of its own: attention's rows apart from the prefill's)
+    truth = {"gpu.gemm_eff": 0.6, "gpu.attn_eff": 0.4, "engine.prefill_layer_us": 300.0,
+             "gpu.hbm_eff": 0.8, "engine.decode_step_ms": 2.0, "engine.request_ms": 50.0}
+
+    def sim(v: dict) -> np.ndarray:
+        ttft = (a * (100 / v["gpu.gemm_eff"] + v["engine.prefill_layer_us"] / 2)
+                + c * 40 / v["gpu.attn_eff"] + v["engine.request_ms"])
+        tpot = d * 10 / v["gpu.hbm_eff"] + e * v["engine.decode_step_ms"]
+        return np.column_stack([ttft, tpot])
+
+    meas = sim(truth) * np.exp(0.02 * rng.normal(size=(n, 2)))
+    rows = [types.SimpleNamespace(id=f"r{i}", measured_ttft_ms=meas[i, 0],
+                                  measured_tpot_ms=meas[i, 1]) for i in range(n)]
+    monkeypatch.setattr(corpus_fit, "distinct", lambda cases: (list(cases), {}))
+    monkeypatch.setattr(corpus_fit, "simulate", lambda rs, v, w: sim(v))
+    ps = corpus_fit.ParameterSet("GH100", "test", "sglang", ())
+    got = []
+    for attn_start in (0.7, 0.3):
+        start = {**truth, "gpu.gemm_eff": 0.5, "gpu.attn_eff": attn_start,
+                 "engine.prefill_layer_us": 500.0}
+        monkeypatch.setattr(corpus_fit, "start_values", lambda p, c, s=start: dict(s))
+        got.append(corpus_fit.fit_set(ps, rows, workers=1))
+    for f in got:
+        tied = {(p[0], p[1]): p[2] for p in f.identifiability["correlated"]}
+        assert abs(tied[("gpu.gemm_eff", "engine.prefill_layer_us")]) > 0.99, tied
+        assert ("gpu.hbm_eff", "engine.decode_step_ms") not in tied
+        assert f.values["gpu.attn_eff"] == pytest.approx(0.4, rel=0.05)
+    se = [f.identifiability["rel_se"]["gpu.attn_eff"] for f in got]
+    assert se[0] == pytest.approx(se[1], rel=0.15) and se[0] < 0.2

@@ -213,22 +213,24 @@ apart by the set's rows: the rows fix a combination of them, and a small change 
 moves the fit along it (issue 29: six keys, non-identifiable)."""
 
 
-def identifiability(jac: np.ndarray, resid: np.ndarray, free: list[str]) -> dict[str, Any]:
+def identifiability(jac: np.ndarray, resid: np.ndarray, free: list[str],
+                    cost: float | None = None) -> dict[str, Any]:
     """How well the rows determine each fitted value, from the fit's Jacobian at the solution
     (Gauss-Newton: covariance ``s^2 (J^T J)^-1`` with ``s^2`` the residual variance), over the
     ``free`` keys (a value at its bound is held, not estimated): each value's relative
     standard error, the pairs whose estimates correlate by at least :data:`CORRELATED`, and
     the condition number of ``J^T J``. ``jac`` is per relative change of each value
-    (columns in ``free``'s order), ``resid`` the residuals it goes with. An approximation at
-    the solution (scipy's Jacobian carries the robust loss's weights; the residuals are the
-    raw log errors): it says which values the rows pin and which they trade off, not a
-    calibrated interval."""
+    (columns in ``free``'s order), ``resid`` the residuals it goes with; ``cost``, when given,
+    the fit's cost under its robust loss (scipy's ``cost``: half the sum of the loss), whose
+    ``2 cost`` then takes the place of ``resid @ resid``, on the scale of scipy's Jacobian,
+    which carries the loss's weights. An approximation at the solution: it says which values
+    the rows pin and which they trade off, not a calibrated interval."""
     out: dict[str, Any] = {"rel_se": {}, "correlated": [], "condition": None}
     m, n = jac.shape
     if n == 0 or m <= n:
         return out
     jtj = jac.T @ jac
-    s2 = float(resid @ resid) / (m - n)
+    s2 = (2.0 * cost if cost is not None else float(resid @ resid)) / (m - n)
     cov = s2 * np.linalg.pinv(jtj)
     sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
     ev = np.linalg.eigvalsh(jtj)
@@ -283,7 +285,8 @@ def fit_set(ps: ParameterSet, cases: list[corpus.Case], workers: int | None = No
     held = set(at) | set(unphysical(values))
     free = [i for i, k in enumerate(keys) if k not in held]
     jac_rel = np.asarray(sol.jac)[:, free] * sol.x[free]
-    ident = identifiability(jac_rel, np.asarray(sol.fun), [keys[i] for i in free])
+    ident = identifiability(jac_rel, np.asarray(sol.fun), [keys[i] for i in free],
+                            float(sol.cost))
     sim = simulate(rows, values, workers)
     return SetFit(ps, [c.id for c in rows], dup, {k: _round(v) for k, v in start.items()},
                   values, n[0], at, {c.id: (float(s[0]), float(s[1]))

@@ -302,13 +302,21 @@ def sets_table(fits: dict[str, Any], cases: dict[str, corpus.Case] | None = None
         if pairs:
             tied.append(f"{s['family']}: " + ", ".join(f"`{a}` with `{b}` ({r:+.2f})"
                                                         for a, b, r in pairs))
+    conds = [f"{s['family']} {_cond(s['identifiability']['condition'])}"
+             for s in fits.get("sets", []) if (s.get("identifiability") or {}).get("condition")]
     if any(s.get("identifiability") for s in fits.get("sets", [])):
         lines += ["", "± is each value's relative standard error as the rows determine it "
                   "(Gauss-Newton at the fit, `corpus_fit.identifiability`: which values the "
                   "rows pin, not a calibrated interval). Values whose estimates correlate by "
                   "0.9 or more are not told apart by their set's rows, which fix only a "
-                  "combination of them: " + ("; ".join(tied) if tied else "none") + "."]
+                  "combination of them: " + ("; ".join(tied) if tied else "none") + ". A "
+                  "large condition number of the fit (" + ", ".join(conds) + ") says the "
+                  "same of three or more values together, tied pair or not."]
     return "\n".join(lines)
+
+
+def _cond(x: float) -> str:
+    return "unbounded" if x == float("inf") else f"{x:,.0f}" if x < 1e6 else f"{x:.1e}"
 
 
 def _se(x: float) -> str:

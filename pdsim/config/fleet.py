@@ -79,7 +79,8 @@ class RoleConfig(Strict):
     kv_pool_tokens: PosInt | None = Field(
         None, le=MAX_KV_TOKENS,
         description="KV pool of each DP rank in tokens (SGLang logs it as max_total_num_tokens); "
-        "default: what mem_fraction_static of GPU memory leaves after the weights"
+        "default: what mem_fraction_static of the GPU memory free at start-up leaves after the "
+        "weights"
     )
     mem_fraction_static: Fraction | None = Field(
         None, description="Share of each GPU's memory for weights plus KV pool "

@@ -20,8 +20,9 @@ one GPU), a linear-attention model's state pool carved out of ``rest`` first, th
 
 ``free`` is the device memory (``hbm_mib`` x 2^20) less what is no longer free when SGLang reads
 it right after distributed init (``min_per_gpu_memory``): the CUDA context, allocator and NCCL
-buffers, ``engine.init_mib`` + ``engine.init_mib_per_peer`` x (tp - 1) (measured in public
-start-up logs: 1.2 GiB at tp 1 on an H100, 3.1 GiB at tp 8 on an H200; engines.yaml).
+buffers, ``engine.init_mib`` + ``engine.init_mib_per_peer`` x (tp - 1), the peers capped at 7
+(:func:`init_mib`; measured in public start-up logs: 1.2 GiB at tp 1 on an H100, 3.1 GiB at tp
+8 on an H200; engines.yaml).
 ``mem_fraction_static`` unset: SGLang's default for the GPU, layout and release
 (:mod:`pdsim.model.sglang`).
 
@@ -102,12 +103,27 @@ def cell_bytes(model: profiles.Model, attn_tp: int) -> float:
     return (model.full_attention_layers + model.sliding_window_layers) * per_layer
 
 
+INIT_PEERS_MAX = 7
+"""The peers ``engine.init_mib_per_peer`` counts at most: the readings it comes from go to tp 8
+(engines.yaml [pcg11716]), and SGLang's custom all-reduce, whose buffers are part of it, runs
+within a node; a larger group is held at tp 8's figure ([assume]: NCCL's own buffers across
+nodes are not measured here)."""
+
+
+def init_mib(engine: profiles.Engine, tp: int) -> float:
+    """Device memory a GPU of a ``tp``-GPU group no longer has free when SGLang reads it after
+    distributed init (``min_per_gpu_memory``): the CUDA context, allocator and communication
+    buffers, ``engine.init_mib`` + ``engine.init_mib_per_peer`` x peers (at most
+    :data:`INIT_PEERS_MAX`), MiB."""
+    return engine.init_mib + engine.init_mib_per_peer * min(tp - 1, INIT_PEERS_MAX)
+
+
 def pool(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
          engine: profiles.Engine | None = None,
          role_predictor: predictor.Predictor | None = None,
          version: str = DEFAULT_VERSION) -> Pool:
     """One DP rank's KV pool (and state pool): given, or what ``mem_fraction_static`` of the
-    device leaves after the weights (module docstring).
+    memory free at start-up (:func:`init_mib`) leaves after the weights (module docstring).
 
     Weights per GPU follow the role's layout (attention replicated under DP attention, experts
     split under EP); a rank's KV lives on its attention GPUs, each holding its KV heads. The
@@ -139,10 +155,7 @@ def pool(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
         "" if given is not None else
         f" (SGLang {version}'s default for {gpu.name} at tp {role_cfg.tp}"
         + (f", dp {role_cfg.dp} with dp attention" if role_cfg.dp_attention else "") + ")")
-    # SGLang reads the free memory after the CUDA context and distributed init (engine.init_mib
-    # and init_mib_per_peer), not the device's, and keeps mem_fraction_static of that
-    free = gpu.hbm_bytes - int((engine.init_mib + engine.init_mib_per_peer * (role_cfg.tp - 1))
-                               * 2**20)
+    free = gpu.hbm_bytes - int(init_mib(engine, role_cfg.tp) * 2**20)
     rest = free * mfs - weights
     attn_tp = op.layout.attn_tp
     if rest <= 0:  # (say what the budget was and what moves it: SGLang would OOM)
