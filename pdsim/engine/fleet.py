@@ -36,8 +36,8 @@ def default_chunked_prefill_size(gpu: profiles.GPU, version: str = sglang.DEFAUL
                                  ) -> int:
     """SGLang's default ``--chunked-prefill-size`` for ``gpu`` (before any DP division), from
     the device memory in MiB as nvidia-smi reports it (:func:`pdsim.model.sglang.
-    chunked_prefill_size`: the same ``hbm_mib`` the KV pool is sized from, less the memory not
-    free at start-up, pdsim.model.memory.init_mib)."""
+    chunked_prefill_size`; the KV pool is sized from the same ``hbm_mib``, less the memory not
+    free at start-up: pdsim.model.memory.init_mib)."""
     return sglang.chunked_prefill_size(gpu, version)
 
 
