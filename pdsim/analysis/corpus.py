@@ -14,6 +14,7 @@ row into a pdsim scenario by one set of rules, the same for every row (never edi
   ``decode_*`` layouts;
 - the server flags: the InferenceX launch flags (:data:`INFERENCEX`, issue 29 fact sheet D2)
   for the rows measured by that harness, else the release's defaults (:func:`defaults_flags`);
+  a CSV's optional flag columns (:data:`FLAG_COLUMNS`, ``kv_cache_dtype``) override either;
 - the client: bench_serving's random dataset with lengths uniform in [0.8 L, L], ignore-eos,
   request rate inf, ``--max-concurrency`` the row's concurrency, 10 x concurrency prompts and
   2 x concurrency warmup requests that finish before timing (:func:`client`).
