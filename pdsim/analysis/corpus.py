@@ -14,7 +14,7 @@ row into a pdsim scenario by one set of rules, the same for every row (never edi
   ``decode_*`` layouts;
 - the server flags: the InferenceX launch flags (:data:`INFERENCEX`, issue 29 fact sheet D2)
   for the rows measured by that harness, else the release's defaults (:func:`defaults_flags`);
-  a CSV's optional flag columns (:data:`FLAG_COLUMNS`, ``kv_cache_dtype``) override either;
+  a CSV's optional flag columns (:mod:`pdsim.analysis.corpus_flags`) override either;
 - the client: bench_serving's random dataset with lengths uniform in [0.8 L, L], ignore-eos,
   request rate inf, ``--max-concurrency`` the row's concurrency, 10 x concurrency prompts and
   2 x concurrency warmup requests that finish before timing (:func:`client`).
@@ -30,7 +30,6 @@ SGLang or pdsim cannot run.
 from __future__ import annotations
 
 import io
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 
 import pandas as pd
 
+from pdsim.analysis import corpus_flags
 from pdsim.util.safeio import UserFileError, clip, decode_utf8, echo, read_user_file, show_path
 
 ROOT = Path(__file__).resolve().parents[2] / "validation" / "corpus"
@@ -244,24 +244,14 @@ def read(path: str | Path = TRAIN) -> pd.DataFrame:
 # --- the rules ------------------------------------------------------------------------------
 
 
-def _cell(row: dict, key: str) -> Any:
-    v = row.get(key)
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    return v.strip() if isinstance(v, str) else v
+_cell = corpus_flags.cell
 
 
 def _int(row: dict, key: str, default: int | None = None) -> int | None:
-    v = _cell(row, key)
-    if v is None:
-        return default
     try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise _Refuse("malformed row", f"{key} {echo(v)} is not a number") from None
-    if not math.isfinite(f) or f != int(f) or f < 0:
-        raise _Refuse("malformed row", f"{key} {echo(v)} is not a whole number")
-    return int(f)
+        return corpus_flags.whole(row, key, default)
+    except corpus_flags.Malformed as err:
+        raise _Refuse("malformed row", str(err)) from None
 
 
 class _Refuse(Exception):
@@ -341,114 +331,6 @@ def defaults_flags(version: str) -> str:
             f"concurrency unless the pool is small)")
 
 
-# Optional server-flag columns a CSV may carry (a user's own benchmark knows its launch flags):
-# column -> (the fleet setting it sets, how the cell reads). An ``agg`` row takes the bare
-# column, a ``disagg`` row the ``prefill_`` / ``decode_`` ones (as the layout columns). Each
-# value is SGLang's flag as launched; an empty cell (or no column) keeps the release's default
-# (or the InferenceX config's flag), which the columns override.
-FLAG_COLUMNS: dict[str, tuple[str, str]] = {
-    "mem_fraction_static": ("mem_fraction_static", "number"),
-    "chunked_prefill_size": ("chunked_prefill_size", "whole"),
-    "max_running_requests": ("max_running_requests", "whole"),
-    "cuda_graph_max_bs": ("cuda_graph_max_bs", "whole"),
-    "disable_radix_cache": ("prefix_cache", "bool"),
-    "page_size": ("page_size", "whole"),
-}
-PREFILL_ONLY = ("chunked_prefill_size", "disable_radix_cache")  # pdsim's decode runs no prefill
-# --kv-cache-dtype (one for the fleet: pdsim's model.kv_dtype) -> pdsim's KV dtype; "auto": the
-# model's dtype, pdsim's default
-KV_CACHE_DTYPES = {"auto": None, "bf16": "bf16", "bfloat16": "bf16", "fp8": "fp8",
-                   "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
-_TRUE, _FALSE = ("true", "1", "yes"), ("false", "0", "no")
-
-
-def _flag_value(row: dict, col: str, how: str) -> Any:
-    """The cell ``col`` of a row read as ``how`` (None: empty), or a named refusal."""
-    v = _cell(row, col)
-    if v is None or v == "":
-        return None
-    if how == "bool":
-        if isinstance(v, bool):
-            return v
-        s = str(v).lower()
-        s = s[:-2] if s.endswith(".0") else s  # (a column of 0 / 1 reads as floats)
-        if s in _TRUE + _FALSE:
-            return s in _TRUE
-        raise _Refuse("malformed row", f"{col} {echo(v)} is not true or false")
-    if how == "whole":
-        return _int(row, col)
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise _Refuse("malformed row", f"{col} {echo(v)} is not a number") from None
-    if not math.isfinite(f):
-        raise _Refuse("malformed row", f"{col} {echo(v)} is not a number")
-    return f
-
-
-def _flag_columns(row: dict, roles: dict[str, dict], assumptions: list[str]) -> dict[str, dict]:
-    """The fleet settings the row's optional server-flag columns (:data:`FLAG_COLUMNS`) give
-    each role (``roles``: role -> its layout), checked as a scenario's fleet section is
-    checked; a malformed value refuses the row."""
-    import pydantic
-
-    from pdsim.config.fleet import ColocatedConfig, DecodeConfig, PrefillConfig
-
-    classes = {"colocated": ColocatedConfig, "prefill": PrefillConfig, "decode": DecodeConfig}
-    out: dict[str, dict] = {r: {} for r in roles}
-    for col, (key, how) in FLAG_COLUMNS.items():
-        if "colocated" in roles:
-            if any(_cell(row, f"{r}_{col}") not in (None, "") for r in ("prefill", "decode")):
-                raise _Refuse("malformed row", f"prefill_{col} / decode_{col} on an agg row: "
-                              f"give {col}")
-        elif _cell(row, col) not in (None, ""):
-            raise _Refuse("malformed row", f"{col} on a disagg row: give prefill_{col} / "
-                          f"decode_{col} (one per role, as the layout columns)")
-        for r, lay in roles.items():
-            name = col if r == "colocated" else f"{r}_{col}"
-            v = _flag_value(row, name, how)
-            if v is None:
-                continue
-            if r == "decode" and col in PREFILL_ONLY:
-                assumptions.append(f"{name} {v}: not used (pdsim's decode servers run no "
-                                   f"prefill and keep no prefix cache)")
-                continue
-            setting = (not v) if key == "prefix_cache" else v
-            note = ""
-            if key == "max_running_requests" and lay.get("dp_attention"):
-                # SGLang's model runner divides the flag by dp under DP attention
-                setting = v // lay["dp"]
-                note = f" ({setting} per DP rank: SGLang divides it by dp {lay['dp']})"
-            try:
-                classes[r].model_validate({key: setting})
-            except pydantic.ValidationError as err:
-                msg = err.errors()[0]["msg"]
-                raise _Refuse("malformed row", f"{name} {echo(_cell(row, name))}"
-                              f"{note}: {msg[:1].lower()}{msg[1:]}") from None
-            out[r][key] = setting
-            shown = str(setting).lower() if how == "bool" else f"{setting:g}"
-            assumptions.append(f"{name} {str(v).lower() if how == 'bool' else f'{v:g}'}: the "
-                               f"row's column (fleet.{r}.{key}: {shown}){note}")
-    return out
-
-
-def _kv_cache_dtype(row: dict, assumptions: list[str]) -> str | None:
-    """pdsim's ``model.kv_dtype`` from the row's optional ``kv_cache_dtype`` column (SGLang's
-    --kv-cache-dtype; one for the whole fleet, as pdsim's model section), None if empty or
-    ``auto``."""
-    v = _cell(row, "kv_cache_dtype")
-    if v is None or v == "":
-        return None
-    s = str(v).lower()
-    if s not in KV_CACHE_DTYPES:
-        raise _Refuse("malformed row", f"kv_cache_dtype {echo(v)}; known: "
-                      f"{', '.join(KV_CACHE_DTYPES)}")
-    kv = KV_CACHE_DTYPES[s]
-    assumptions.append(f"kv_cache_dtype {s}: the row's column (model.kv_dtype "
-                       f"{kv or 'as the profile: the model dtype'})")
-    return kv
-
-
 def _fill(value: Any, conc: int, osl: int, isl: int) -> Any:
     if value == "{conc}":
         return conc
@@ -473,7 +355,10 @@ def generate(row: dict) -> Case:
                 model=str(_cell(row, "model_path") or ""), mode=str(_cell(row, "mode") or ""),
                 measured_ttft_ms=num("silicon_ttft_ms"), measured_tpot_ms=num("silicon_tpot_ms"))
     try:
-        _generate(row, case, profiles, SGLANG_VERSIONS, ALIASES)
+        try:
+            _generate(row, case, profiles, SGLANG_VERSIONS, ALIASES)
+        except corpus_flags.Malformed as err:
+            raise _Refuse("malformed row", str(err)) from None
     except _Refuse as r:
         case.skip = r.skip
         case.scenario = None
@@ -537,7 +422,7 @@ def _generate(row: dict, case: Case, profiles: Any, versions: dict, aliases: dic
         assumptions.append("page size 64: SGLang forces it for DSA (NSA) attention on CUDA "
                            "(server_args.py _handle_page_size)")
     if _cell(row, "kv_cache_dtype") not in (None, ""):
-        kv = _kv_cache_dtype(row, assumptions)
+        kv = corpus_flags.kv_cache_dtype(row, assumptions)
         if kv is None:
             model_over.pop("kv_dtype", None)
         else:
@@ -557,9 +442,8 @@ def _generate(row: dict, case: Case, profiles: Any, versions: dict, aliases: dic
         if ix is not None and "ep" in ix and lay["ep"] != ix["ep"]:
             raise _Refuse("unknown layout", f"moe_ep_size {lay['ep']} differs from the "
                           f"InferenceX config's --expert-parallel-size {ix['ep']}")
-        cols = _flag_columns(row, {"colocated": lay}, assumptions)
-        role = {"servers": 1, **lay, "prefix_cache": True, **flags,
-                **_dsa_page(cols["colocated"], model, assumptions)}
+        cols = corpus_flags.role_flags(row, {"colocated": lay}, model, assumptions)
+        role = {"servers": 1, **lay, "prefix_cache": True, **flags, **cols["colocated"]}
         sc["fleet"] = {"gpu": gpu, "model": profile, "mode": "colocated", "colocated": role}
     else:
         roles = {}
@@ -572,9 +456,9 @@ def _generate(row: dict, case: Case, profiles: Any, versions: dict, aliases: dic
                                                       if r == "prefill" or k != "prefix_cache"
                                                       and k != "chunked_prefill_size"
                                                       and k != "max_prefill_tokens"}}
-        cols = _flag_columns(row, roles, assumptions)
+        cols = corpus_flags.role_flags(row, roles, model, assumptions)
         for r in roles:
-            roles[r].update(_dsa_page(cols[r], model, assumptions))
+            roles[r].update(cols[r])
         sc["fleet"] = {"gpu": gpu, "model": profile, **roles}
         assumptions.append("PD (disagg): pdsim's PD fleet (the router pairs a prefill and a "
                            "decode server at random, mini_lb; KV over the Mooncake transfer "
@@ -584,15 +468,6 @@ def _generate(row: dict, case: Case, profiles: Any, versions: dict, aliases: dic
     case.scenario = sc
     _server_defaults(case, ix is not None,
                      {r for r, c in cols.items() if "max_running_requests" in c})
-
-
-def _dsa_page(cols: dict, model: Any, assumptions: list[str]) -> dict:
-    """A role's column settings, less a page size SGLang overrides (64 for DSA attention)."""
-    if model.index_topk and cols.get("page_size", 64) != 64:
-        assumptions.append(f"page_size {cols['page_size']} of the row's column not used: SGLang "
-                           f"forces 64 for DSA (NSA) attention")
-        cols = {k: v for k, v in cols.items() if k != "page_size"}
-    return cols
 
 
 def _range_ratio(row: dict, inferencex: bool, assumptions: list[str]) -> float:
