@@ -159,6 +159,94 @@ def test_a_users_corpus_runs_with_json(tmp_path, capsys):
     assert rows[2]["sim_ttft_ms"] < rows[0]["sim_ttft_ms"]  # half the prompt, a quarter load
 
 
+def _pool(case: corpus.Case) -> dict:
+    from pdsim.model import memory
+
+    return memory.kv_pools(loader.load(case.scenario))
+
+
+def test_a_users_server_flag_columns_set_the_fleet(tmp_path, capsys):
+    """A user's CSV that knows its launch flags: mem_fraction_static 0.8 runs with that
+    fraction (a KV pool ~8% smaller than with SGLang 0.5.9's default for Qwen3-32B at tp 2 on an
+    H100, ~0.83), an empty cell keeps the release's default, and --explain lists the flag among the
+    row's assumptions. Fails with the columns ignored (FLAG_COLUMNS emptied: same pool)."""
+    f = tmp_path / "mine.csv"
+    pd.DataFrame([_row(id="a", mem_fraction_static=0.8, disable_radix_cache="true"),
+                  _row(id="b", mem_fraction_static=None, disable_radix_cache=None)]
+                 ).to_csv(f, index=False)
+    a, b = corpus.cases(corpus.read(f))
+    assert a.skip is None and b.skip is None
+    role_a, role_b = a.scenario["fleet"]["colocated"], b.scenario["fleet"]["colocated"]
+    assert role_a["mem_fraction_static"] == 0.8 and role_a["prefix_cache"] is False
+    assert "mem_fraction_static" not in role_b and role_b["prefix_cache"] is True
+    loaded = loader.load(a.scenario)
+    assert loaded.fleet.colocated.mem_fraction_static == 0.8
+    assert _pool(a)["colocated"] < 0.95 * _pool(b)["colocated"]
+    assert main(["validate-model", "--corpus", str(f), "--explain", "a"]) == 0
+    out = capsys.readouterr().out
+    assert "mem_fraction_static 0.8: the row's column (fleet.colocated.mem_fraction_static" in out
+    assert "disable_radix_cache true: the row's column (fleet.colocated.prefix_cache: false)" in out
+    assert main(["validate-model", "--corpus", str(f), "--explain", "b"]) == 0
+    assert "the row's column" not in capsys.readouterr().out
+
+
+def test_a_pd_rows_flag_columns_go_per_role():
+    """disagg rows take prefill_/decode_ columns, each to its role (SGLang's flag: under DP
+    attention max_running_requests is divided by dp); kv_cache_dtype sets the fleet's KV
+    dtype; decode_chunked_prefill_size is noted as unused; a bare column on a disagg row is
+    refused (which role it meant is not known)."""
+    lay = {f"{r}_{c}": v for r in ("prefill", "decode") for c, v in
+           {"batch_size": 8, "num_workers": 1, "tp_size": 2, "pp_size": 1,
+            "attention_dp_size": 1, "moe_tp_size": 1, "moe_ep_size": 1}.items()}
+    case = corpus.generate(_row(mode="disagg", **lay, prefill_mem_fraction_static=0.7,
+                                decode_mem_fraction_static=0.85, decode_max_running_requests=16,
+                                prefill_page_size=16, decode_chunked_prefill_size=4096,
+                                kv_cache_dtype="fp8_e4m3"))
+    assert case.skip is None, case.skip
+    fleet = case.scenario["fleet"]
+    assert fleet["prefill"]["mem_fraction_static"] == 0.7
+    assert fleet["decode"]["mem_fraction_static"] == 0.85
+    assert fleet["decode"]["max_running_requests"] == 16
+    assert fleet["prefill"]["max_running_requests"] > 16  # (derived: min(pool / 2, 2048))
+    assert fleet["prefill"]["page_size"] == 16 and "page_size" not in fleet["decode"]
+    assert "chunked_prefill_size" not in fleet["decode"]
+    assert case.scenario["model"]["kv_dtype"] == "fp8"
+    assert any(a.startswith("decode_chunked_prefill_size 4096: not used")
+               for a in case.assumptions)
+    bare = corpus.generate(_row(mode="disagg", **lay, mem_fraction_static=0.8))
+    assert bare.skip is not None and "give prefill_mem_fraction_static" in bare.skip.detail
+    dp = corpus.generate(_row(model_path="Qwen/Qwen3-235B-A22B-FP8", system="h200_sxm",
+                              tp_size=8, attention_dp_size=8, moe_tp_size=1, moe_ep_size=8,
+                              max_running_requests=256))
+    assert dp.skip is None, dp.skip
+    assert dp.scenario["fleet"]["colocated"]["max_running_requests"] == 32
+
+
+@pytest.mark.parametrize("col, value, says", [
+    ("mem_fraction_static", 1.5, "mem_fraction_static 1.5: input should be less than or "
+     "equal to 1"),
+    ("mem_fraction_static", "most", "mem_fraction_static 'most' is not a number"),
+    ("chunked_prefill_size", 0, "chunked_prefill_size 0: input should be greater than 0"),
+    ("chunked_prefill_size", "8k", "chunked_prefill_size '8k' is not a number"),
+    ("max_running_requests", 2.5, "max_running_requests 2.5 is not a whole number"),
+    ("max_running_requests", 10**9, "max_running_requests 1000000000: input should be less"),
+    ("cuda_graph_max_bs", -1, "cuda_graph_max_bs -1 is not a whole number"),
+    ("disable_radix_cache", "maybe", "disable_radix_cache 'maybe' is not true or false"),
+    ("page_size", 0, "page_size 0: input should be greater than 0"),
+    ("kv_cache_dtype", "fp4_e2m1", "kv_cache_dtype 'fp4_e2m1'; known: auto"),
+    ("prefill_page_size", 16, "prefill_page_size / decode_page_size on an agg row"),
+])
+def test_a_malformed_flag_column_refuses_the_row_by_name(tmp_path, capsys, col, value, says):
+    case = corpus.generate(_row(**{col: value}))
+    assert case.scenario is None and case.skip is not None
+    assert case.skip.kind == "malformed row" and says in case.skip.detail, case.skip
+    f = tmp_path / "bad.csv"  # (through the CLI: the row's refusal, one line, no traceback)
+    pd.DataFrame([_row(id="a", **{col: value})]).to_csv(f, index=False)
+    assert main(["validate-model", "--corpus", str(f), "--json", "--workers", "1"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and json.loads(out[0])["skipped"].startswith("malformed row")
+
+
 @pytest.mark.parametrize("text, says", [
     ("", "empty; give a CSV with a header row"),
     ("id,system\na,h100_sxm\n", "missing column(s) silicon_data_source"),

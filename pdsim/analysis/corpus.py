@@ -14,6 +14,7 @@ row into a pdsim scenario by one set of rules, the same for every row (never edi
   ``decode_*`` layouts;
 - the server flags: the InferenceX launch flags (:data:`INFERENCEX`, issue 29 fact sheet D2)
   for the rows measured by that harness, else the release's defaults (:func:`defaults_flags`);
+  a CSV's optional flag columns (:mod:`pdsim.analysis.corpus_flags`) override either;
 - the client: bench_serving's random dataset with lengths uniform in [0.8 L, L], ignore-eos,
   request rate inf, ``--max-concurrency`` the row's concurrency, 10 x concurrency prompts and
   2 x concurrency warmup requests that finish before timing (:func:`client`).
@@ -29,7 +30,6 @@ SGLang or pdsim cannot run.
 from __future__ import annotations
 
 import io
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +37,7 @@ from typing import Any
 
 import pandas as pd
 
+from pdsim.analysis import corpus_flags
 from pdsim.util.safeio import UserFileError, clip, decode_utf8, echo, read_user_file, show_path
 
 ROOT = Path(__file__).resolve().parents[2] / "validation" / "corpus"
@@ -243,24 +244,14 @@ def read(path: str | Path = TRAIN) -> pd.DataFrame:
 # --- the rules ------------------------------------------------------------------------------
 
 
-def _cell(row: dict, key: str) -> Any:
-    v = row.get(key)
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return None
-    return v.strip() if isinstance(v, str) else v
+_cell = corpus_flags.cell
 
 
 def _int(row: dict, key: str, default: int | None = None) -> int | None:
-    v = _cell(row, key)
-    if v is None:
-        return default
     try:
-        f = float(v)
-    except (TypeError, ValueError):
-        raise _Refuse("malformed row", f"{key} {echo(v)} is not a number") from None
-    if not math.isfinite(f) or f != int(f) or f < 0:
-        raise _Refuse("malformed row", f"{key} {echo(v)} is not a whole number")
-    return int(f)
+        return corpus_flags.whole(row, key, default)
+    except corpus_flags.Malformed as err:
+        raise _Refuse("malformed row", str(err)) from None
 
 
 class _Refuse(Exception):
@@ -364,7 +355,10 @@ def generate(row: dict) -> Case:
                 model=str(_cell(row, "model_path") or ""), mode=str(_cell(row, "mode") or ""),
                 measured_ttft_ms=num("silicon_ttft_ms"), measured_tpot_ms=num("silicon_tpot_ms"))
     try:
-        _generate(row, case, profiles, SGLANG_VERSIONS, ALIASES)
+        try:
+            _generate(row, case, profiles, SGLANG_VERSIONS, ALIASES)
+        except corpus_flags.Malformed as err:
+            raise _Refuse("malformed row", str(err)) from None
     except _Refuse as r:
         case.skip = r.skip
         case.scenario = None
@@ -427,6 +421,12 @@ def _generate(row: dict, case: Case, profiles: Any, versions: dict, aliases: dic
         flags["page_size"] = 64
         assumptions.append("page size 64: SGLang forces it for DSA (NSA) attention on CUDA "
                            "(server_args.py _handle_page_size)")
+    if _cell(row, "kv_cache_dtype") not in (None, ""):
+        kv = corpus_flags.kv_cache_dtype(row, assumptions)
+        if kv is None:
+            model_over.pop("kv_dtype", None)
+        else:
+            model_over["kv_dtype"] = kv
     ratio = _range_ratio(row, ix is not None, assumptions)
     client = {"kind": "bench", "name": "bench", "num_prompts": PROMPTS_PER_CONCURRENCY * conc,
               "max_concurrency": conc, "request_rate": "inf",
@@ -442,7 +442,8 @@ def _generate(row: dict, case: Case, profiles: Any, versions: dict, aliases: dic
         if ix is not None and "ep" in ix and lay["ep"] != ix["ep"]:
             raise _Refuse("unknown layout", f"moe_ep_size {lay['ep']} differs from the "
                           f"InferenceX config's --expert-parallel-size {ix['ep']}")
-        role = {"servers": 1, **lay, "prefix_cache": True, **flags}
+        cols = corpus_flags.role_flags(row, {"colocated": lay}, model, assumptions)
+        role = {"servers": 1, **lay, "prefix_cache": True, **flags, **cols["colocated"]}
         sc["fleet"] = {"gpu": gpu, "model": profile, "mode": "colocated", "colocated": role}
     else:
         roles = {}
@@ -455,6 +456,9 @@ def _generate(row: dict, case: Case, profiles: Any, versions: dict, aliases: dic
                                                       if r == "prefill" or k != "prefix_cache"
                                                       and k != "chunked_prefill_size"
                                                       and k != "max_prefill_tokens"}}
+        cols = corpus_flags.role_flags(row, roles, model, assumptions)
+        for r in roles:
+            roles[r].update(cols[r])
         sc["fleet"] = {"gpu": gpu, "model": profile, **roles}
         assumptions.append("PD (disagg): pdsim's PD fleet (the router pairs a prefill and a "
                            "decode server at random, mini_lb; KV over the Mooncake transfer "
@@ -462,7 +466,8 @@ def _generate(row: dict, case: Case, profiles: Any, versions: dict, aliases: dic
                            "transfers) is not modelled")
     case.assumptions = assumptions
     case.scenario = sc
-    _server_defaults(case, ix is not None)
+    _server_defaults(case, ix is not None,
+                     {r for r, c in cols.items() if "max_running_requests" in c})
 
 
 def _range_ratio(row: dict, inferencex: bool, assumptions: list[str]) -> float:
@@ -486,10 +491,11 @@ def _range_ratio(row: dict, inferencex: bool, assumptions: list[str]) -> float:
     return RANGE_RATIO
 
 
-def _server_defaults(case: Case, inferencex: bool) -> None:
+def _server_defaults(case: Case, inferencex: bool, given: set[str]) -> None:
     """Complete the release-default flags that depend on the KV pool (``max_running_requests``:
     SGLang's ``min(max_total_num_tokens // 2, req_to_token_pool size)``, the pool size being
-    2,048-4,096 slots: :func:`running_cap`), and refuse what the scenario check refuses (a
+    2,048-4,096 slots: :func:`running_cap`) of the roles whose column did not give it
+    (``given``), and refuse what the scenario check refuses (a
     layout SGLang would not start: heads that do not split, weights that do not fit)."""
     from pdsim.config import loader
     from pdsim.config.units import ScenarioError
@@ -498,14 +504,14 @@ def _server_defaults(case: Case, inferencex: bool) -> None:
     sc = case.scenario
     assert sc is not None
     roles = ["colocated"] if sc["fleet"].get("mode") == "colocated" else ["prefill", "decode"]
-    if not inferencex:
-        for r in roles:
-            sc["fleet"][r]["max_running_requests"] = 4096
+    derive = [] if inferencex else [r for r in roles if r not in given]
+    for r in derive:
+        sc["fleet"][r]["max_running_requests"] = 4096
     try:
         loaded = loader.load(sc)
-        if not inferencex:
+        if derive:
             pools = memory.kv_pools(loaded)
-            for r in roles:
+            for r in derive:
                 sc["fleet"][r]["max_running_requests"] = running_cap(pools[r])
             loaded = loader.load(sc)
     except ScenarioError as err:
