@@ -278,10 +278,9 @@ def fit_set(ps: ParameterSet, cases: list[corpus.Case], workers: int | None = No
         for side, b in (("lower", BOUNDS[k][0]), ("upper", BOUNDS[k][1])):
             if abs(v - b) <= 1e-3 * max(abs(b), 1e-3):
                 at[k] = f"{side} bound {b:g}"
-    # how well the rows pin each value: the Jacobian per relative change of the free values
-    # (scipy's, with the robust loss's weights) at the solution
-    # (a value at or pressed against an end of its range is held there, not estimated: its
-    # derivative says nothing of how well the rows pin it, and ships() refuses the set anyway)
+    # how well the rows pin each value: scipy's Jacobian at the solution (with the robust loss's
+    # weights), per relative change of the free values; a value at or pressed against an end of
+    # its range is held there, not estimated (ships() refuses the set anyway)
     held = set(at) | set(unphysical(values))
     free = [i for i, k in enumerate(keys) if k not in held]
     jac_rel = np.asarray(sol.jac)[:, free] * sol.x[free]

@@ -57,10 +57,10 @@ class InView:
 
 
 def _profile_fields() -> dict[str, set[str]]:
-    from pdsim.config.profile_schema import GPU, Engine, Model
+    """A profile section's fields (``gpu``, ``engine``, ``model``: profile_schema's registry)."""
+    from pdsim.config.profile_schema import KINDS, SECTION
 
-    return {"gpu": set(GPU.model_fields), "engine": set(Engine.model_fields),
-            "model": set(Model.model_fields)}
+    return {sec: set(KINDS[kind].model_fields) - {"name"} for sec, kind in SECTION.items()}
 
 
 def _shown(path: Path) -> str:
