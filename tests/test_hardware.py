@@ -51,7 +51,8 @@ def test_the_chunk_default_and_the_kv_pool_read_the_same_memory():
     cfg = DecodeConfig(tp=1, mem_fraction_static=0.8)
     op = OperatorPredictor(part, model, ENGINE, Layout(tp=1))
     pool = memory.pool(cfg, part, model, ENGINE)
-    rest = part.hbm_mib * 2**20 * 0.8 - op.weights_per_gpu()
+    free = part.hbm_bytes - int(ENGINE.init_mib * 2**20)  # (tp 1: no peers)
+    rest = free * 0.8 - op.weights_per_gpu()
     assert pool.tokens == int(rest) // (32 * 2 * 8 * 128 * 2)
     assert pool.tokens > int((60 * 1e9 * 0.8 - op.weights_per_gpu()) // 131072)  # not 60e9 B
     assert chunk_budget(PrefillConfig(), part) == 4096

@@ -15,6 +15,11 @@ from pdsim.model.predictor import Layout, OperatorPredictor
 
 ENGINE = profiles.engine()
 
+
+def _free(g: profiles.GPU, tp: int) -> int:
+    """What SGLang reads as free at start-up (engine.init_mib, init_mib_per_peer)."""
+    return g.hbm_bytes - int((ENGINE.init_mib + ENGINE.init_mib_per_peer * (tp - 1)) * 2**20)
+
 # mem_fraction_static SGLang derives (no DP attention; TP 1/2/4/8), fact sheet A3's table,
 # computed from server_args.py of each release with nvidia-smi's MiB
 MFS = {
@@ -178,9 +183,27 @@ def test_pool_tokens_follow_sglangs_formula():
     cfg = DecodeConfig(tp=8, mem_fraction_static=0.85)
     g, m = profiles.gpu("H200"), profiles.model("glm-5-fp8")
     op = OperatorPredictor(g, m, ENGINE, Layout(tp=8))
-    rest = g.hbm_mib * 2**20 * 0.85 - op.weights_per_gpu()
+    rest = _free(g, 8) * 0.85 - op.weights_per_gpu()
     assert memory.pool(cfg, g, m, ENGINE).tokens == int(rest) // 100_152
 
+
+
+def test_pool_is_sized_from_the_memory_free_at_start_up():
+    """SGLang's profile_max_num_token sizes the pool from the memory free after the CUDA context
+    and distributed init, not the device's. A public start-up log (engines.yaml [llmdlog]:
+    Qwen3-32B on one H100, --mem-fraction-static 0.90) logged 39,078 tokens; from the device
+    memory pdsim would give ~43.7k. init_mib is read from the same log's free memory, so this
+    checks the formula, the weights and the cell against its pool, not the value's transfer to
+    other deployments. At tp 8 on an H200 SGLang read 137.29 GiB free ([pcg11716])."""
+    g, m = profiles.gpu("H100"), profiles.model("qwen3-32b")
+    p = memory.pool(DecodeConfig(tp=1, mem_fraction_static=0.90), g, m, ENGINE)
+    assert p.tokens == pytest.approx(39_078, rel=0.01)
+    assert _free(profiles.gpu("H200"), 8) / 2**30 == pytest.approx(137.29, abs=0.02)
+    # the share of the device SGLang's default leaves the Qwen3-32B rows' server (0.835 at tp 1):
+    # ~18k tokens, not the ~22.5k the device's memory gives
+    dflt = memory.pool(DecodeConfig(tp=1), g, m, ENGINE, version="0.5.8.post1")
+    assert dflt.mem_fraction_static == 0.835
+    assert 17_500 < dflt.tokens < 19_000
 
 def test_sliding_window_layers_split_the_pool():
     """gpt-oss: full and SWA layers share the bytes so that the SWA pool is 0.8 x the full
@@ -188,7 +211,7 @@ def test_sliding_window_layers_split_the_pool():
     cfg = DecodeConfig(tp=1, mem_fraction_static=0.9)
     g, m = profiles.gpu("H100"), profiles.model("gpt-oss-120b")
     op = OperatorPredictor(g, m, ENGINE, Layout(tp=1))
-    rest = g.hbm_mib * 2**20 * 0.9 - op.weights_per_gpu()
+    rest = _free(g, 1) * 0.9 - op.weights_per_gpu()
     per_layer = 2 * 8 * 64 * 2
     p = memory.pool(cfg, g, m, ENGINE)
     assert p.tokens == pytest.approx(rest / (18 * per_layer + 0.8 * 18 * per_layer), abs=2)
@@ -205,7 +228,7 @@ def test_recurrent_states_are_carved_first_and_cap_running_requests():
                 DecodeConfig(tp=8, mem_fraction_static=0.8, max_running_requests=128))
     assert off.states == off.max_running == 128
     op = OperatorPredictor(g, m, ENGINE, Layout(tp=8))
-    rest = g.hbm_mib * 2**20 * 0.8 - op.weights_per_gpu()
+    rest = _free(g, 8) * 0.8 - op.weights_per_gpu()
     assert off.tokens == int(rest - 128 * per) // (15 * 2 * 256 * 2)
     on = _pool("H200", "qwen3.5-397b-a17b-fp8",
                PrefillConfig(tp=8, mem_fraction_static=0.8, prefix_cache=True))

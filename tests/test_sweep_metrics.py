@@ -48,6 +48,50 @@ def test_an_incident_is_a_scenario_with_faults_or_flushes(d, incident):
     assert sweep.is_incident(pdsim.load(d)) is incident
 
 
+def _dead_rooms_only(tmp_path) -> str:
+    """small_decode_window without its reported figures read from the incident block: no
+    fault, flush or such figure, nothing that says "incident" before it runs; its dead rooms
+    (a decode window of 4 slots and a bootstrap timeout) say it once it runs."""
+    import yaml
+
+    d = yaml.safe_load(open("scenarios/incidents/small_decode_window.yaml"))
+    d["reference"] = [r for r in d["reference"]
+                      if not (r.get("metric") or "").startswith("incident.")]
+    path = tmp_path / "dead_rooms_only.yaml"
+    path.write_text(yaml.safe_dump(d))
+    return str(path)
+
+
+def test_a_sweep_is_an_incident_when_pdsim_run_calls_its_runs_one(tmp_path, capsys):
+    """The sweep picked its columns from the scenario before any run: a scenario whose only
+    incident sign is a dead room got capacity columns while pdsim run drew its postmortem."""
+    from pdsim.engine.incident import is_incident
+
+    path = _dead_rooms_only(tmp_path)
+    sc = pdsim.load(path)
+    assert not sweep.is_incident(sc)  # (nothing says it before the run)
+    res = pdsim.run(path)
+    assert res.summary["incident"]["dead_rooms"] > 0 and is_incident(res.scenario, res.summary)
+    assert main(["sweep", path, "--vary", "clients.0.tries=1,2", "--seeds", "1",
+                 "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "an incident" in out and "a capacity sweep" not in out
+    table = out.split("\n\n")[0]
+    assert "ret!=0" in table and "unanswered" in table and "TTFT" not in table
+    # a grid whose runs differ (64 decode slots: no dead room): any run that is one
+    vary = {"fleet.decode.max_running_requests": [4, 64]}
+    rows = sweep.sweep(path, vary, [1], workers=1, progress=False)
+    assert rows["incident.dead_rooms"].notna().tolist() == [True, False]
+    assert rows.attrs["incident"] and sweep.is_incident(sc, rows)
+    assert list(sweep.default_columns(sc, "eval", rows).values())[:2] == ["ret!=0", "pairs"]
+    # rows read back without the record (a CSV): an incident block in a row says it
+    assert sweep.is_incident(sc, pd.DataFrame(rows.to_dict("records")))
+    assert not sweep.is_incident(sc, pd.DataFrame(rows.to_dict("records")[1:]))
+    one = sweep.sweep(path, {"fleet.decode.max_running_requests": [64]}, [1], workers=1,
+                      progress=False)
+    assert not one.attrs["incident"] and not sweep.is_incident(sc, one)
+
+
 def test_the_columns_fit_the_scenario():
     sc = pdsim.load(_capacity())
     cols = sweep.default_columns(sc, "bench")

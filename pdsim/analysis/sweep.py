@@ -6,7 +6,8 @@
 
 Runs go to a process pool (``workers``; 1 runs in-process) with a progress bar on stderr.
 Each row holds the varied values, the seed and the summary's scalar metrics (per-client ones
-as ``<client>.<metric>``).
+as ``<client>.<metric>``). ``df.attrs["incident"]``: whether any run was an incident by the
+run's own rule (:func:`is_incident`), which picks the table's columns.
 """
 
 from __future__ import annotations
@@ -48,12 +49,16 @@ def _scalars(d: dict, prefix: str) -> dict:
     return out
 
 
-def _one(args: tuple[dict, list[str], dict]) -> dict:
+def _one(args: tuple[dict, list[str], dict]) -> tuple[dict, bool]:
+    """One run's row, and whether the run was an incident by the rule ``pdsim run`` follows
+    (its scenario and its summary: dead rooms show only once it ran)."""
+    from pdsim.engine.incident import is_incident as rule
     from pdsim.output.result import run
 
     data, sets, labels = args
     res = run(data, sets=sets)
-    return {**labels, **_flatten(res.summary)}  # (no wall time: the same rows every time)
+    row = {**labels, **_flatten(res.summary)}  # (no wall time: the same rows every time)
+    return row, rule(res.scenario, res.summary)
 
 
 def same_value(a: object, b: object) -> bool:
@@ -125,7 +130,11 @@ def sweep(scenario: str | Path | dict, vary: dict[str, Iterable], seeds: Iterabl
                     f"vary {clip(key, 80)}: {echo(given)} and {echo(labels[key])} are the same "
                     f"value once validated; give it once")
     tasks = [(data, run_sets, labels) for run_sets, labels in jobs]
-    return pd.DataFrame(backends.run_all(_one, tasks, workers, progress, backend, address))
+    done = backends.run_all(_one, tasks, workers, progress, backend, address)
+    df = pd.DataFrame([row for row, _ in done])
+    df.attrs["incident"] = any(incident for _, incident in done)  # (not in the rows: a
+    # capacity sweep's CSV and JSON stay as they were)
+    return df
 
 
 # --- what the table shows ---------------------------------------------------------------------
@@ -148,22 +157,33 @@ GOODPUT = {"{c}.slo.attainment": "SLO met", "{c}.slo.goodput_req_s": "goodput/s"
 OUTPUT = {"{c}.output_throughput_tok_s": "tok/s"}
 
 
-def is_incident(sc: object) -> bool:
-    """A scenario about an incident, whose sweep shows the incident's columns, rather than a
-    capacity question: :func:`pdsim.engine.incident.is_incident`, the rule the run's figure
-    and report follow too."""
+def is_incident(sc: object, rows: pd.DataFrame | None = None) -> bool:
+    """A sweep about an incident, which shows the incident's columns, rather than a capacity
+    question: any of its runs was one by :func:`pdsim.engine.incident.is_incident`, the rule
+    the run's figure and report follow (``rows``: :func:`sweep`'s, which records it in
+    ``rows.attrs["incident"]``). Rows without that record (read back from a CSV) tell it by
+    an incident block in any row, beside the scenario's own signs. Without ``rows``: the
+    scenario's signs alone, before any run (a scenario whose dead rooms show only once it
+    runs, such as small_decode_window without its reported figures, is not one yet)."""
     from pdsim.engine.incident import is_incident as rule
 
-    return rule(sc)
+    if rows is None:
+        return rule(sc)
+    if "incident" in rows.attrs:
+        return bool(rows.attrs["incident"])
+    return rule(sc) or any(c.startswith("incident.") and rows[c].notna().any()
+                           for c in rows.columns)
 
 
-def default_columns(sc: object, client: str) -> dict[str, str]:
-    """The columns that fit the scenario (``pdsim sweep`` without ``--metrics``), name ->
-    header: :data:`INCIDENT` for an incident (:func:`is_incident`); for a capacity sweep,
+def default_columns(sc: object, client: str, rows: pd.DataFrame | None = None
+                    ) -> dict[str, str]:
+    """The columns that fit the sweep (``pdsim sweep`` without ``--metrics``), name ->
+    header: :data:`INCIDENT` for an incident (:func:`is_incident`, from the sweep's ``rows``
+    once it ran); for a capacity sweep,
     :data:`KEEPS_UP` (an open-loop client) or :data:`THROUGHPUT` (everything at once or a
     closed loop), :data:`LATENCY`, and :data:`GOODPUT` with an SLO, else :data:`OUTPUT`. The
     scenario's reported figures' metrics follow, each under its own name."""
-    if is_incident(sc):
+    if is_incident(sc, rows):
         cols = dict(INCIDENT)
     else:
         cfg = next(c for c in sc.clients if c.name == client)

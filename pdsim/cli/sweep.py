@@ -72,9 +72,10 @@ def legend(columns: dict[str, str], shown: list[str] | None = None, client: str 
 
 
 SWEEP_COLUMNS = f"""\
-table columns (median over the seeds of each grid point; which ones fits the scenario):
-an incident (faults:, operator_flushes:, a client's flush:, or reported figures read from
-the incident block: pdsim.engine.incident.is_incident) shows
+table columns (median over the seeds of each grid point; those that fit the runs):
+an incident (any run that pdsim run calls one, pdsim.engine.incident.is_incident: faults:,
+operator_flushes:, a client's flush:, reported figures read from the incident block, or
+dead rooms in the run) shows
 {legend(INCIDENT_COLUMNS)}
 a capacity question (anything else) shows
 {legend(CAPACITY_COLUMNS)}
@@ -257,8 +258,6 @@ def sweep_cmd(args: argparse.Namespace) -> int:
             except ValueError as err:
                 raise UsageError(str(err)) from None
             columns = {n: n for n in names}
-        else:
-            columns = default_columns(sc, main_client)
         df = sweep(data, vary, range(1, args.seeds + 1), args.workers,
                    progress=sys.stderr.isatty(), backend=args.backend, address=args.address,
                    sets=args.sets)
@@ -275,6 +274,10 @@ def sweep_cmd(args: argparse.Namespace) -> int:
         print(df.to_json(orient="records", indent=2))
         return 0
     keys = list(vary) or ["seed"]
+    incident = is_incident(sc, df)  # (from the runs, as pdsim run decides: dead rooms show
+    # only once a run ran)
+    if args.metrics is None:
+        columns = default_columns(sc, main_client, df)
     shown = table(df, keys, columns)
     nominal = [u for u in sc.unknowns if u.path not in vary]
     with pd.option_context("display.width", 160, "display.max_columns", 30):
@@ -285,11 +288,11 @@ def sweep_cmd(args: argparse.Namespace) -> int:
             print(f"median over {args.seeds} seed(s)")
         else:
             print(f"median over {args.seeds} seed(s); "
-                  f"{'an incident' if is_incident(sc) else 'a capacity sweep'}: "
+                  f"{'an incident' if incident else 'a capacity sweep'}: "
                   f"{main_client}'s metrics (--metrics NAME,... for others)")
         print(shown.round(3).to_string())
     if args.metrics is None:
-        print("\n" + legend(INCIDENT_COLUMNS if is_incident(sc) else CAPACITY_COLUMNS,
+        print("\n" + legend(INCIDENT_COLUMNS if incident else CAPACITY_COLUMNS,
                             list(shown.columns), main_client))
     return 0
 

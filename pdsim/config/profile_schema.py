@@ -181,6 +181,13 @@ class Engine(_Profile):
                                "path, off the GPU (no forward waits for it): the HTTP front end, "
                                "the tokenizer manager's IPC and the first chunk's way back (a PD "
                                "request's is part of bootstrap_ms)")
+    init_mib: NonNeg = Field(0.0, description="Device memory a server's GPU no longer has "
+                             "free when SGLang reads it at start-up (the CUDA context, the "
+                             "allocator and the distributed init at tp 1): the KV pool is "
+                             "(device - init) x mem_fraction_static - weights, MiB")
+    init_mib_per_peer: NonNeg = Field(0.0, description="More of it per other GPU of the "
+                                      "server's tensor-parallel group (NCCL and custom "
+                                      "all-reduce buffers), MiB per peer")
     tbo_overlap: Frac = Field(description="Two-batch overlap: share of the shorter of "
                               "computation and communication hidden under the longer")
 

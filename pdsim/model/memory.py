@@ -18,8 +18,10 @@ one GPU), a linear-attention model's state pool carved out of ``rest`` first, th
   ``max_running_requests`` states when the radix cache is off, else ``0.9 / 1.9`` of ``rest``
   (``mamba_full_memory_ratio``), and caps running requests at states / 3 (``init_memory_pool``).
 
-``free`` is taken as the device memory (``hbm_mib`` x 2^20): SGLang reads the free memory right
-after NCCL init, a little less (the CUDA context and NCCL buffers, not modelled).
+``free`` is the device memory (``hbm_mib`` x 2^20) less what is no longer free when SGLang reads
+it right after distributed init (``min_per_gpu_memory``): the CUDA context, allocator and NCCL
+buffers, ``engine.init_mib`` + ``engine.init_mib_per_peer`` x (tp - 1) (measured in public
+start-up logs: 1.2 GiB at tp 1 on an H100, 3.1 GiB at tp 8 on an H200; engines.yaml).
 ``mem_fraction_static`` unset: SGLang's default for the GPU, layout and release
 (:mod:`pdsim.model.sglang`).
 
@@ -137,15 +139,20 @@ def pool(role_cfg: RoleConfig, gpu: profiles.GPU, model: profiles.Model,
         "" if given is not None else
         f" (SGLang {version}'s default for {gpu.name} at tp {role_cfg.tp}"
         + (f", dp {role_cfg.dp} with dp attention" if role_cfg.dp_attention else "") + ")")
-    rest = gpu.hbm_bytes * mfs - weights
+    # SGLang reads the free memory after the CUDA context and distributed init (engine.init_mib
+    # and init_mib_per_peer), not the device's, and keeps mem_fraction_static of that
+    free = gpu.hbm_bytes - int((engine.init_mib + engine.init_mib_per_peer * (role_cfg.tp - 1))
+                               * 2**20)
+    rest = free * mfs - weights
     attn_tp = op.layout.attn_tp
     if rest <= 0:  # (say what the budget was and what moves it: SGLang would OOM)
-        static = gpu.hbm_bytes * mfs / GIB
+        static = free * mfs / GIB
         layout = " with dp attention" if role_cfg.dp_attention else ""
         whose = "" if given is not None else f" (SGLang {version}'s default)"
         raise ValueError(f"{model.name} weights ({weights / GIB:.0f} GiB per GPU at tp "
                          f"{role_cfg.tp}{layout}) do not fit in {gpu.name} memory: "
-                         f"mem_fraction_static {mfs:.3g}{whose} of {gpu.hbm_gib:.1f} GiB is "
+                         f"mem_fraction_static {mfs:.3g}{whose} of the {free / GIB:.1f} GiB free "
+                         f"at start-up is "
                          f"{static:.0f} GiB and leaves no KV pool; spread them over more GPUs "
                          f"(a larger tp), pick a GPU with more memory or raise "
                          f"mem_fraction_static")
