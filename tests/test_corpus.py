@@ -389,3 +389,35 @@ def test_the_corpus_tables_in_the_readme_and_docs_are_what_validate_model_gives(
         == corpus_table.summary(df, fits)
     assert block(root / "docs" / "validation.md", corpus_table.BEGIN, corpus_table.END) \
         == corpus_table.markdown(df, fits)
+
+
+def test_identifiability_names_the_values_the_rows_cannot_tell_apart():
+    """Issue 29's non-identifiability made visible: two values that move the rows' errors the
+    same way (a column of the Jacobian nearly a multiple of another) are reported as
+    correlated, with large standard errors; independent columns are not."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    a, b = rng.normal(size=40), rng.normal(size=40)
+    resid = 0.05 * rng.normal(size=40)
+    keys = ["gpu.gemm_eff", "gpu.attn_eff", "engine.prefill_layer_us"]
+    tied = corpus_fit.identifiability(np.column_stack([a, b, -2 * a + 0.01 * rng.normal(size=40)]),
+                                      resid, keys)
+    assert [p[:2] for p in tied["correlated"]] == [["gpu.gemm_eff", "engine.prefill_layer_us"]]
+    assert tied["correlated"][0][2] > 0.99  # (opposite columns: the estimates move together)
+    assert tied["rel_se"]["gpu.gemm_eff"] > 10 * tied["rel_se"]["gpu.attn_eff"]
+    assert tied["condition"] > 1e4
+    free = corpus_fit.identifiability(np.column_stack([a, b, rng.normal(size=40)]), resid, keys)
+    assert free["correlated"] == [] and free["condition"] < 10
+    assert corpus_fit.identifiability(np.ones((2, 3)), np.ones(2), keys)["correlated"] == []
+    # the sets table prints the standard errors and names the tied pair
+    rec = {"sets": [{"name": "x", "family": "qwen3-dense", "rows": [], "values":
+                     {"gpu.gemm_eff": 0.5, "gpu.attn_eff": 0.4},
+                     "start": {"gpu.gemm_eff": 0.7, "gpu.attn_eff": 0.6}, "at_bound": {},
+                     "identifiability": {"rel_se": {"gpu.gemm_eff": 0.31, "gpu.attn_eff": 0.004},
+                                         "correlated": [["gpu.gemm_eff", "gpu.attn_eff",
+                                                         -0.95]]}}]}
+    text = corpus_table.sets_table(rec, {})
+    assert "| qwen3-dense | `gpu.gemm_eff` | 0.5 | 31% |" in text
+    assert "| qwen3-dense | `gpu.attn_eff` | 0.4 | < 1% |" in text
+    assert "qwen3-dense: `gpu.gemm_eff` with `gpu.attn_eff` (-0.95)" in text

@@ -119,6 +119,7 @@ class SetFit:
     evaluations: int
     at_bound: dict[str, str] = field(default_factory=dict)
     predictions: dict[str, tuple[float, float]] = field(default_factory=dict)  # in-sample
+    identifiability: dict[str, Any] = field(default_factory=dict)  # (identifiability())
 
 
 def _scenario_key(case: corpus.Case) -> str:
@@ -206,6 +207,42 @@ def _round(v: float) -> float:
     return float(f"{v:.{SIGNIFICANT}g}")
 
 
+CORRELATED = 0.9
+"""Two fitted values whose estimates correlate at least this much (either sign) are not told
+apart by the set's rows: the rows fix a combination of them, and a small change of the model
+moves the fit along it (issue 29: six keys, non-identifiable)."""
+
+
+def identifiability(jac: np.ndarray, resid: np.ndarray, free: list[str]) -> dict[str, Any]:
+    """How well the rows determine each fitted value, from the fit's Jacobian at the solution
+    (Gauss-Newton: covariance ``s^2 (J^T J)^-1`` with ``s^2`` the residual variance), over the
+    ``free`` keys (a value at its bound is held, not estimated): each value's relative
+    standard error, the pairs whose estimates correlate by at least :data:`CORRELATED`, and
+    the condition number of ``J^T J``. ``jac`` is per relative change of each value
+    (columns in ``free``'s order), ``resid`` the residuals it goes with. An approximation at
+    the solution (scipy's Jacobian carries the robust loss's weights; the residuals are the
+    raw log errors): it says which values the rows pin and which they trade off, not a
+    calibrated interval."""
+    out: dict[str, Any] = {"rel_se": {}, "correlated": [], "condition": None}
+    m, n = jac.shape
+    if n == 0 or m <= n:
+        return out
+    jtj = jac.T @ jac
+    s2 = float(resid @ resid) / (m - n)
+    cov = s2 * np.linalg.pinv(jtj)
+    sd = np.sqrt(np.maximum(np.diag(cov), 0.0))
+    ev = np.linalg.eigvalsh(jtj)
+    out["condition"] = float(f"{ev.max() / ev.min():.3g}") if ev.min() > 0 else float("inf")
+    out["rel_se"] = {k: float(f"{sd[i]:.3g}") for i, k in enumerate(free)}
+    for i in range(n):
+        for j in range(i + 1, n):
+            if sd[i] > 0 and sd[j] > 0:
+                r = cov[i, j] / (sd[i] * sd[j])
+                if abs(r) >= CORRELATED:
+                    out["correlated"].append([free[i], free[j], round(float(r), 3)])
+    return out
+
+
 def fit_set(ps: ParameterSet, cases: list[corpus.Case], workers: int | None = None,
             log: Any = None) -> SetFit:
     """Fit :data:`FIT_KEYS` of one parameter set on its rows (see the module docstring)."""
@@ -239,10 +276,15 @@ def fit_set(ps: ParameterSet, cases: list[corpus.Case], workers: int | None = No
         for side, b in (("lower", BOUNDS[k][0]), ("upper", BOUNDS[k][1])):
             if abs(v - b) <= 1e-3 * max(abs(b), 1e-3):
                 at[k] = f"{side} bound {b:g}"
+    # how well the rows pin each value: the Jacobian per relative change of the free values
+    # (scipy's, with the robust loss's weights) at the solution
+    free = [i for i, k in enumerate(keys) if k not in at]
+    jac_rel = np.asarray(sol.jac)[:, free] * sol.x[free]
+    ident = identifiability(jac_rel, np.asarray(sol.fun), [keys[i] for i in free])
     sim = simulate(rows, values, workers)
     return SetFit(ps, [c.id for c in rows], dup, {k: _round(v) for k, v in start.items()},
                   values, n[0], at, {c.id: (float(s[0]), float(s[1]))
-                                     for c, s in zip(rows, sim, strict=True)})
+                                     for c, s in zip(rows, sim, strict=True)}, ident)
 
 
 def groups(cases: list[corpus.Case]) -> tuple[str, dict[str, list[corpus.Case]]]:
@@ -330,7 +372,7 @@ def fit_all(cases: list[corpus.Case], workers: int | None = None, cv: bool = Tru
             "name": ps.name, "die": ps.die, "family": ps.family, "engine": ps.engine,
             "layout": dict(ps.layout), "start": f.start, "values": f.values,
             "at_bound": f.at_bound, "evaluations": f.evaluations, "rows": f.rows,
-            "duplicates": f.duplicates,
+            "duplicates": f.duplicates, "identifiability": f.identifiability,
             "in_sample": {k: [round(v[0], 3), round(v[1], 3)] for k, v in f.predictions.items()}}
         if cv:
             res = cross_validate(ps, rows, workers, log)

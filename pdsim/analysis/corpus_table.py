@@ -4,14 +4,16 @@ reason, the fitted parameter sets, and the README block ``pdsim validate-model
 
 In-sample figures are the shipped (fitted) values' errors on the rows they were fitted on;
 the cross-validated ones (``validation/corpus/fits.yaml``, written by ``pdsim validate-model
---fit``) are each row predicted by a refit that did not see its group. Only point predictions
-(mean TTFT, mean TPOT) are counted.
+--fit``) are each row predicted by a refit that did not see its group. The out-of-sample
+figures leave out the rows a value was chosen with in view (``validation/corpus/in_view.yaml``).
+Only point predictions (mean TTFT, mean TPOT) are counted.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,8 @@ import pandas as pd
 import yaml
 
 from pdsim.analysis import corpus
+from pdsim.util.safeio import UserFileError, decode_utf8, echo, read_user_file, show_path
+from pdsim.util.safeyaml import YamlError, parse_yaml
 
 FITS = corpus.ROOT / "fits.yaml"
 BEGIN = "<!-- validate-corpus:begin -->"
@@ -32,27 +36,107 @@ def load_fits(path: Path = FITS) -> dict[str, Any]:
     return yaml.safe_load(path.read_text()) or {}
 
 
-CHOSEN_IN_VIEW = {  # model family -> the value chosen with its unfitted rows' errors in view
-    "qwen3-moe": "`gpu.moe_fp8_block_eff` 0.154 (SGLang's Triton fused-MoE rate for block-FP8 "
-                 "experts, looked for because these rows missed; the cited range is 0.11-0.18, "
-                 "and their median |TTFT error| is 16.8% at 0.11, 13.6% at 0.154, 20.0% at "
-                 "0.18)",
-    "qwen3.5": "`gpu.gdn_prefill_eff` 0.033 and `engine.gdn_prefill_layer_us` 870 (Gated "
-               "DeltaNet's prefill rate and eager launches, looked for because these rows "
-               "missed, their values from flashinfer #3866 and sglang #13081; their median "
-               "|TTFT error| is 61.7-62.9% over the rate's range 0.025-0.09 and 59.9-63.9% over "
-               "the launches' 750-1,000 us)",
-}
-"""A family of the training split whose rows no shipped set was fitted on but a value was
-chosen with them in view: its rows count as run, not as out of sample (as ``holdout.IN_VIEW``
-for the published cases). Applied only with the training split's fit record (``with_cv``):
-a user's own corpus is never labelled."""
+IN_VIEW = corpus.ROOT / "in_view.yaml"
+MAX_IN_VIEW_BYTES = 1 << 20  # two entries are ~6 kB
+IN_VIEW_FIELDS = ("keys", "note", "rows")
 
 
-def with_cv(df: pd.DataFrame, fits: dict[str, Any]) -> pd.DataFrame:
+class InViewError(corpus.CorpusError):
+    """An in-view record that cannot be used; ``str()`` is one line naming the file."""
+
+
+@dataclass(frozen=True)
+class InView:
+    """One entry of ``validation/corpus/in_view.yaml``: the value(s) chosen (``keys``), what
+    the tables print of it (``note``) and the rows of the training split whose errors were in
+    view when it was chosen (``rows``)."""
+
+    keys: dict[str, float]
+    note: str
+    rows: tuple[str, ...]
+
+
+def _profile_fields() -> dict[str, set[str]]:
+    from pdsim.config.profile_schema import GPU, Engine, Model
+
+    return {"gpu": set(GPU.model_fields), "engine": set(Engine.model_fields),
+            "model": set(Model.model_fields)}
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it is inside it (as the docs name it)."""
+    try:
+        return Path(path).resolve().relative_to(corpus.ROOT.parents[1]).as_posix()
+    except ValueError:
+        return show_path(path)
+
+
+def load_in_view(path: Path | None = None, train: Path = corpus.TRAIN) -> list[InView]:
+    """The rows a value was chosen with in view (``validation/corpus/in_view.yaml``, its fields
+    documented at its top), checked: every entry has exactly ``keys`` (profile fields,
+    ``gpu.``/``engine.``/``model.``, with numbers), ``note`` (text) and ``rows`` (ids of the
+    training split ``train``). Anything else is one :class:`InViewError` line naming the file.
+    Why it matters: a row listed here is left out of the out-of-sample figures, so a typo in an
+    id would silently count a row chosen in view as a prediction."""
+    path = IN_VIEW if path is None else path
+    where = _shown(path)
+    try:
+        text = decode_utf8(read_user_file(path, "in-view record", MAX_IN_VIEW_BYTES),
+                           f"in-view record {where}")
+        doc = parse_yaml(text, where)
+    except (UserFileError, YamlError) as err:
+        raise InViewError(str(err)) from None
+    if not isinstance(doc, list):
+        raise InViewError(f"{where}: give a list of entries (each with "
+                          f"{', '.join(IN_VIEW_FIELDS)}; [] for none), not "
+                          f"{'nothing' if doc is None else type(doc).__name__}")
+    ids = set(corpus.read(train).id)
+    fields = _profile_fields()
+    out = []
+    for n, e in enumerate(doc, 1):
+        at = f"{where}: entry {n}"
+        if not isinstance(e, dict):
+            raise InViewError(f"{at}: give a mapping with {', '.join(IN_VIEW_FIELDS)}")
+        unknown = [k for k in e if k not in IN_VIEW_FIELDS]
+        if unknown:
+            raise InViewError(f"{at}: unknown field {echo(unknown[0])}; allowed: "
+                              f"{', '.join(IN_VIEW_FIELDS)}")
+        missing = [k for k in IN_VIEW_FIELDS if k not in e]
+        if missing:
+            raise InViewError(f"{at}: missing {', '.join(missing)}")
+        keys, note, rows = e["keys"], e["note"], e["rows"]
+        if not isinstance(keys, dict) or not keys:
+            raise InViewError(f"{at}: keys: give the value(s) chosen, e.g. "
+                              f"{{gpu.moe_fp8_block_eff: 0.154}}")
+        for k, v in keys.items():
+            section, _, name = str(k).partition(".")
+            if name not in fields.get(section, ()):
+                raise InViewError(f"{at}: unknown key {echo(k)} (give a field of a gpu, "
+                                  f"engine or model profile, e.g. gpu.moe_fp8_block_eff)")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise InViewError(f"{at}: {k}: {echo(v)} is not a number")
+        if not isinstance(note, str) or not note.strip():
+            raise InViewError(f"{at}: note: give the text the tables print")
+        if not isinstance(rows, list) or not rows:
+            raise InViewError(f"{at}: rows: give a list of row ids of {train.name}")
+        for rid in rows:
+            if not isinstance(rid, str) or rid not in ids:
+                raise InViewError(f"{at}: row {echo(rid)} is not a row id of {train.name}")
+        if len(set(rows)) < len(rows):
+            dup = next(r for r in rows if rows.count(r) > 1)
+            raise InViewError(f"{at}: row {echo(dup)} is listed twice")
+        out.append(InView(dict(keys), note, tuple(rows)))
+    return out
+
+
+def with_cv(df: pd.DataFrame, fits: dict[str, Any],
+            in_view: list[InView] | None = None) -> pd.DataFrame:
     """``df`` with the cross-validated predictions of the fit record (``cv_ttft_error``,
-    ``cv_tpot_error``; a repeated row takes the prediction of the row it repeats) and which
-    parameter set each row was fitted in (``fitted_in``)."""
+    ``cv_tpot_error``; a repeated row takes the prediction of the row it repeats), which
+    parameter set each row was fitted in (``fitted_in``) and whether a value was chosen with it
+    in view (``in_view``, ``in_view_notes``: ``in_view`` or, by default,
+    :func:`load_in_view`). Called only with the training split's fit record: a user's own
+    corpus is never labelled."""
     from pdsim.analysis.corpus_fit import ships
 
     pred: dict[str, list[float]] = {}
@@ -83,10 +167,14 @@ def with_cv(df: pd.DataFrame, fits: dict[str, Any]) -> pd.DataFrame:
     # out of sample: a row its shipped set was fitted on counts its cross-validated prediction
     # (a refit that did not see its group); a row no shipped set was fitted on runs with the
     # profiles as shipped, not fitted to it, and counts as it ran, unless a value was chosen
-    # with it in view (CHOSEN_IN_VIEW): then it is not counted out of sample
-    fam = out["family"] if "family" in out else pd.Series([""] * len(out), index=out.index)
-    out["in_view"] = [f in CHOSEN_IN_VIEW and not sh for f, sh in zip(
-        fam, out.set_shipped, strict=True)]
+    # with it in view (in_view.yaml lists it): then it is not counted out of sample
+    notes: dict[str, tuple[str, ...]] = {}
+    for e in load_in_view() if in_view is None else in_view:
+        for rid in e.rows:
+            notes[rid] = (*notes.get(rid, ()), e.note)
+    out["in_view_notes"] = [() if sh else notes.get(i, ()) for i, sh in zip(
+        out.id, out.set_shipped, strict=True)]
+    out["in_view"] = [bool(n) for n in out.in_view_notes]
     for m in ("ttft", "tpot"):
         out[f"oos_{m}_error"] = [float("nan") if iv else (c if sh else e)
                                  for c, e, sh, iv in zip(
@@ -193,18 +281,36 @@ def sets_table(fits: dict[str, Any], cases: dict[str, corpus.Case] | None = None
         lines.append(f"| {s['name']} | {len(s['rows'])} (+{len(s.get('duplicates') or {})} "
                      f"repeats) | {_pct(it)} / {_pct(ip)} | {_pct(ct)} / {_pct(cp)} | "
                      f"{'yes' if ok else why} |")
-    lines += ["", "| parameter set | value | fitted | start (shipped profile) | fit bound | "
-              "physical range |", "|---|---|---:|---:|---|---|"]
+    lines += ["", "| parameter set | value | fitted | ± (relative s.e.) | start (shipped profile) "
+              "| fit bound | physical range |", "|---|---|---:|---:|---:|---|---|"]
+    tied = []
     for s in fits.get("sets", []):
+        ident = s.get("identifiability") or {}
         for k, v in s["values"].items():
             lo, hi = (fits.get("bounds") or {}).get(k, BOUNDS[k])
             plo, phi = PHYSICAL[k]
             at = s.get("at_bound", {}).get(k, "")
             out = "" if plo <= v <= phi else " **outside**"
-            lines.append(f"| {s['family']} | `{k}` | {v:g} | {s['start'][k]:g} | "
+            se = (ident.get("rel_se") or {}).get(k)
+            sec = "held at its bound" if at else ("—" if se is None else _se(se))
+            lines.append(f"| {s['family']} | `{k}` | {v:g} | {sec} | {s['start'][k]:g} | "
                          f"[{lo:g}, {hi:g}]{' (at its ' + at + ')' if at else ''} | "
                          f"[{plo:g}, {phi:g}]{out} |")
+        pairs = ident.get("correlated") or []
+        if pairs:
+            tied.append(f"{s['family']}: " + ", ".join(f"`{a}` with `{b}` ({r:+.2f})"
+                                                        for a, b, r in pairs))
+    if any(s.get("identifiability") for s in fits.get("sets", [])):
+        lines += ["", "± is each value's relative standard error as the rows determine it "
+                  "(Gauss-Newton at the fit, `corpus_fit.identifiability`: which values the "
+                  "rows pin, not a calibrated interval). Values whose estimates correlate by "
+                  "0.9 or more are not told apart by their set's rows, which fix only a "
+                  "combination of them: " + ("; ".join(tied) if tied else "none") + "."]
     return "\n".join(lines)
+
+
+def _se(x: float) -> str:
+    return "> 100%" if x > 1 else f"{x:.0%}" if x >= 0.01 else "< 1%"
 
 
 BAR = (0.90, 0.15, 0.10)
@@ -304,13 +410,22 @@ def _rows(df: pd.DataFrame, fits: dict[str, Any]) -> tuple[pd.DataFrame, pd.Data
 
 
 def _in_view_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows a value was chosen with in view (:data:`CHOSEN_IN_VIEW`), if any."""
+    """The rows a value was chosen with in view (``in_view.yaml``), if any."""
     return rows[rows.in_view.astype(bool)] if "in_view" in rows else rows.iloc[:0]
 
 
 def _in_view_values(rows: pd.DataFrame) -> str:
-    return "; ".join(f"{f}: {CHOSEN_IN_VIEW[f]}" for f in sorted(set(rows.family))
-                     if f in CHOSEN_IN_VIEW)
+    """Each note of ``rows`` (in view) after the model families of the rows it lists, in the
+    families' order: ``family: note; ...``."""
+    if "in_view_notes" not in rows:
+        return ""
+    fams: dict[str, set[str]] = {}
+    fam = rows["family"] if "family" in rows else pd.Series("", index=rows.index)
+    for f, notes in zip(fam, rows.in_view_notes, strict=True):
+        for n in notes:
+            fams.setdefault(n, set()).add(f)
+    said = sorted((", ".join(sorted(fs)), n) for n, fs in fams.items())
+    return "; ".join(f"{label}: {n}" if label else n for label, n in said)
 
 
 def summary(df: pd.DataFrame, fits: dict[str, Any]) -> str:

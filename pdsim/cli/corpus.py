@@ -112,6 +112,11 @@ def run(args: argparse.Namespace) -> tuple[int, Any]:
     """Run the corpus rows the flags choose; print the table (or JSON). (exit code, rows)."""
     from pdsim.analysis import corpus_run, corpus_table
 
+    # the training split's table takes its fit record and in-view record; a user's corpus
+    # (--corpus), the quick subset and --json take neither
+    fits = {} if args.corpus or args.quick or args.json else corpus_table.load_fits()
+    if fits:
+        corpus_table.load_in_view()  # a bad record is one line before the rows run, not after
     cases = _cases(args)
     df = corpus_run.run(cases, args.workers, progress=sys.stderr.isatty() and not args.json,
                         sets=args.sets)
@@ -119,8 +124,7 @@ def run(args: argparse.Namespace) -> tuple[int, Any]:
         for r in df.itertuples(index=False):
             print(json.dumps(_json_row(r)))
         return 0, df
-    fits = corpus_table.load_fits() if not args.corpus else {}
-    print(corpus_table.markdown(df, fits if not args.quick else {}, in_sample=not args.corpus))
+    print(corpus_table.markdown(df, fits, in_sample=not args.corpus))
     return 0, df
 
 
