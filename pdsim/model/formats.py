@@ -65,8 +65,8 @@ def expert_rate(gpu: GPU, fmt: str, deepep: bool) -> tuple[float, float]:
     an H100 (0.154 of the FP8 peak; 0.11-0.18 over 512-16,384 tokens), where DeepGEMM reaches
     650-970 on the same shapes (gpus.yaml [tfp8]). Not modelled: per-tensor FP8 and BF16
     experts also run in ``fused_moe_kernel`` but keep ``gemm_eff`` (no measurement of their
-    rate here), and SGLang fuses DeepSeek's shared expert into that kernel at EP 1, which pdsim
-    still prices as a dense GEMM.
+    rate here). Where SGLang fuses DeepSeek-V3/R1's or GLM-5's shared expert into that kernel
+    (:func:`fused_shared_experts`), the shared expert runs at this rate too.
     """
     if triton_block_fp8_moe(gpu, fmt, deepep):
         return gpu.fp8_tflops, gpu.moe_fp8_block_eff
@@ -77,3 +77,44 @@ def triton_block_fp8_moe(gpu: GPU, fmt: str, deepep: bool) -> bool:
     """Whether routed experts on ``fmt`` weights run at the Triton fused-MoE kernel's measured
     rate on ``gpu`` (:func:`expert_rate`)."""
     return fmt == "fp8_block" and not deepep and gpu.moe_fp8_block_eff is not None
+
+
+# Architectures whose SGLang model class fuses the shared expert into the routed MoE, and the
+# release that read it: DeepseekV2ForCausalLM.determine_num_fused_shared_experts checks
+# ``config.architectures[0]`` against the name its class passes (models/deepseek_v2.py
+# @0.5.6.post2 l.3272, @0.5.9 l.2853; the same rule in 0.5.1.post1 and 0.5.8.post1):
+# DeepseekV3ForCausalLM (the default), and GlmMoeDsaForCausalLM from PR #18804 (2026-02-17,
+# models/glm4_moe.py@0.5.9 l.1283; before it GLM-5's class passed no name and did not fuse).
+# DeepseekV2ForCausalLM and DeepseekV32ForCausalLM keep the default name and do not fuse;
+# Qwen2/3/3.5-MoE's shared expert is a separate Qwen2MoeMLP (models/qwen2_moe.py@0.5.9
+# l.189-214; fused on ROCm/aiter only, PR #20736).
+FUSING_ARCHITECTURES = ("DeepseekV3ForCausalLM", "GlmMoeDsaForCausalLM")
+
+
+def fused_shared_experts(gpu: GPU, model, ep: int, deepep: bool) -> int:
+    """How many shared experts SGLang runs as extra experts of the routed MoE kernel (0 or 1),
+    where pdsim prices that kernel at its own rate (:func:`triton_block_fp8_moe`).
+
+    Why: ``determine_num_fused_shared_experts`` (models/deepseek_v2.py@0.5.9 l.2853,
+    @0.5.6.post2 l.3272) sets ``num_fused_shared_experts = n_shared_experts`` for a model of
+    :data:`FUSING_ARCHITECTURES` with ``n_routed_experts == 256`` and ``n_shared_experts ==
+    1`` on CUDA sm >= 80, unless ``--disable-shared-experts-fusion``, expert parallelism
+    (``moe_ep_size > 1`` on NVIDIA), DeepEP (or 0.5.9's mori) all-to-all, a W4AFP8
+    checkpoint (routed and shared experts in other formats: pdsim fuses only when the
+    other weights are FP8 too, one ``Fp8Config``), or the flashinfer_trtllm MoE
+    runner (server_args.py@0.5.9 l.2155; Blackwell's default for FP8 DeepSeek, not
+    Hopper's). The shared expert is then expert 257 of ``FusedMoE`` with ``top_k = 8 + 1``
+    (deepseek_v2.py@0.5.9 l.414-443): every token's row goes through the same Triton
+    ``fused_moe_kernel`` as its 8 routed experts, its width split over TP like theirs.
+
+    Only the Triton block-FP8 path is modelled (:func:`triton_block_fp8_moe`: Hopper with a
+    measured rate). On the other GPUs SGLang fuses as well (A100, H20; BF16 or per-tensor FP8),
+    but pdsim gives experts and dense GEMMs the same rate there, and keeps the shared expert a
+    separate GEMM (pricing it as an expert would move only the max of compute and memory).
+    ``--disable-shared-experts-fusion`` is not a pdsim setting.
+    """
+    if (model.architecture not in FUSING_ARCHITECTURES or model.experts != 256
+            or model.shared_experts != 1 or model.shared_params != model.expert_params
+            or model.weight_dtype not in FP8_COMPUTE or ep > 1 or deepep):
+        return 0
+    return 1 if triton_block_fp8_moe(gpu, model.expert_format, deepep) else 0

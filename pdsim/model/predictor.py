@@ -59,7 +59,7 @@ class Predictor(Protocol):
 class _Terms:
     """What :class:`OperatorPredictor` derives from its GPU, model, engine and layout (in its
     ``__post_init__``), as slots: CPython 3.11 reads an instance's attributes inline only while
-    its class's instances have fewer than 30 names (52 here: these 48 and the dataclass's 4
+    its class's instances have fewer than 30 names (53 here: these 49 and the dataclass's 4
     fields); past that, each of the hot path's reads (a forward's, a decode span's) is a dict
     look-up."""
 
@@ -71,7 +71,7 @@ class _Terms:
                  "_lm_cache", "_nd", "_nm", "_hidden", "_moe", "_experts", "_k", "_keep", "_ar_s",
                  "_domain", "_a2a_s", "_gather", "_tbo", "_w_attn", "_w_dense", "_w_shared",
                  "_w_lm", "_w_kv_b", "_two_expert_w", "_dc_fixed", "_dc_eager", "_scatter",
-                 "_w_kinds", "_ep_z", "decode_request_s")
+                 "_w_kinds", "_ep_z", "decode_request_s", "_fused")
 
 
 @dataclass(slots=True)
@@ -141,6 +141,9 @@ class OperatorPredictor(_Terms):
         self.deepep = lay.a2a == "deepep" and m.is_moe
         peak, eff = formats.expert_rate(g, m.expert_format, self.deepep)  # (Triton's MoE)
         self.pk_e = peak * 1e12 * eff
+        # SGLang runs DeepSeek-V3/R1's and GLM-5's shared expert as one more expert of that
+        # kernel at EP 1 (formats.fused_shared_experts): priced in :meth:`moe`, not as a GEMM
+        self._fused = formats.fused_shared_experts(g, m, lay.ep, self.deepep)
         self.dense_w = m.dense_mlp_params / (1 if lay.dense_tp1 else lay.tp)
         self.shared_w = m.shared_params / (1 if self.deepep else lay.tp)
         self.expert_w = m.expert_params / (lay.tp // lay.ep if m.is_moe else lay.tp)
@@ -289,6 +292,13 @@ class OperatorPredictor(_Terms):
         ``L = E/ep`` experts is binomial (each touched with probability ``q``), the busiest of
         ``ep`` taken as ``Lq + z_ep sqrt(Lq(1-q))`` (``z_ep``: the expected largest of ``ep``
         standard normals), at most ``L`` (Qwen3.5 at EP 8, 4 tokens: ~1.6x the mean GPU's).
+
+        A fused shared expert (``_fused``, :func:`formats.fused_shared_experts`: EP 1 only) is
+        one more expert every token is assigned to and every batch touches: its FLOPs at the
+        experts' rate, its weights read with theirs, in one max of compute and memory (at a
+        prefill's token counts gemm_eff / moe_fp8_block_eff slower than as a dense GEMM, 4.5x
+        with the profiles' 0.7 and 0.154; at decode its weight bytes are the same, and its
+        rows add FLOPs at the slower rate where the layer's compute binds).
         """
         if routed <= 0:
             return 0.0
@@ -299,6 +309,9 @@ class OperatorPredictor(_Terms):
             assigned = assigned / self.layout.ep * self.layout.imbalance
             spread = math.sqrt(touched * (1.0 - share))
             touched = min(self.local_experts, touched + self._ep_z * spread)
+        if self._fused:
+            assigned += routed * self._fused
+            touched += self._fused
         compute = self._two_expert_w * (assigned + self.half * touched) / self.pk_e
         memory = touched * self.expert_w * self.ewb / self.bw
         return memory if memory > compute else compute  # max(compute, memory)
@@ -356,7 +369,8 @@ class OperatorPredictor(_Terms):
         dense_tokens = own if lay.dense_tp1 else routed
         elem = (attn + mlp) * self._hidden * ACT_BYTES * ELEMENTWISE_PASSES / self.bw
         if self._moe:
-            shared, experts = self._gemm(mlp, self._w_shared), self.moe(routed)
+            shared = 0.0 if self._fused else self._gemm(mlp, self._w_shared)
+            experts = self.moe(routed)  # (with the fused shared expert)
         else:
             shared = experts = None
         ar = 2 * self.allreduce(routed)
