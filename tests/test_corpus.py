@@ -380,7 +380,7 @@ def test_a_malformed_layout_condition_is_one_line(tmp_path, layout, says):
 def _a_set(values: dict[str, float]) -> dict:
     """A fit record's set (no cross-validation), of the qwen3-dense rows, with ``values``."""
     rec = {s["family"]: s for s in corpus_table.load_fits()["sets"]}["qwen3-dense"]
-    return {**rec, "values": values, "cv": {}}
+    return {**rec, "values": values, "cv": {}, "relaxation": {}}
 
 
 def test_an_unphysical_fit_is_recorded_not_shipped(cases):
@@ -553,3 +553,133 @@ def test_a_fit_records_which_of_its_values_the_rows_tie(monkeypatch):
         assert f.values["gpu.attn_eff"] == pytest.approx(0.4, rel=0.05)
     se = [f.identifiability["rel_se"]["gpu.attn_eff"] for f in got]
     assert se[0] == pytest.approx(se[1], rel=0.15) and se[0] < 0.2
+
+
+def _stand_in(monkeypatch, truth: dict[str, float], seed: int = 3, n: int = 24):
+    """Rows of a stand-in for the simulator (no scenario runs) whose mean TTFT and TPOT follow
+    a simple function of the six fitted values, measured at ``truth`` with 2% noise."""
+    import types
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    a, b, c, d, e = (rng.uniform(0.5, 2, n) for _ in range(5))
+    c = c ** 4
+
+    def sim(v: dict) -> np.ndarray:
+        ttft = (a * 100 / v["gpu.gemm_eff"] + b ** 2 * v["engine.prefill_layer_us"] / 2
+                + c * 40 / v["gpu.attn_eff"] + v["engine.request_ms"])
+        tpot = d * 10 / v["gpu.hbm_eff"] + e * v["engine.decode_step_ms"]
+        return np.column_stack([ttft, tpot])
+
+    meas = sim(truth) * np.exp(0.02 * rng.normal(size=(n, 2)))
+    rows = [types.SimpleNamespace(id=f"r{i}", measured_ttft_ms=meas[i, 0],
+                                  measured_tpot_ms=meas[i, 1]) for i in range(n)]
+    monkeypatch.setattr(corpus_fit, "distinct", lambda cases: (list(cases), {}))
+    monkeypatch.setattr(corpus_fit, "simulate",
+                        lambda rs, v, w: sim(v)[[int(r.id[1:]) for r in rs]])
+    monkeypatch.setattr(corpus_fit, "start_values", lambda p, c: {
+        "gpu.gemm_eff": 0.7, "gpu.attn_eff": 0.6, "engine.prefill_layer_us": 60.0,
+        "gpu.hbm_eff": 0.8, "engine.decode_step_ms": 1.5, "engine.request_ms": 0.0})
+    return corpus_fit.ParameterSet("GH100", "test", "sglang", ()), rows
+
+
+def test_the_fit_keeps_the_lowest_cost_of_its_fixed_starts(monkeypatch):
+    """fit_set runs from the profiles and from 1/4, 1/2 and 3/4 of every physical range (never
+    from an earlier fit), records each start's cost, and keeps the lowest, whichever start it
+    came from (a fit that kept the first start's result fails here)."""
+    import types
+
+    import numpy as np
+
+    ps, rows = _stand_in(monkeypatch, {"gpu.gemm_eff": 0.6, "gpu.attn_eff": 0.4,
+                                       "engine.prefill_layer_us": 300.0, "gpu.hbm_eff": 0.8,
+                                       "engine.decode_step_ms": 2.0, "engine.request_ms": 50.0})
+    labels = [lab for lab, _v in corpus_fit.starts(ps, rows)]
+    assert labels == ["profiles", "0.25 of each range", "0.5 of each range",
+                      "0.75 of each range"]
+    mid = corpus_fit.starts(ps, rows)[2][1]
+    assert mid["engine.prefill_layer_us"] == 700 and mid["gpu.gemm_eff"] == pytest.approx(0.575)
+    costs = iter([0.3, 0.2, 0.1, 0.4])  # the third start (the centre) wins
+
+    def solve(resid, x0, lo, hi):
+        c = next(costs)
+        r = resid(x0)
+        return types.SimpleNamespace(x=x0, cost=c, fun=r, jac=np.ones((len(r), len(x0))))
+
+    monkeypatch.setattr(corpus_fit, "_solve", solve)
+    f = corpus_fit.fit_set(ps, rows, workers=1, relaxation=False)
+    assert [t["cost"] for t in f.starts] == [0.3, 0.2, 0.1, 0.4]
+    assert [t["from"] for t in f.starts] == labels
+    assert f.cost == 0.1 and f.values == f.starts[2]["values"]
+    assert f.values["engine.prefill_layer_us"] == 700
+    assert f.start["engine.prefill_layer_us"] == 60  # (the record's start: the profiles)
+
+
+@pytest.mark.parametrize("layer_us, pulls", [(2100.0, True), (1395.0, False)])
+def test_the_relaxation_test_tells_a_pulling_value_from_one_held_at_its_end(
+        monkeypatch, cases, layer_us, pulls):
+    """Rows whose per-layer cost is really 2,100 us (past the 1,400 us end) press the fit against
+    that end; refitted with the end doubled, it moves out and the cost falls: pulling, the set
+    does not ship and the reason says so. Rows whose cost is 1,395 us (inside, within 1% of the
+    end) are pressed too, but relaxed the value stays inside: held, not pulling, and the set
+    ships. (Before the relaxation test both were refused alike.)"""
+    ps, rows = _stand_in(monkeypatch, {"gpu.gemm_eff": 0.6, "gpu.attn_eff": 0.4,
+                                       "engine.prefill_layer_us": layer_us, "gpu.hbm_eff": 0.8,
+                                       "engine.decode_step_ms": 2.0, "engine.request_ms": 50.0},
+                           n=40)
+    monkeypatch.setattr(corpus_fit, "START_POINTS", (0.5,))
+    f = corpus_fit.fit_set(ps, rows, workers=1)
+    assert "engine.prefill_layer_us" in corpus_fit.pressed(f.values), f.values
+    r = f.relaxation
+    assert r["widened"]["engine.prefill_layer_us"] == [0.0, 2800.0]
+    moved = r["values"]["engine.prefill_layer_us"]
+    assert (moved > 1500) == pulls and (r["gain"] > corpus_fit.RELAX_GAIN) == pulls, r
+    rec = {**_a_set(f.values), "relaxation": r}
+    by_id = {c.id: c for c in cases}
+    shipped, why = corpus_fit.ships(rec, by_id)
+    assert shipped == (not pulls), why
+    if pulls:
+        assert "engine.prefill_layer_us" in why and "pulling: refitted in [0, 2800]" in why
+    # without the test's record the pressed value is refused, as before the test existed
+    assert not corpus_fit.ships({**rec, "relaxation": {}}, by_id)[0]
+
+
+def test_a_value_at_a_lower_end_of_zero_cannot_be_relaxed_and_does_not_ship(cases):
+    """A time fitted at 0 (no cost of that kind, or a pin: the rows do not tell) has no end to
+    move out: the relaxation test lists it as untestable and the set does not ship."""
+    assert corpus_fit.widened("engine.request_ms", "lower") is None
+    assert corpus_fit.widened("gpu.gemm_eff", "lower") == pytest.approx(0.15)
+    assert corpus_fit.widened("gpu.hbm_eff", "upper") == 1.0
+    assert corpus_fit.widened("engine.prefill_layer_us", "upper") == 2800
+    ok = {"gpu.gemm_eff": 0.61, "gpu.attn_eff": 0.55, "engine.prefill_layer_us": 300.0,
+          "gpu.hbm_eff": 0.87, "engine.decode_step_ms": 2.2, "engine.request_ms": 0.0}
+    rec = {**_a_set(ok), "relaxation": {"widened": {}, "values": {}, "gain": 0.0,
+                                        "untestable": ["engine.request_ms"]}}
+    shipped, why = corpus_fit.ships(rec, {c.id: c for c in cases})
+    assert not shipped and "engine.request_ms 0 at an end of [0, 300]" in why
+
+
+def test_a_fold_starts_from_the_start_the_full_fit_kept_never_from_its_values(monkeypatch):
+    """fit_set(only=label) runs from that one fixed start; a cross-validation fold is fitted
+    from the start label it is given (fit_all gives the full fit's winner), not from the full
+    fit's values (which saw the held-out rows), and without the relaxation test."""
+    ps, rows = _stand_in(monkeypatch, {"gpu.gemm_eff": 0.6, "gpu.attn_eff": 0.4,
+                                       "engine.prefill_layer_us": 300.0, "gpu.hbm_eff": 0.8,
+                                       "engine.decode_step_ms": 2.0, "engine.request_ms": 50.0})
+    f = corpus_fit.fit_set(ps, rows, workers=1, only="0.5 of each range")
+    assert [t["from"] for t in f.starts] == ["0.5 of each range"]
+    with pytest.raises(ValueError, match="no start 'the full fit'"):
+        corpus_fit.fit_set(ps, rows, workers=1, only="the full fit")
+    seen = []
+    real = corpus_fit.fit_set
+
+    def spy(ps, cases, workers=None, log=None, relaxation=True, only=None):
+        seen.append((relaxation, only))
+        return real(ps, cases, workers, log, relaxation, only)
+
+    monkeypatch.setattr(corpus_fit, "fit_set", spy)
+    monkeypatch.setattr(corpus_fit, "groups", lambda cs: ("test", {
+        "a": cs[:12], "b": cs[12:]}))
+    res = corpus_fit.cross_validate(ps, rows, workers=1, start="0.75 of each range")
+    assert seen == [(False, "0.75 of each range")] * 2 and len(res["folds"]) == 2
