@@ -683,3 +683,27 @@ def test_a_fold_starts_from_the_start_the_full_fit_kept_never_from_its_values(mo
         "a": cs[:12], "b": cs[12:]}))
     res = corpus_fit.cross_validate(ps, rows, workers=1, start="0.75 of each range")
     assert seen == [(False, "0.75 of each range")] * 2 and len(res["folds"]) == 2
+
+
+def test_the_sets_table_shows_each_start_s_cost_and_the_relaxation_test():
+    """Under the values table: each set's cost from every start (the kept one in bold) and its
+    relaxation test (a value held at its end, one pulling, one at 0 that cannot be tested)."""
+    starts = [{"from": "profiles", "cost": 0.27, "values": {}},
+              {"from": "0.25 of each range", "cost": 0.21, "values": {}}]
+    rec = {"sets": [
+        {"name": "a", "family": "fam-a", "rows": [], "values": {"gpu.gemm_eff": 0.5},
+         "start": {"gpu.gemm_eff": 0.7}, "at_bound": {}, "starts": starts,
+         "relaxation": {"widened": {"engine.prefill_layer_us": [0.0, 2800.0]},
+                        "values": {"engine.prefill_layer_us": 1402.0}, "gain": 0.001,
+                        "untestable": ["engine.request_ms"]}},
+        {"name": "b", "family": "fam-b", "rows": [], "values": {"gpu.gemm_eff": 0.5},
+         "start": {"gpu.gemm_eff": 0.7}, "at_bound": {}, "starts": starts[:1],
+         "relaxation": {"widened": {"gpu.gemm_eff": [0.15, 0.85]},
+                        "values": {"gpu.gemm_eff": 0.2}, "gain": 0.05, "untestable": []}}]}
+    text = corpus_table.sets_table(rec, {})
+    assert ("| fam-a | 0.27 | **0.21** | `engine.prefill_layer_us` in [0, 2800]: 1402, held at "
+            "its end; `engine.request_ms` at 0: cannot be tested (cost -0.1%) |") in text
+    assert ("| fam-b | **0.27** | — | `gpu.gemm_eff` in [0.15, 0.85]: 0.2, pulling "
+            "(cost -5.0%) |") in text
+    assert "cost from 0.25 of each range" in text
+    assert corpus_table.starts_table({"sets": [{"family": "old"}]}) == []

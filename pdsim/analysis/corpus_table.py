@@ -312,7 +312,44 @@ def sets_table(fits: dict[str, Any], cases: dict[str, corpus.Case] | None = None
                   "combination of them: " + ("; ".join(tied) if tied else "none") + ". A "
                   "large condition number of the fit (" + ", ".join(conds) + ") says the "
                   "same of three or more values together, tied pair or not."]
+    lines += starts_table(fits)
     return "\n".join(lines)
+
+
+def starts_table(fits: dict[str, Any]) -> list[str]:
+    """Where each set's fit started and what it kept (``starts`` of the record: each fixed
+    start's cost under the robust loss), and the relaxation test of the values it left pressed
+    against an end of their range (``relaxation``): the lines under the values table (none
+    for a record written before the fit had several starts)."""
+    from pdsim.analysis.corpus_fit import RELAX_GAIN, not_pulling
+
+    rows = [s for s in fits.get("sets", []) if s.get("starts")]
+    if not rows:
+        return []
+    labels = list(dict.fromkeys(t["from"] for s in rows for t in s["starts"]))
+    out = ["", "| parameter set | " + " | ".join(f"cost from {lab}" for lab in labels)
+           + " | relaxation test |", "|---|" + "---:|" * len(labels) + "---|"]
+    for s in rows:
+        won = min(s["starts"], key=lambda t: t["cost"])
+        costs = {t["from"]: t["cost"] for t in s["starts"]}
+        cells = [("**" + f"{costs[lab]:.4g}" + "**" if lab == won["from"] else
+                  f"{costs[lab]:.4g}") if lab in costs else "—" for lab in labels]
+        r = s.get("relaxation") or {}
+        held = not_pulling(s)
+        tests = [f"`{k}` in [{a:g}, {b:g}]: {r['values'][k]:g}, "
+                 + ("held at its end" if k in held else "pulling")
+                 for k, (a, b) in (r.get("widened") or {}).items()]
+        tests += [f"`{k}` at 0: cannot be tested" for k in r.get("untestable") or []]
+        rel = ("; ".join(tests) + f" (cost {-r['gain']:+.1%})") if tests else "none pressed"
+        out.append(f"| {s['family']} | " + " | ".join(cells) + f" | {rel} |")
+    out += ["", "Each set is fitted from the profiles as shipped and from 1/4, 1/2 and 3/4 of "
+            "every physical range (`corpus_fit.START_POINTS`, fixed: nothing fitted in them) "
+            "and keeps the lowest cost (bold; soft-L1 cost of the log errors). A value left "
+            "within 1% of an end of its range is refitted with that end moved out (upper "
+            "doubled, lower halved): it is pulling, and the set does not ship, if it then "
+            f"leaves the range while the cost falls by more than {RELAX_GAIN:.0%} "
+            "(`corpus_fit.relax`)."]
+    return out
 
 
 def _cond(x: float) -> str:
