@@ -137,7 +137,7 @@ def with_cv(df: pd.DataFrame, fits: dict[str, Any],
     in view (``in_view``, ``in_view_notes``: ``in_view`` or, by default,
     :func:`load_in_view`). Called only with the training split's fit record: a user's own
     corpus is never labelled."""
-    from pdsim.analysis.corpus_fit import ships
+    from pdsim.analysis.corpus_ship import ships
 
     pred: dict[str, list[float]] = {}
     fitted_in: dict[str, str] = {}
@@ -265,7 +265,8 @@ def _cases() -> dict[str, corpus.Case]:
 def sets_table(fits: dict[str, Any], cases: dict[str, corpus.Case] | None = None) -> str:
     """The fitted parameter sets: value, start (the profiles as shipped), bound, rows, their
     in-sample and cross-validated errors, and whether the set ships."""
-    from pdsim.analysis.corpus_fit import BOUNDS, PHYSICAL, cv_errors, ships
+    from pdsim.analysis.corpus_fit import BOUNDS, PHYSICAL
+    from pdsim.analysis.corpus_ship import cv_errors, ships
 
     cases = cases if cases is not None else _cases()
     lines = ["| parameter set | rows | in-sample TTFT / TPOT | cross-validated TTFT / TPOT | "
@@ -321,7 +322,7 @@ def starts_table(fits: dict[str, Any]) -> list[str]:
     start's cost under the robust loss), and the relaxation test of the values it left pressed
     against an end of their range (``relaxation``): the lines under the values table (none
     for a record written before the fit had several starts)."""
-    from pdsim.analysis.corpus_fit import RELAX_GAIN, not_pulling
+    from pdsim.analysis.corpus_ship import RELAX_GAIN, not_pulling
 
     rows = [s for s in fits.get("sets", []) if s.get("starts")]
     if not rows:
