@@ -271,8 +271,10 @@ def test_explain_prints_the_rows_assumptions(capsys):
     assert "InferenceX config dsr1-fp8-h200-sglang" in out and "warmup:" in out
     # (the deepseek-mla-moe set ships: the row runs with the values fitted on it and its kin)
     assert "calibration (colocated): die GH100 / family deepseek-mla-moe" in out
+    # (the qwen3-dense set does not ship: its lowest-cost fit puts the per-layer cost at 0,
+    # which the relaxation test cannot test; the Qwen3-32B row runs with the profiles)
     assert main(["validate-model", "--explain", corpus.QUICK[0]]) == 0  # Qwen3-32B
-    assert "calibration (colocated): die GH100 / family qwen3-dense" in capsys.readouterr().out
+    assert "calibration (colocated): none" in capsys.readouterr().out
     assert main(["validate-model", "--explain", "no-such-row"]) == 2
 
 
@@ -334,7 +336,7 @@ def test_refitting_a_set_on_its_committed_rows_gives_the_committed_values(cases)
 
 
 def test_a_family_calibration_holds_for_its_layout_only(cases):
-    """Qwen3-32B at TP8 on an H200 takes the shipped (GH100, qwen3-dense) corpus set, fitted on
+    """Qwen3.5-397B at TP8 on an H200 takes the shipped (GH100, qwen3.5) corpus set, fitted on
     TP layouts; with DP attention it does not (no calibration). DeepSeek-V3 with DeepEP and DP
     attention keeps its own (H100) fit; on a TP layout (where that fit does not hold) it takes
     the (GH100, deepseek-mla-moe) set if that ships, else none."""
@@ -347,9 +349,9 @@ def test_a_family_calibration_holds_for_its_layout_only(cases):
     by_id = {c.id: c for c in cases}
     ships = {s["family"]: corpus_ship.ships(s, by_id)[0]
              for s in corpus_table.load_fits()["sets"]}
-    assert ships["qwen3-dense"]
-    assert cal("qwen3-32b").startswith("die GH100 / family qwen3-dense")
-    assert cal("qwen3-32b", dp=8, dp_attention=True) == ""
+    assert ships["qwen3.5"]
+    assert cal("qwen3.5-397b-a17b-fp8").startswith("die GH100 / family qwen3.5")
+    assert cal("qwen3.5-397b-a17b-fp8", dp=8, dp_attention=True) == ""
     deepep = cal("deepseek-v3", dp=8, dp_attention=True, ep=8, moe_a2a_backend="deepep",
                  mem_fraction_static=0.8, cuda_graph_max_bs=64)
     assert deepep.startswith("H100 / deepseek-v3 / sglang (fitted on H100")
