@@ -276,11 +276,12 @@ def test_cli_profiles_scenario_says_which_calibration_a_run_uses(capsys, tmp_pat
             "the die of H200) for layouts with dp_attention False") in out
     assert "Large-scale EP deployment (LMSYS, S2)" in out  # the fit, by its source
     assert "calibrations.yaml calibration H100/deepseek-v3/sglang" in out  # per value
-    sc.write_text("fleet: {gpu: H200, model: qwen3-32b, prefill: {tp: 8}, decode: {tp: 8}}\n"
-                  "clients: [{kind: bench, num_prompts: 2}]\n")
+    # (a set fitted on H200 rows holds for the H100, the same die)
+    sc.write_text("fleet: {gpu: H100, model: qwen3.5-397b-a17b-fp8, prefill: {tp: 8}, "
+                  "decode: {tp: 8}}\nclients: [{kind: bench, num_prompts: 2}]\n")
     assert main(["profiles", "--scenario", str(sc)]) == 0
-    assert ("calibration (prefill): die GH100 / family qwen3-dense / sglang (written for the die "
-            "of H200) for layouts with dp_attention False, moe_a2a_backend none"
+    assert ("calibration (prefill): die GH100 / family qwen3.5 / sglang (written for the die "
+            "of H100) for layouts with dp_attention False, moe_a2a_backend none"
             ) in capsys.readouterr().out
     sc.write_text("fleet: {gpu: B200, model: llama-3.1-8b}\nclients: [{kind: bench}]\n")
     assert main(["profiles", "--scenario", str(sc)]) == 0

@@ -70,20 +70,26 @@ def test_a_listed_row_is_left_out_of_sample_and_unlisting_it_puts_it_back(
 
 def test_a_row_is_labelled_by_its_id_not_its_family(tmp_path, cases):
     """Listing one Llama row labels that row only, not the other rows of its family; a row a
-    shipped set was fitted on stays in-sample (its cross-validated prediction) even if listed."""
+    shipped set was fitted on and listed is labelled too and leaves the out-of-sample figures
+    (its cross-validated refit did not undo a choice made with it in view)."""
+    from pdsim.analysis import corpus_ship
+
     fits = corpus_table.load_fits()
     llama = [i for i, c in cases.items() if c.family == "llama-3" and c.skip is None][:2]
-    fitted = next(i for s in fits["sets"] if s["family"] == "qwen3-dense" for i in s["rows"])
+    fitted = next(i for s in fits["sets"] if corpus_ship.ships(s, cases)[0]
+                  for i in s["rows"])
     copy = tmp_path / "in_view.yaml"
     copy.write_text(f"- keys: {{engine.decode_request_us: 0}}\n  note: a test note\n"
                     f"  rows: [{llama[0]}, {fitted}]\n")
     out = corpus_table.with_cv(_frame(cases, [*llama, fitted]), fits,
                                load_in_view(copy)).set_index("id")
-    assert out.in_view.tolist() == [True, False, False]
+    assert out.in_view.tolist() == [True, False, True]
     assert pd.isna(out.loc[llama[0], "oos_ttft_error"])
     assert out.loc[llama[1], "oos_ttft_error"] == 0.31
-    assert out.loc[fitted, "set_shipped"] and pd.notna(out.loc[fitted, "oos_ttft_error"])
-    assert corpus_table._in_view_values(out[out.in_view]) == "llama-3: a test note"
+    assert out.loc[fitted, "set_shipped"] and pd.isna(out.loc[fitted, "oos_ttft_error"])
+    assert pd.notna(out.loc[fitted, "cv_ttft_error"])
+    fams = ", ".join(sorted({"llama-3", cases[fitted].family}))
+    assert corpus_table._in_view_values(out[out.in_view]) == f"{fams}: a test note"
 
 
 def test_the_record_names_the_values_its_rows_run_with(cases):
@@ -109,12 +115,15 @@ def test_the_record_names_the_values_its_rows_run_with(cases):
 
 def test_the_shipped_record_lists_the_two_models_every_row(cases):
     """As recorded: the Qwen3-235B-A22B-FP8 and Qwen3.5-397B-A17B rows of the split, the
-    refused ones included (their measurements repeat run rows')."""
+    refused ones included (their measurements repeat run rows'), and the six Qwen3-32B TP1 rows
+    the start-up memory was looked for with."""
     train = corpus.read()
     listed = {r for e in load_in_view() for r in e.rows}
     want = set(train.id[train.model_path.isin(["Qwen/Qwen3-235B-A22B-FP8",
                                                "Qwen/Qwen3.5-397B-A17B"])])
-    assert listed == want and len(want) == 58
+    want |= set(train.id[(train.model_path == "Qwen/Qwen3-32B") & (train["mode"] == "agg")
+                         & (train.tp_size.astype(float) == 1)])
+    assert listed == want and len(want) == 64
     assert sum(cases[i].skip is not None for i in listed) == 10
 
 

@@ -10,10 +10,10 @@ with ``scipy.optimize.least_squares`` on the log ratio of simulated to measured 
 mean TPOT of every row, bounded to physical ranges (:data:`PHYSICAL`), from several fixed
 starts (:func:`starts`: the GPU and engine profiles as shipped and three points of the ranges,
 never an earlier fit), keeping the lowest cost: the rows leave flat valleys between the values
-(:func:`identifiability`), and one start lands in whichever corner is nearest. A set ships
-(:func:`ships`) only with every value inside its range, none pulling against an end of it (the
-relaxation test, :func:`relax`), and its cross-validated error within
-:data:`SHIP_MAX_CV_ERROR`.
+(:func:`identifiability`), and one start lands in whichever corner is nearest. Which sets
+ship, and the calibrations they give, is :mod:`pdsim.analysis.corpus_ship`'s: every value
+inside its range, none pulling against an end of it (the relaxation test, :func:`relax`), and
+the cross-validated error within bounds.
 Each evaluation simulates the set's rows in full (the generated scenarios with the values as
 inline overrides): the whole training corpus simulates in ~40 s of CPU, so a joint fit of the
 TTFT and TPOT sides through the event model (prefill stalls in TPOT, queueing in TTFT) is
@@ -281,17 +281,6 @@ def starts(ps: ParameterSet, cases: list[corpus.Case]) -> list[tuple[str, dict[s
     return keep
 
 
-RELAX_GAIN = 0.01
-"""The relaxation test (:func:`relax`) calls a value pressed against an end of its physical
-range *pulling* when, refitted with that end moved out (:func:`widened`), it leaves the range
-and the cost falls by more than this share: the rows want a value physics does not allow, so
-the value is absorbing a missing mechanism's error. Chosen (labelled so) with the fit-design
-analysis's figures in view: with the Triton expert rate removed (a known-correct mechanism
-deleted) the DeepSeek-R1/GLM-5 fit gained 2.8% by leaving its range; with it, under 0.01%. The
-fit stops at a relative change of :data:`FTOL` (0.1%), so a gain under 1% is not told from the
-fit's own tolerance."""
-
-
 def widened(key: str, side: str) -> float | None:
     """The end of ``key``'s range moved out for the relaxation test: an upper end doubled (an
     efficiency at most to 1, the peak), a lower end halved; None for a lower end at 0 (a time
@@ -399,8 +388,8 @@ def relax(resid: Any, best: Any, keys: list[str], scale: np.ndarray, press: dict
     end of their physical range: refit from the fit's solution with each of those ends moved
     out (:func:`widened`), the other bounds as they were. Returns ``{widened: {key: [lo, hi]},
     values: {key: relaxed value}, gain: the relative fall of the cost, untestable: [keys]}``;
-    :func:`ships` reads it (a value that leaves its range while the cost falls by more than
-    :data:`RELAX_GAIN` is pulling)."""
+    ``corpus_ship.ships`` reads it (a value that leaves its range while the cost falls by more
+    than ``corpus_ship.RELAX_GAIN`` is pulling)."""
     lo = np.array([BOUNDS[k][0] for k in keys], dtype=float)
     hi = np.array([BOUNDS[k][1] for k in keys], dtype=float)
     out: dict[str, Any] = {"widened": {}, "values": {}, "gain": 0.0, "untestable": []}
@@ -482,16 +471,6 @@ IN_VIEW = ("Labelled in view: which values are fitted (`FIT_KEYS`) and their bou
            "physical ranges, `PHYSICAL`) were chosen after looking at the whole training "
            "split's errors and at an unbounded fit's values, so the cross-validated figures are "
            "out-of-sample for the fitted values, not for those choices.")
-SHIP_MAX_CV_ERROR = 0.5
-"""A set ships (calibrations.yaml) unless its cross-validated median |error| of mean TTFT or
-TPOT exceeds this: it then does not predict its own family's held-out rows, and shipped it would
-move every scenario of that family on that die (the capacity examples' Llama-3.1-70B on H100,
-for one) by values the model cannot tie to a mechanism. Chosen with the sets' cross-validated
-figures in view; the record keeps every set, shipped or not."""
-BLOCK_BEGIN = "# --- corpus fits (pdsim validate-model --fit): begin"
-BLOCK_END = "# --- corpus fits: end"
-
-
 def fit_all(cases: list[corpus.Case], workers: int | None = None, cv: bool = True,
             log: Any = None, source: str = "", families: list[str] | None = None,
             previous: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -527,30 +506,6 @@ def fit_all(cases: list[corpus.Case], workers: int | None = None, cv: bool = Tru
             "in_view": IN_VIEW, "sets": sets}
 
 
-def _rows_line(s: dict[str, Any], cases: dict[str, corpus.Case]) -> str:
-    """Which rows a set was fitted on, by what they are (the ids: the fit record)."""
-    what: dict[tuple, int] = {}
-    for rid in s["rows"]:
-        c = cases.get(rid)
-        key = (c.gpu, c.model, c.mode) if c else (rid,)
-        what[key] = what.get(key, 0) + 1
-    parts = [f"{n} {' '.join(k)}" for k, n in what.items()]
-    return (f"[fitted] corpus training split (validation/corpus/aic_sglang_hopper_train.csv), "
-            f"{len(s['rows'])} distinct rows: {'; '.join(parts)} (ids: validation/corpus/"
-            f"fits.yaml)")
-
-
-def cv_errors(s: dict[str, Any], cases: dict[str, corpus.Case]) -> tuple[float, float]:
-    """A set's cross-validated median |error| of mean TTFT and TPOT (nan: no folds)."""
-    pred = (s.get("cv") or {}).get("predictions", {})
-    errs = [(abs(p[0] / cases[k].measured_ttft_ms - 1), abs(p[1] / cases[k].measured_tpot_ms - 1))
-            for k, p in pred.items() if k in cases]
-    if not errs:
-        return float("nan"), float("nan")
-    t, p = zip(*errs, strict=True)
-    return float(np.median(t)), float(np.median(p))
-
-
 PRESSED = 0.01
 """A value within this share of its range's width of an end is pressed against it (GEMM 0.3003
 against 0.3, 998 us against 1,000 in a refit at 2026-12-07 a test at 0.1% of the bound let
@@ -573,89 +528,3 @@ def unphysical(values: dict[str, float]) -> dict[str, str]:
                 min(v - lo, hi - v) <= PRESSED * (hi - lo):
             out[k] = f"{k} {v:g} at an end of [{lo:g}, {hi:g}]"
     return out
-
-
-def not_pulling(s: dict[str, Any]) -> set[str]:
-    """The values of a record's set pressed against an end of their range that passed the
-    relaxation test (:func:`relax`): refitted with that end moved out, the value stayed inside
-    its physical range or the cost fell by no more than :data:`RELAX_GAIN` (held at the end,
-    not pulling past it)."""
-    r = s.get("relaxation") or {}
-    if not r.get("widened"):
-        return set()
-    out = set()
-    for k in r["widened"]:
-        lo, hi = PHYSICAL[k]
-        v = r["values"].get(k, math.nan)
-        if lo <= v <= hi or r.get("gain", math.inf) <= RELAX_GAIN:
-            out.add(k)
-    return out
-
-
-def ships(s: dict[str, Any], cases: dict[str, corpus.Case]) -> tuple[bool, str]:
-    """Whether a set of the record ships, and why not: every value inside its physical range
-    (:data:`PHYSICAL`), none pressed against an end of it unless the relaxation test found it
-    not pulling (:func:`not_pulling`; bounded there, a value that would leave the range when
-    let is absorbing a missing mechanism's error as far as physics allows; a value at a lower
-    end of 0 cannot be tested and does not ship), and the cross-validated errors within
-    :data:`SHIP_MAX_CV_ERROR`."""
-    held = not_pulling(s)
-    bad = {k: v for k, v in unphysical(s["values"]).items() if k not in held}
-    if bad:
-        r = s.get("relaxation") or {}
-        why = []
-        for k, v in bad.items():
-            if k in r.get("widened", {}):
-                a, b = r["widened"][k]
-                v += (f", and pulling: refitted in [{a:g}, {b:g}] it went to "
-                      f"{r['values'][k]:g} and the cost fell {r['gain']:.1%}")
-            why.append(v)
-        return False, ("not shipped: outside or pressed against its physical range ("
-                       + "; ".join(why) + ")")
-    t, p = cv_errors(s, cases)
-    if (math.isfinite(t) and t > SHIP_MAX_CV_ERROR) or (math.isfinite(p)
-                                                        and p > SHIP_MAX_CV_ERROR):
-        return False, (f"not shipped: cross-validated median |error| TTFT {t:.0%}, TPOT "
-                       f"{p:.0%} (more than {SHIP_MAX_CV_ERROR:.0%})")
-    return True, ""
-
-
-def calibration_entries(record: dict[str, Any], cases: list[corpus.Case]) -> list[dict]:
-    """The record's sets that ship (:func:`ships`) as ``calibrations:`` entries (written for the
-    die and the family, holding for the layout they were fitted in), each value naming its
-    rows."""
-    by_id = {c.id: c for c in cases}
-    out = []
-    for s in record.get("sets", []):
-        if not ships(s, by_id)[0]:
-            continue
-        src = _rows_line(s, by_id)
-        note = ("Fitted by pdsim validate-model --fit (pdsim/analysis/corpus_fit.py): "
-                "least squares on the log errors of mean TTFT and TPOT, full simulations of "
-                "the generated scenarios, "
-                + (f"the lowest cost of {len(s['starts'])} fixed starts (this one from "
-                   f"{min(s['starts'], key=lambda t: t['cost'])['from']}); "
-                   if s.get("starts") else "from the shipped values; ")
-                + f"{s['evaluations']} evaluations.")
-        sets = {}
-        for k, v in s["values"].items():
-            at = s.get("at_bound", {}).get(k)
-            sets[k] = {"value": v, "source": src + (f"; at its {at}" if at else "")}
-        out.append({"die": s["die"], "family": s["family"], "engine": s["engine"],
-                    "layout": s["layout"], "note": note, "set": sets})
-    return out
-
-
-def write_calibrations(entries: list[dict], path: Any) -> None:
-    """Replace the corpus block of a calibrations file (``calibrations.yaml``) with
-    ``entries``."""
-    import yaml
-
-    text = path.read_text()
-    if BLOCK_BEGIN not in text or BLOCK_END not in text:
-        raise ValueError(f"{path}: no '{BLOCK_BEGIN}' ... '{BLOCK_END}' block to replace")
-    head, rest = text.split(BLOCK_BEGIN, 1)
-    _old, tail = rest.split(BLOCK_END, 1)
-    body = yaml.safe_dump(entries, sort_keys=False, width=100, allow_unicode=True)
-    body = "".join(f"  {ln}\n" if ln else "\n" for ln in body.splitlines())
-    path.write_text(f"{head}{BLOCK_BEGIN}\n{body}  {BLOCK_END}{tail}")

@@ -137,7 +137,7 @@ def with_cv(df: pd.DataFrame, fits: dict[str, Any],
     in view (``in_view``, ``in_view_notes``: ``in_view`` or, by default,
     :func:`load_in_view`). Called only with the training split's fit record: a user's own
     corpus is never labelled."""
-    from pdsim.analysis.corpus_fit import ships
+    from pdsim.analysis.corpus_ship import ships
 
     pred: dict[str, list[float]] = {}
     fitted_in: dict[str, str] = {}
@@ -166,14 +166,14 @@ def with_cv(df: pd.DataFrame, fits: dict[str, Any],
     out["set_shipped"] = [shipped.get(i, False) for i in out.id]
     # out of sample: a row its shipped set was fitted on counts its cross-validated prediction
     # (a refit that did not see its group); a row no shipped set was fitted on runs with the
-    # profiles as shipped, not fitted to it, and counts as it ran, unless a value was chosen
-    # with it in view (in_view.yaml lists it): then it is not counted out of sample
+    # profiles as shipped, not fitted to it, and counts as it ran; either way, unless a value
+    # was chosen with it in view (in_view.yaml lists it): then it is not counted out of sample
+    # (a cross-validated refit does not undo a choice made with the held-out rows in view)
     notes: dict[str, tuple[str, ...]] = {}
     for e in load_in_view() if in_view is None else in_view:
         for rid in e.rows:
             notes[rid] = (*notes.get(rid, ()), e.note)
-    out["in_view_notes"] = [() if sh else notes.get(i, ()) for i, sh in zip(
-        out.id, out.set_shipped, strict=True)]
+    out["in_view_notes"] = [notes.get(i, ()) for i in out.id]
     out["in_view"] = [bool(n) for n in out.in_view_notes]
     for m in ("ttft", "tpot"):
         out[f"oos_{m}_error"] = [float("nan") if iv else (c if sh else e)
@@ -205,12 +205,12 @@ def _fit_of(sel: pd.DataFrame) -> str:
     if "set_shipped" not in sel or not len(sel):
         return ""
     shipped = sel.set_shipped.astype(bool)
+    seen = "; a value chosen in view" if "in_view" in sel and sel.in_view.astype(bool).all() \
+        else ""
     if shipped.all():
-        return "fitted: in-sample"
+        return "fitted: in-sample" + seen
     if not shipped.any():
-        if "in_view" in sel and sel.in_view.astype(bool).all():
-            return "none: profiles as shipped; a value chosen in view"
-        return "none: profiles as shipped"
+        return "none: profiles as shipped" + seen
     return "mixed"
 
 
@@ -265,7 +265,8 @@ def _cases() -> dict[str, corpus.Case]:
 def sets_table(fits: dict[str, Any], cases: dict[str, corpus.Case] | None = None) -> str:
     """The fitted parameter sets: value, start (the profiles as shipped), bound, rows, their
     in-sample and cross-validated errors, and whether the set ships."""
-    from pdsim.analysis.corpus_fit import BOUNDS, PHYSICAL, cv_errors, ships
+    from pdsim.analysis.corpus_fit import BOUNDS, PHYSICAL
+    from pdsim.analysis.corpus_ship import cv_errors, ships
 
     cases = cases if cases is not None else _cases()
     lines = ["| parameter set | rows | in-sample TTFT / TPOT | cross-validated TTFT / TPOT | "
@@ -321,7 +322,7 @@ def starts_table(fits: dict[str, Any]) -> list[str]:
     start's cost under the robust loss), and the relaxation test of the values it left pressed
     against an end of their range (``relaxation``): the lines under the values table (none
     for a record written before the fit had several starts)."""
-    from pdsim.analysis.corpus_fit import RELAX_GAIN, not_pulling
+    from pdsim.analysis.corpus_ship import RELAX_GAIN, not_pulling
 
     rows = [s for s in fits.get("sets", []) if s.get("starts")]
     if not rows:
@@ -412,7 +413,7 @@ def markdown(df: pd.DataFrame, fits: dict[str, Any], in_sample: bool = True) -> 
     if fits:
         iv = _in_view_rows(ran)
         if len(iv):
-            lines.append(f"- **Chosen in view** (not fitted, but a value was chosen with these "
+            lines.append(f"- **Chosen in view** (fitted or not, a value was chosen with these "
                          f"rows' errors in view; not counted out of sample): {errs(iv)}; "
                          f"{_in_view_values(iv)}.")
         oos = ran[ran.oos_ttft_error.notna()]
@@ -482,8 +483,9 @@ def summary(df: pd.DataFrame, fits: dict[str, Any]) -> str:
            "Each cell: median |error| of the mean (share of rows within ±10%, ±25%). "
            "\"fitted: in-sample\" rows ran with a parameter set fitted on them (a fit, not a "
            "prediction); the out-of-sample columns predict them by cross-validation. "
-           "\"a value chosen in view\" rows ran unfitted, but a value was chosen with their "
-           "errors in view, so they are not counted out of sample"
+           "\"a value chosen in view\" rows, fitted or not, ran with a value chosen with "
+           "their errors in view, so they are not counted out of sample (a cross-validated "
+           "refit does not undo that choice)"
            + (f" ({_in_view_values(_in_view_rows(ran))})." if len(_in_view_rows(ran))
               else ".")]
     if fits:

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> tuple[int, Any]:
 def fit(args: argparse.Namespace) -> int:
     import yaml
 
-    from pdsim.analysis import corpus, corpus_fit
+    from pdsim.analysis import corpus, corpus_fit, corpus_ship
     from pdsim.model import profiles
 
     training = not args.corpus
@@ -147,14 +147,14 @@ def fit(args: argparse.Namespace) -> int:
                                            "aic_sglang_hopper_train.csv"),
                                 families=args.family or None,
                                 previous=corpus_table.load_fits() if args.family else None)
-    entries = corpus_fit.calibration_entries(record, cases)
+    entries = corpus_ship.calibration_entries(record, cases)
     head = ("# Written by `pdsim validate-model --fit` (pdsim/analysis/corpus_fit.py): the\n"
             "# corpus parameter sets, their rows, and their cross-validation. Do not edit.\n")
     if training:
         (corpus.ROOT / "fits.yaml").write_text(
             head + yaml.safe_dump(record, sort_keys=False, width=100))
         cal = Path(profiles.__file__).parent / "data" / "calibrations.yaml"
-        corpus_fit.write_calibrations(entries, cal)
+        corpus_ship.write_calibrations(entries, cal)
         print(f"wrote {show_path(corpus.ROOT / 'fits.yaml')} and the corpus block of "
               f"{show_path(cal)}", file=sys.stderr)
     else:
@@ -164,7 +164,7 @@ def fit(args: argparse.Namespace) -> int:
         print(f"wrote {show_path(out)}", file=sys.stderr)
     by_id = {c.id: c for c in cases}
     for s in record["sets"]:
-        ok, why = corpus_fit.ships(s, by_id)
+        ok, why = corpus_ship.ships(s, by_id)
         print(f"{s['name']}: " + ", ".join(f"{k} {v:g}" for k, v in s["values"].items())
               + (f" (at bound: {', '.join(s['at_bound'])})" if s["at_bound"] else "")
               + ("" if ok else f"; {why}"))
