@@ -54,9 +54,7 @@ def test_a_decode_span_takes_the_same_floor_step_by_step():
 
 
 def _colocated(us: float) -> dict:
-    # (no front end: the scheduler's floor alone; tests/test_frontend.py has the front end)
-    return {"seed": 1, "engine": {"version": "0.5.6.post2", "decode_request_us": us,
-                                  "frontend_chunk_us": 0, "frontend_copy_ns_per_token": 0},
+    return {"seed": 1, "engine": {"version": "0.5.6.post2", "decode_request_us": us},
             "fleet": {"gpu": "H200", "model": "llama-3.1-8b", "mode": "colocated",
                       "colocated": {"tp": 8}},
             "clients": [{"kind": "bench", "num_prompts": 768, "max_concurrency": 384,

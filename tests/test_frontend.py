@@ -4,9 +4,9 @@ One serial process per server handles every (output message x request) and token
 new request; its queues have no high-water mark, so a slow front end caps the *delivered*
 token rate and delays new requests behind its backlog, not the GPU's step. The costs here
 (50-200 us per request-chunk, 200 ns per token so far) are chosen to make the front end bind
-clearly on a small fleet (the shipped values are 42 us and 8.3 ns, engines.yaml); each test
-fails with its part of the mechanism removed (the stage off, the copy term dropped, the
-tokenization's wait dropped).
+clearly on a small fleet (the values to turn it on with: 42 us and 8.3 ns; engines.yaml ships
+it off); each test fails with its part of the mechanism removed (the stage off, the copy term
+dropped, the tokenization's wait dropped).
 """
 
 from __future__ import annotations
@@ -149,3 +149,15 @@ def test_bad_values_are_one_line_errors(section, key, value):
         from_dict(sc)
     msg = str(err.value)
     assert key in msg and "\n" not in msg, msg
+
+
+def test_the_shipped_engine_profile_has_the_front_end_off():
+    """engines.yaml ships the stage off (both costs 0: no front end is built, the run is the one
+    without it): on colocated servers only, on by default it would tilt a colocated-vs-PD
+    comparison; its source text gives the values to turn it on with."""
+    from pdsim.model import profiles
+
+    eng = profiles.engine("sglang")
+    assert eng.frontend_chunk_us == 0 and eng.frontend_copy_ns_per_token == 0
+    src = profiles.raw_engines()["sglang"]["frontend_chunk_us"]["source"]
+    assert "--set engine.frontend_chunk_us=42" in src and "[pr22548]" in src
