@@ -150,7 +150,8 @@ def profiles_cmd(args: argparse.Namespace) -> int:
                 value, origin = r.origins[key]
                 if key in declared:  # chosen, not known: its range and why are in the scenario
                     origin = f"declared unknown at its nominal ({declared[key].describe()})"
-                print(f"  {key:<30}{value!s:<11} {origin}")
+                print(f"  {key:<30}{value!s:<11} {origin}" if len(key) < 30 else
+                      f"  {key} {value!s:<11} {origin}")
         return 0
     gpus, models = profiles.raw_gpus(), profiles.raw_models()
     engines = profiles.raw_engines()

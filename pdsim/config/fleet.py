@@ -221,6 +221,11 @@ class ColocatedConfig(PrefillConfig):
     new_token_ratio_decay_steps: PosInt = Field(
         600, le=MAX_COUNT, description="SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS: decode steps over "
         "which the ratio falls linearly from its initial value to its floor; default 600")
+    stream_interval: PosInt = Field(
+        1, le=MAX_COUNT, description="--stream-interval: a running request's output is streamed "
+        "every this many tokens (the first token never waits; the scheduler sends when "
+        "len(output_ids) % interval == 1); it divides the front end's per-step work "
+        "(engine.frontend_chunk_us); default 1, as SGLang's")
 
 
 # Defaults a scenario written out by an earlier pdsim holds in every section (a run

@@ -181,6 +181,16 @@ class Engine(_Profile):
                                "path, off the GPU (no forward waits for it): the HTTP front end, "
                                "the tokenizer manager's IPC and the first chunk's way back (a PD "
                                "request's is part of bootstrap_ms)")
+    frontend_chunk_us: NonNeg = Field(0.0, description="A colocated server's front end "
+                                      "(the TokenizerManager, one serial process per server): "
+                                      "per request per output message of the scheduler "
+                                      "(output bookkeeping, the SSE chunk's JSON); its backlog "
+                                      "delays tokens and new requests (pdsim.engine.frontend); "
+                                      "0 with frontend_copy_ns_per_token 0: no front end")
+    frontend_copy_ns_per_token: NonNeg = Field(0.0, description="More of it per token the "
+                                               "request has generated so far (the default "
+                                               "streaming mode copies the whole output at "
+                                               "every chunk), ns per token")
     init_mib: NonNeg = Field(0.0, description="Device memory a server's GPU no longer has "
                              "free when SGLang reads it at start-up (the CUDA context, the "
                              "allocator and the distributed init at tp 1): the KV pool is "

@@ -47,6 +47,7 @@ from pdsim.engine.decode_batch import (
     RETRACT_DECODE_STEPS,
     RunningBatch,
 )
+from pdsim.engine.frontend import FrontEnd
 from pdsim.engine.kv import PrefixCache
 from pdsim.engine.log import EventLog
 from pdsim.engine.request import Request, end
@@ -64,7 +65,7 @@ class ColocatedRank(RunningBatch):
                  "chunked", "batch", "batch_is_full", "mixed_chunk", "ratio_init", "ratio_min",
                  "ratio_decay", "_r_base", "_r_at", "_r_skip", "ratio_plus_one",
                  "page_aligned_chunk", "chunk_capped_by_memory", "in_sum", "out_sum", "_long",
-                 "_arriving", "_aborts")
+                 "_arriving", "_aborts", "front", "_front_t")
 
     def __init__(self, env: simpy.Environment, server: int, index: int, cfg: ColocatedConfig,
                  predictor: Predictor, pool_pages: int, flush_semantics: str, log: EventLog,
@@ -116,6 +117,10 @@ class ColocatedRank(RunningBatch):
         self.in_sum = self.out_sum = self._long = 0
         self._arriving = 0  # requests being tokenized (not queued yet)
         self._aborts: list[Request] = []  # running requests the router aborted (commit_step)
+        # the server's front end (pdsim.engine.frontend; the fleet sets it, None: none) and
+        # when this rank last handed it a step's output
+        self.front: FrontEnd | None = None
+        self._front_t = 0.0
 
     def forget_deadlines(self) -> None:
         """(No per-request deadlines on a colocated rank: the router's timeout aborts.)"""
@@ -128,7 +133,13 @@ class ColocatedRank(RunningBatch):
         req.p_rank = req.d_rank = self.index
         self.load_tokens += req.input_len + req.output_len
         req.fill_target, req.fill_done = req.input_len, 0
-        delay = self.request_s + self.tokenize_s_per_token * req.input_len
+        front = self.front
+        if front is None:
+            delay = self.request_s + self.tokenize_s_per_token * req.input_len
+        else:  # tokenized in the front end's turn, behind the output it has not handled yet
+            now = self.env._now
+            delay = front.take(now, self.tokenize_s_per_token * req.input_len) - now \
+                + self.request_s
         if delay > 0:
             self._arriving += 1
             epoch = self._epoch
@@ -281,6 +292,8 @@ class ColocatedRank(RunningBatch):
     def commit_step(self, plan: tuple) -> None:
         if self._planned != self._epoch:  # the process died during this step
             return
+        if self.front is not None:
+            self._hand_over(plan)
         if len(plan) <= 4:
             super().commit_step(plan)
         else:
@@ -290,6 +303,33 @@ class ColocatedRank(RunningBatch):
             self._commit_prefill(plan[3] - plan[0])
         if self._aborts:
             self._drop_aborted()
+
+    def _hand_over(self, plan: tuple) -> None:
+        """The step's output goes to the front end (before its completions: they are
+        delivered with it): a decode token of every running request (a mixed step's too) and
+        a first token of every request whose fill this prefill ends (never held back by the
+        stream interval)."""
+        front = self.front
+        now = self.env._now
+        b = plan[0]
+        if b:
+            front.steps(now, 1, b, self.ctx_sum - self.in_sum)
+        if len(plan) > 4:
+            first = 0
+            for req, n, _first in self.batch:
+                if req.fill_done + n >= req.fill_target:
+                    first += 1
+            if first:
+                front.take(now, first * (front.chunk_s + front.copy_s))
+        self._front_t = now
+
+    def quiet_steps(self, n: int, plans: int | None = None) -> None:
+        """(RunningBatch's) and their output to the front end, after this rank's last commit
+        (pdsim.engine.frontend: the inner steps of a span)."""
+        front = self.front
+        if front is not None and self.running:
+            front.steps(self._front_t, n, len(self.running), self.ctx_sum - self.in_sum)
+        super().quiet_steps(n, plans)
 
     def _drop_aborted(self) -> None:
         """Running requests the router aborted leave the batch (``filter_batch``)."""
@@ -320,7 +360,8 @@ class ColocatedRank(RunningBatch):
                 self.chunked = None
             if math.isnan(req.t_prefill_end):
                 req.t_prefill_end = now
-                req.t_first_token = now
+                # (the client has it when the front end has handled this step's output)
+                req.t_first_token = now if self.front is None else self.front.busy
             req.generated += 1  # the forward sampled its next token
             self.stats.tokens_out += 1
             if req.generated >= req.output_len:
@@ -356,6 +397,24 @@ class ColocatedRank(RunningBatch):
         self.batch_is_full = False
 
     def _complete(self, req: Request, refill: bool = True) -> None:
+        front = self.front
+        if front is not None and req.status == "unfinished":
+            # the last token reaches the client when the front end has handled this step's
+            # output (commit_step handed it over first): the answer waits until then
+            answer, req.on_response = req.on_response, None
+            self._completed(req, refill)
+            now = self.env._now
+            at = front.busy if front.busy > now else now
+            req.t_done = at
+            if answer is not None:
+                if at > now:
+                    call_later(self.env, at - now, answer.responded)
+                else:
+                    answer.responded()
+            return
+        self._completed(req, refill)
+
+    def _completed(self, req: Request, refill: bool) -> None:
         if req.rid in self.running:
             super()._complete(req, refill)
         else:  # done with its prefill's token: it never ran

@@ -16,6 +16,7 @@ from pdsim.engine.colocated import ColocatedRank
 from pdsim.engine.decode import DecodeRank
 from pdsim.engine.faults import Faults
 from pdsim.engine.faults_pd import RESTART_KINDS
+from pdsim.engine.frontend import FrontEnd
 from pdsim.engine.gateway import Gateway
 from pdsim.engine.log import EventLog
 from pdsim.engine.nic import NIC
@@ -202,13 +203,18 @@ class Fleet:
         self.prefill_ranks, self.prefill_servers, self.engines, self.nics = [], [], [], []
         self.decode_ranks, self.decode_servers = [], []
         together = cc.dp_attention if cc.lockstep is None else cc.lockstep
+        on = c_engine.frontend_chunk_us > 0 or c_engine.frontend_copy_ns_per_token > 0
         for s in range(cc.servers):
             ranks = []
+            # one TokenizerManager per server, whatever its DP ranks (pdsim.engine.frontend)
+            front = FrontEnd(c_engine.frontend_chunk_us, c_engine.frontend_copy_ns_per_token,
+                             cc.stream_interval) if on else None
             for r in range(cc.dp):
                 rank = ColocatedRank(env, s, r, cc, pred, pages, sc.flush.semantics, self.log,
                                      self.stats, chunk, rules)
                 rank.tokenize_s_per_token = c_engine.tokenize_us_per_token * 1e-6
                 rank.request_s = c_engine.request_ms / 1e3
+                rank.front = front
                 rank.max_running = max_running(cc, c_pool, self.model)
                 if together and cc.dp > 1:  # a lockstep group plans every step (no spans)
                     rank.spans = False

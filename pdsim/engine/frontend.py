@@ -1,0 +1,59 @@
+"""An SGLang server's front end: the one serial process between the scheduler and the client.
+
+SGLang's ``TokenizerManager`` (0.5.6: python/sglang/srt/managers/tokenizer_manager.py) is one
+asyncio process that also runs the HTTP server (``tokenizer_worker_num`` 1 by default). It
+tokenizes every arriving request before the scheduler sees it, and handles every output
+message of the scheduler (one per step, through the detokenizer) request by request:
+``_handle_batch_output`` loops over every request the message carries and, in the default
+non-incremental streaming mode, copies the request's whole output so far
+(``state.output_ids.copy()``, ``state.text += ...``), then the SSE layer serialises a chunk
+(``model_dump_json``). Its ZMQ sockets have no high-water mark (``SNDHWM=0``/``RCVHWM=0``,
+utils/common.py ``config_socket``): when it falls behind, nothing pushes back on the
+scheduler; the backlog waits in the queue, and shows up as latency only. A token reaches the
+client when the front end has worked through what came before it, and a new request reaches
+the scheduler only once the front end has tokenized it behind that same backlog.
+
+pdsim models it as one FIFO server per SGLang server with a *fluid* backlog: ``busy`` is the
+time the front end will have finished everything handed to it so far. Nothing is scheduled
+per token or per chunk: a step's output adds its work, ``(requests emitting x chunk_s +
+copy_s x their tokens generated so far) / stream_interval``, when the step commits; a token's
+delivery is the end of its step's message (``busy`` after the add: the position of one
+request inside the message is not modelled); a prompt's tokenization takes its turn in the
+same queue. The costs are the engine profile's ``frontend_chunk_us`` and
+``frontend_copy_ns_per_token`` (their sources are in engines.yaml); both 0 builds no front
+end at all (the run is the one without it).
+
+A span of steps committed at once (``quiet_steps``: their exact end times are past) adds its
+work on top of the backlog, floored at the rank's last commit: exact while the front end is
+behind (a backlog only sums), and at most a step's worth early when it catches up inside the
+span, which the next commit (at its own time) corrects.
+"""
+
+from __future__ import annotations
+
+
+class FrontEnd:
+    """One server's TokenizerManager as a fluid FIFO: ``busy`` is when it is free again."""
+
+    __slots__ = ("busy", "chunk_s", "copy_s", "interval")
+
+    def __init__(self, chunk_us: float, copy_ns_per_token: float, stream_interval: int) -> None:
+        self.busy = 0.0
+        self.chunk_s = chunk_us * 1e-6
+        self.copy_s = copy_ns_per_token * 1e-9
+        self.interval = stream_interval
+
+    def take(self, t: float, work: float) -> float:
+        """Queue ``work`` seconds of work handed over at time ``t``: when it is done."""
+        busy = self.busy
+        self.busy = busy = (busy if busy > t else t) + work
+        return busy
+
+    def steps(self, t: float, n: int, batch: int, generated: int) -> float:
+        """``n`` steps of a batch of ``batch`` requests, each a token, handed over from time
+        ``t`` on, the requests having ``generated`` tokens in all before the first: their
+        chunks (one in ``stream_interval`` per request: SGLang's scheduler streams a request
+        when ``len(output_ids) % stream_interval == 1``) and their copies of the output so
+        far. Returns when the last is delivered."""
+        tokens = n * generated + batch * n * (n + 1) // 2  # (generated so far, step by step)
+        return self.take(t, (n * batch * self.chunk_s + tokens * self.copy_s) / self.interval)
