@@ -518,30 +518,12 @@ def test_a_fit_records_which_of_its_values_the_rows_tie(monkeypatch):
     TTFT moves only with 1/gemm_eff + prefill_layer_us (the same row pattern) tie those two;
     the standard errors are relative to the fitted values, so they do not depend on where the
     fit started (a fit that dropped the Jacobian's rescaling to relative changes would give
-    errors in units of the start)."""
-    import types
-
-    import numpy as np
-
-    rng = np.random.default_rng(3)
-    n = 24
-    a, c, d, e = (rng.uniform(0.5, 2, n) for _ in range(4))
-    c = c ** 4  # (a pattern of its own: attention's rows apart from the prefill's)
+    errors in units of the start). One start each (the fixed points off), so that the two fits
+    do start apart."""
     truth = {"gpu.gemm_eff": 0.6, "gpu.attn_eff": 0.4, "engine.prefill_layer_us": 300.0,
              "gpu.hbm_eff": 0.8, "engine.decode_step_ms": 2.0, "engine.request_ms": 50.0}
-
-    def sim(v: dict) -> np.ndarray:
-        ttft = (a * (100 / v["gpu.gemm_eff"] + v["engine.prefill_layer_us"] / 2)
-                + c * 40 / v["gpu.attn_eff"] + v["engine.request_ms"])
-        tpot = d * 10 / v["gpu.hbm_eff"] + e * v["engine.decode_step_ms"]
-        return np.column_stack([ttft, tpot])
-
-    meas = sim(truth) * np.exp(0.02 * rng.normal(size=(n, 2)))
-    rows = [types.SimpleNamespace(id=f"r{i}", measured_ttft_ms=meas[i, 0],
-                                  measured_tpot_ms=meas[i, 1]) for i in range(n)]
-    monkeypatch.setattr(corpus_fit, "distinct", lambda cases: (list(cases), {}))
-    monkeypatch.setattr(corpus_fit, "simulate", lambda rs, v, w: sim(v))
-    ps = corpus_fit.ParameterSet("GH100", "test", "sglang", ())
+    ps, rows = _stand_in(monkeypatch, truth, tied=True)
+    monkeypatch.setattr(corpus_fit, "START_POINTS", ())
     got = []
     for attn_start in (0.7, 0.3):
         start = {**truth, "gpu.gemm_eff": 0.5, "gpu.attn_eff": attn_start,
@@ -557,9 +539,12 @@ def test_a_fit_records_which_of_its_values_the_rows_tie(monkeypatch):
     assert se[0] == pytest.approx(se[1], rel=0.15) and se[0] < 0.2
 
 
-def _stand_in(monkeypatch, truth: dict[str, float], seed: int = 3, n: int = 24):
+def _stand_in(monkeypatch, truth: dict[str, float], seed: int = 3, n: int = 24,
+              tied: bool = False):
     """Rows of a stand-in for the simulator (no scenario runs) whose mean TTFT and TPOT follow
-    a simple function of the six fitted values, measured at ``truth`` with 2% noise."""
+    a simple function of the six fitted values, measured at ``truth`` with 2% noise (``tied``:
+    the per-layer cost moves TTFT with the same row pattern as 1/gemm_eff, so the rows cannot
+    tell them apart)."""
     import types
 
     import numpy as np
@@ -569,7 +554,8 @@ def _stand_in(monkeypatch, truth: dict[str, float], seed: int = 3, n: int = 24):
     c = c ** 4
 
     def sim(v: dict) -> np.ndarray:
-        ttft = (a * 100 / v["gpu.gemm_eff"] + b ** 2 * v["engine.prefill_layer_us"] / 2
+        ttft = (a * 100 / v["gpu.gemm_eff"] + (a if tied else b ** 2)
+                * v["engine.prefill_layer_us"] / 2
                 + c * 40 / v["gpu.attn_eff"] + v["engine.request_ms"])
         tpot = d * 10 / v["gpu.hbm_eff"] + e * v["engine.decode_step_ms"]
         return np.column_stack([ttft, tpot])
