@@ -325,14 +325,18 @@ def test_the_shipped_corpus_calibrations_are_the_fit_record():
 
 
 def test_refitting_a_set_on_its_committed_rows_gives_the_committed_values(cases):
-    """The fit is reproducible: the (GH100, qwen3-moe) set refitted from its shipped start on
-    the rows fits.yaml lists gives the values fits.yaml (and calibrations.yaml) hold."""
+    """The fit is reproducible: the (GH100, qwen3-moe) set refitted from its fixed starts on
+    the rows fits.yaml lists gives the values, starts' costs and relaxation test fits.yaml
+    holds."""
     rec = {s["family"]: s for s in corpus_table.load_fits()["sets"]}["qwen3-moe"]
     sets = corpus_fit.parameter_sets(cases)
     (ps,) = [p for p in sets if p.family == "qwen3-moe"]
     assert [c.id for c in corpus_fit.distinct(sets[ps])[0]] == rec["rows"]
     f = corpus_fit.fit_set(ps, sets[ps], workers=1)
     assert f.values == rec["values"] and f.start == rec["start"]
+    # every start's cost and values, and the relaxation test that decides shipping, too
+    assert f.starts == rec["starts"] and f.relaxation == rec["relaxation"]
+    assert float(f"{f.cost:.6g}") == rec["cost"] and f.evaluations == rec["evaluations"]
 
 
 def test_a_family_calibration_holds_for_its_layout_only(cases):
@@ -695,3 +699,20 @@ def test_the_sets_table_shows_each_start_s_cost_and_the_relaxation_test():
             "(cost -5.0%) |") in text
     assert "cost from 0.25 of each range" in text
     assert corpus_table.starts_table({"sets": [{"family": "old"}]}) == []
+
+
+def test_not_pulling_reads_the_relaxed_value_and_the_cost_fall():
+    """A pressed value is held (not pulling) if, relaxed, it stays inside its range whatever
+    the cost did (a fall then is the fit converging further, not the end's doing), or leaves
+    it while the cost falls by at most RELAX_GAIN; it pulls only when it leaves and the cost
+    falls by more. A value at 0 (not widened) is never held."""
+    def rec(value, gain):
+        return {"relaxation": {"widened": {"gpu.gemm_eff": [0.15, 0.85]},
+                               "values": {"gpu.gemm_eff": value}, "gain": gain,
+                               "untestable": ["engine.request_ms"]}}
+
+    g = corpus_ship.RELAX_GAIN
+    assert corpus_ship.not_pulling(rec(0.31, 5 * g)) == {"gpu.gemm_eff"}  # inside, big fall
+    assert corpus_ship.not_pulling(rec(0.2, g / 2)) == {"gpu.gemm_eff"}  # leaves, small fall
+    assert corpus_ship.not_pulling(rec(0.2, 5 * g)) == set()  # leaves, big fall: pulling
+    assert corpus_ship.not_pulling({"relaxation": {}}) == set()
