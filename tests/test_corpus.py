@@ -337,6 +337,7 @@ def test_refitting_a_set_on_its_committed_rows_gives_the_committed_values(cases)
     # every start's cost and values, and the relaxation test that decides shipping, too
     assert f.starts == rec["starts"] and f.relaxation == rec["relaxation"]
     assert float(f"{f.cost:.6g}") == rec["cost"] and f.evaluations == rec["evaluations"]
+    assert f.kept == corpus_fit.kept_start(rec)
 
 
 def test_a_family_calibration_holds_for_its_layout_only(cases):
@@ -453,11 +454,13 @@ def test_the_bar_is_said_plainly_in_and_out_of_sample():
     ran = pd.DataFrame({"ttft_error": [0.05, -0.1, 0.12], "tpot_error": [0.02, 0.05, -0.08],
                         "oos_ttft_error": [0.3, -0.4, 0.2], "oos_tpot_error": [0.02, 0.05, 0.08]})
     line = corpus_table.bar_lines(3, 3, ran)
-    ins, oos = line.split("; out of sample")
-    assert " met (" in ins and "NOT" not in ins
+    oos, ins = line.split("; as run")
+    assert " met (" in ins and "NOT" not in ins and "a fit, not a prediction" in ins
     assert "NOT met" in oos and "TTFT 30.0%" in oos
-    assert "NOT met" in corpus_table.bar_lines(8, 10, ran).split(";")[0]  # 80% of rows run
-    assert "not a prediction" in line
+    # the out-of-sample verdict comes first (a reader stops at the first "met")
+    assert line.index("out of sample") < line.index("as run")
+    short = corpus_table.bar_lines(8, 10, ran)  # 80% of rows run
+    assert "NOT met" in short.split("; as run")[1] and "NOT met" in short.split("; as run")[0]
 
 
 def test_csv_onto_the_corpus_itself_is_refused_in_one_line(capsys):
@@ -604,6 +607,10 @@ def test_the_fit_keeps_the_lowest_cost_of_its_fixed_starts(monkeypatch):
     assert [t["cost"] for t in f.starts] == [0.3, 0.2, 0.1, 0.4]
     assert [t["from"] for t in f.starts] == labels
     assert f.cost == 0.1 and f.values == f.starts[2]["values"]
+    assert f.kept == "0.5 of each range"
+    # the record says which start it kept; a record without it, the lowest recorded cost
+    assert corpus_fit.kept_start({"kept": "profiles", "starts": f.starts}) == "profiles"
+    assert corpus_fit.kept_start({"starts": f.starts}) == "0.5 of each range"
     assert f.values["engine.prefill_layer_us"] == 700
     assert f.start["engine.prefill_layer_us"] == 60  # (the record's start: the profiles)
 
@@ -698,6 +705,12 @@ def test_the_sets_table_shows_each_start_s_cost_and_the_relaxation_test():
     assert ("| fam-b | **0.27** | — | `gpu.gemm_eff` in [0.15, 0.85]: 0.2, pulling "
             "(cost -5.0%) |") in text
     assert "cost from 0.25 of each range" in text
+    # a relaxation test that could not run (only a value at 0 pressed) prints no cost change
+    only_zero = {**rec["sets"][0], "relaxation": {"widened": {}, "values": {}, "gain": 0.0,
+                                                  "untestable": ["engine.request_ms"]}}
+    line = [ln for ln in corpus_table.starts_table({"sets": [only_zero]})
+            if ln.startswith("| fam-a")][0]
+    assert line.endswith("`engine.request_ms` at 0: cannot be tested |"), line
     assert corpus_table.starts_table({"sets": [{"family": "old"}]}) == []
 
 

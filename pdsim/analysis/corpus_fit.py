@@ -129,6 +129,7 @@ class SetFit:
     cost: float = math.nan  # the robust cost at ``values`` (scipy's, unrounded)
     starts: list[dict[str, Any]] = field(default_factory=list)  # [{from, cost, values}]
     relaxation: dict[str, Any] = field(default_factory=dict)  # (relax())
+    kept: str = ""  # the label of the start whose fit is kept (the lowest unrounded cost)
 
 
 def _scenario_key(case: corpus.Case) -> str:
@@ -347,7 +348,7 @@ def fit_set(ps: ParameterSet, cases: list[corpus.Case], workers: int | None = No
             log(f"  {ps.family} evaluation {n[0]}: rms log error {math.sqrt((r ** 2).mean()):.3f}")
         return r
 
-    tried, best = [], None
+    tried, best, kept = [], None, ""
     for label, point in points:
         if log is not None:
             log(f"  {ps.family}: from {label}")
@@ -356,7 +357,7 @@ def fit_set(ps: ParameterSet, cases: list[corpus.Case], workers: int | None = No
                       "values": {k: _round(v) for k, v in
                                  zip(keys, (sol.x * scale).tolist(), strict=True)}})
         if best is None or sol.cost < best.cost:
-            best = sol
+            best, kept = sol, label
     assert best is not None
     values = {k: _round(v) for k, v in zip(keys, (best.x * scale).tolist(), strict=True)}
     at = {}
@@ -379,7 +380,7 @@ def fit_set(ps: ParameterSet, cases: list[corpus.Case], workers: int | None = No
     return SetFit(ps, [c.id for c in rows], dup, {k: _round(v) for k, v in profiles_point.items()},
                   values, n[0], at, {c.id: (float(s[0]), float(s[1]))
                                      for c, s in zip(rows, sim, strict=True)}, ident,
-                  float(best.cost), tried, relaxed)
+                  float(best.cost), tried, relaxed, kept)
 
 
 def relax(resid: Any, best: Any, keys: list[str], scale: np.ndarray, press: dict[str, str],
@@ -492,11 +493,11 @@ def fit_all(cases: list[corpus.Case], workers: int | None = None, cv: bool = Tru
             "layout": dict(ps.layout), "start": f.start, "values": f.values,
             "at_bound": f.at_bound, "evaluations": f.evaluations, "rows": f.rows,
             "duplicates": f.duplicates, "identifiability": f.identifiability,
-            "cost": float(f"{f.cost:.6g}"), "starts": f.starts, "relaxation": f.relaxation,
+            "cost": float(f"{f.cost:.6g}"), "starts": f.starts, "kept": f.kept,
+            "relaxation": f.relaxation,
             "in_sample": {k: [round(v[0], 3), round(v[1], 3)] for k, v in f.predictions.items()}}
         if cv:
-            won = min(f.starts, key=lambda t: t["cost"])["from"]
-            res = cross_validate(ps, rows, workers, log, start=won)
+            res = cross_validate(ps, rows, workers, log, start=f.kept)
             entry["cv"] = {"how": res["how"], "folds": res["folds"],
                            "predictions": {k: [round(v[0], 3), round(v[1], 3)]
                                            for k, v in res["predictions"].items()}}
@@ -528,3 +529,11 @@ def unphysical(values: dict[str, float]) -> dict[str, str]:
                 min(v - lo, hi - v) <= PRESSED * (hi - lo):
             out[k] = f"{k} {v:g} at an end of [{lo:g}, {hi:g}]"
     return out
+
+
+def kept_start(s: dict[str, Any]) -> str:
+    """The label of the start a record's set kept: ``kept`` (written since 2026-12-07), else the
+    lowest recorded cost (6 significant digits: a record written before ``kept`` existed)."""
+    if s.get("kept"):
+        return str(s["kept"])
+    return min(s["starts"], key=lambda t: t["cost"])["from"] if s.get("starts") else ""

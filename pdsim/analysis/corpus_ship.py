@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from pdsim.analysis import corpus
-from pdsim.analysis.corpus_fit import PHYSICAL, unphysical
+from pdsim.analysis.corpus_fit import PHYSICAL, kept_start, unphysical
 
 RELAX_GAIN = 0.01
 """The relaxation test (:func:`relax`) calls a value pressed against an end of its physical
@@ -122,7 +122,7 @@ def calibration_entries(record: dict[str, Any], cases: list[corpus.Case]) -> lis
                 "least squares on the log errors of mean TTFT and TPOT, full simulations of "
                 "the generated scenarios, "
                 + (f"the lowest cost of {len(s['starts'])} fixed starts (this one from "
-                   f"{min(s['starts'], key=lambda t: t['cost'])['from']}); "
+                   f"{kept_start(s)}); "
                    if s.get("starts") else "from the shipped values; ")
                 + f"{s['evaluations']} evaluations.")
         sets = {}

@@ -322,6 +322,7 @@ def starts_table(fits: dict[str, Any]) -> list[str]:
     start's cost under the robust loss), and the relaxation test of the values it left pressed
     against an end of their range (``relaxation``): the lines under the values table (none
     for a record written before the fit had several starts)."""
+    from pdsim.analysis.corpus_fit import kept_start
     from pdsim.analysis.corpus_ship import RELAX_GAIN, not_pulling
 
     rows = [s for s in fits.get("sets", []) if s.get("starts")]
@@ -331,17 +332,18 @@ def starts_table(fits: dict[str, Any]) -> list[str]:
     out = ["", "| parameter set | " + " | ".join(f"cost from {lab}" for lab in labels)
            + " | relaxation test |", "|---|" + "---:|" * len(labels) + "---|"]
     for s in rows:
-        won = min(s["starts"], key=lambda t: t["cost"])
+        won = kept_start(s)
         costs = {t["from"]: t["cost"] for t in s["starts"]}
-        cells = [("**" + f"{costs[lab]:.4g}" + "**" if lab == won["from"] else
-                  f"{costs[lab]:.4g}") if lab in costs else "—" for lab in labels]
+        cells = [("**" + f"{costs[lab]:.6g}" + "**" if lab == won else
+                  f"{costs[lab]:.6g}") if lab in costs else "—" for lab in labels]
         r = s.get("relaxation") or {}
         held = not_pulling(s)
         tests = [f"`{k}` in [{a:g}, {b:g}]: {r['values'][k]:g}, "
                  + ("held at its end" if k in held else "pulling")
                  for k, (a, b) in (r.get("widened") or {}).items()]
         tests += [f"`{k}` at 0: cannot be tested" for k in r.get("untestable") or []]
-        rel = ("; ".join(tests) + f" (cost {-r['gain']:+.1%})") if tests else "none pressed"
+        rel = ("; ".join(tests) + (f" (cost {-r['gain']:+.1%})" if r.get("widened") else "")
+               if tests else "none pressed")
         out.append(f"| {s['family']} | " + " | ".join(cells) + f" | {rel} |")
     out += ["", "Each set is fitted from the profiles as shipped and from 1/4, 1/2 and 3/4 of "
             "every physical range (`corpus_fit.START_POINTS`, fixed: nothing fitted in them) "
@@ -382,9 +384,9 @@ def bar_lines(n: int, total: int, ran: pd.DataFrame) -> str:
             f"TTFT {_pct(_median_abs(iv.ttft_error))}, TPOT {_pct(_median_abs(iv.tpot_error))})"
             if len(iv) else "")
     return (f"Issue 29's bar (at least {BAR[0]:.0%} of rows run, median |error| TTFT at most "
-            f"{BAR[1]:.0%}, TPOT at most {BAR[2]:.0%}): as run (in-sample where fitted) "
-            f"{ins}; out of sample {oos} over {n_oos} rows{left}. The in-sample figure is a "
-            f"fit, not a prediction.")
+            f"{BAR[1]:.0%}, TPOT at most {BAR[2]:.0%}): out of sample {oos} over {n_oos} "
+            f"rows{left}; as run, in-sample where a set was fitted (a fit, not a prediction), "
+            f"{ins}.")
 
 
 def markdown(df: pd.DataFrame, fits: dict[str, Any], in_sample: bool = True) -> str:
