@@ -161,3 +161,35 @@ def test_the_shipped_engine_profile_has_the_front_end_off():
     assert eng.frontend_chunk_us == 0 and eng.frontend_copy_ns_per_token == 0
     src = profiles.raw_engines()["sglang"]["frontend_chunk_us"]["source"]
     assert "--set engine.frontend_chunk_us=42" in src and "[pr22548]" in src
+
+
+def test_an_answer_the_front_end_delivers_after_the_router_timeout_is_a_timeout():
+    """The scheduler is done with a request when its last token is sampled, but the client has
+    it only when the front end reaches it: a router timeout before that ends the request
+    (504), not a completion delivered later (before: 'completed' with E2E up to 11 s against
+    a 4 s timeout). A first token not delivered by the end is no first token."""
+    sc = _scenario(100.0)
+    sc["router"] = {"request_timeout_s": 4.0}
+    r = _run(sc).requests
+    done = r[r.status == "completed"]
+    assert (r.status == "timed_out").sum() > 100
+    assert ((done.t_done - done.t_arrival) <= 4.0 + 1e-9).all()
+    ended = r[r.status != "completed"]
+    assert not (ended.t_first_token > ended.t_done).any()
+
+
+def test_a_crash_takes_the_front_ends_backlog_with_it():
+    """The server's process dies with its front end: the answers it had not delivered fail
+    (502) at the crash, and after the restart a new request is not tokenized behind the dead
+    process's backlog (before: delivered 'completed' after the crash, and the first requests
+    after the restart waited ~1 s for it)."""
+    sc = _scenario(100.0)
+    sc["clients"][0].update(request_rate=100.0, num_prompts=800)
+    sc["faults"] = [{"preset": "decode_crash", "at_s": 3.0, "restart_after_s": 1.0}]
+    r = _run(sc).requests
+    done = r[r.status == "completed"]
+    assert not ((done.t_arrival < 3.0) & (done.t_done > 3.0)).any()
+    assert (r.reason == "decode_crashed").sum() > 50
+    after = r[r.t_arrival >= 4.0].sort_values("t_arrival").head(5)
+    assert len(after) == 5
+    assert ((after.t_prefill_start - after.t_arrival) < 0.05).all()

@@ -65,7 +65,7 @@ class ColocatedRank(RunningBatch):
                  "chunked", "batch", "batch_is_full", "mixed_chunk", "ratio_init", "ratio_min",
                  "ratio_decay", "_r_base", "_r_at", "_r_skip", "ratio_plus_one",
                  "page_aligned_chunk", "chunk_capped_by_memory", "in_sum", "out_sum", "_long",
-                 "_arriving", "_aborts", "front", "_front_t")
+                 "_arriving", "_aborts", "front", "_front_t", "_delivering")
 
     def __init__(self, env: simpy.Environment, server: int, index: int, cfg: ColocatedConfig,
                  predictor: Predictor, pool_pages: int, flush_semantics: str, log: EventLog,
@@ -121,6 +121,9 @@ class ColocatedRank(RunningBatch):
         # when this rank last handed it a step's output
         self.front: FrontEnd | None = None
         self._front_t = 0.0
+        # requests done here whose last token the front end has not delivered yet (rid ->
+        # request): still unfinished for the client (a router timeout or a crash ends them)
+        self._delivering: dict[int, Request] = {}
 
     def forget_deadlines(self) -> None:
         """(No per-request deadlines on a colocated rank: the router's timeout aborts.)"""
@@ -398,21 +401,35 @@ class ColocatedRank(RunningBatch):
 
     def _complete(self, req: Request, refill: bool = True) -> None:
         front = self.front
-        if front is not None and req.status == "unfinished":
+        now = self.env._now
+        if front is not None and req.status == "unfinished" and front.busy > now:
             # the last token reaches the client when the front end has handled this step's
-            # output (commit_step handed it over first): the answer waits until then
-            answer, req.on_response = req.on_response, None
-            self._completed(req, refill)
-            now = self.env._now
-            at = front.busy if front.busy > now else now
-            req.t_done = at
-            if answer is not None:
-                if at > now:
-                    call_later(self.env, at - now, answer.responded)
-                else:
-                    answer.responded()
+            # output (commit_step handed it over first): the scheduler is done with it now
+            # (KV freed, batch left), the client's answer ends it then; a router timeout
+            # or a crash before that ends it first (the first end wins)
+            if req.rid in self.running:
+                self._leave(req)
+            self.alloc.release(req.d_pages)
+            req.d_pages = None
+            self.load_tokens -= req.input_len + req.output_len
+            if self.cache is not None and req.blocks:  # the radix cache keeps its prompt
+                self.cache.insert(req.blocks)
+            self._delivering[req.rid] = req
+            epoch = self._epoch
+            call_later(self.env, front.busy - now, lambda: self._delivered(req, epoch))
+            if refill:
+                self.batch_is_full = False  # (_try_prealloc)
+                if self._idle_waiters:
+                    self._maybe_idle()
             return
         self._completed(req, refill)
+
+    def _delivered(self, req: Request, epoch: int) -> None:
+        """The front end handed ``req``'s last token to the client (unless the process died
+        meanwhile: ``crash`` failed it)."""
+        if epoch == self._epoch:
+            del self._delivering[req.rid]
+            self._respond(req, "completed", http_status=200)
 
     def _completed(self, req: Request, refill: bool) -> None:
         if req.rid in self.running:
@@ -538,6 +555,11 @@ class ColocatedRank(RunningBatch):
             self._sync(req)
         for req in held:
             self._fail(req, "decode_crashed", 502)
+        if self.front is not None:  # the server's front end died with it: its backlog
+            self.front.busy = self.env._now  # and the answers it had not delivered are gone
+            for req in self._delivering.values():
+                self._fail(req, "decode_crashed", 502)
+            self._delivering.clear()
         self.waiting.clear()
         self.running.clear()
         self._aborts = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from enum import IntEnum
 from typing import Protocol
@@ -351,4 +352,6 @@ def end(req: Request, status: str, reason: str, http_status: int, now: float,
     req.http_status = http_status
     if status != "completed":
         stats.count_request_failure(reason)
+        if req.t_first_token > now:  # (a colocated front end had not delivered it yet)
+            req.t_first_token = math.nan
     return True
