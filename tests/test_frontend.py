@@ -193,3 +193,30 @@ def test_a_crash_takes_the_front_ends_backlog_with_it():
     after = r[r.t_arrival >= 4.0].sort_values("t_arrival").head(5)
     assert len(after) == 5
     assert ((after.t_prefill_start - after.t_arrival) < 0.05).all()
+
+
+def test_work_reaches_the_front_end_in_time_order(monkeypatch):
+    """The front end is a FIFO: what it is handed (a step's output, a prompt to tokenize) comes
+    in the order it happened. A prompt arriving inside a span of decode steps committed at once
+    waits behind the output of the span's steps already past (submit catches the batch up
+    first); handing the prompt over before them put it ahead of output made earlier."""
+    seen: dict[int, list[float]] = {}
+    take, steps = FrontEnd.take, FrontEnd.steps
+
+    def rec_take(self, t, work):
+        seen.setdefault(id(self), []).append(t)
+        return take(self, t, work)
+
+    def rec_steps(self, t, n, batch, generated):
+        seen.setdefault(id(self), []).append(t)
+        return steps(self, t, n, batch, generated)
+
+    monkeypatch.setattr(FrontEnd, "take", rec_take)
+    monkeypatch.setattr(FrontEnd, "steps", rec_steps)
+    sc = _scenario(100.0, 200.0, output_len=1000, range_ratio=1.0)
+    sc["clients"][0].update(request_rate=20.0, num_prompts=300)  # (arrivals inside spans)
+    _run(sc)
+    assert seen and all(len(v) > 100 for v in seen.values())
+    for ts in seen.values():
+        back = [(a, b) for a, b in zip(ts, ts[1:]) if b < a - 1e-12]
+        assert not back, back[:3]

@@ -140,9 +140,11 @@ class ColocatedRank(RunningBatch):
         if front is None:
             delay = self.request_s + self.tokenize_s_per_token * req.input_len
         else:  # tokenized in the front end's turn, behind the output it has not handled yet
+            self._catch_up()  # (the steps of a span already past hand theirs over first)
             now = self.env._now
             delay = front.take(now, self.tokenize_s_per_token * req.input_len) - now \
                 + self.request_s
+            self._front_t = now  # (this rank's later output is handed over after the prompt)
         if delay > 0:
             self._arriving += 1
             epoch = self._epoch
@@ -330,8 +332,11 @@ class ColocatedRank(RunningBatch):
         """(RunningBatch's) and their output to the front end, after this rank's last commit
         (pdsim.engine.frontend: the inner steps of a span)."""
         front = self.front
-        if front is not None and self.running:
-            front.steps(self._front_t, n, len(self.running), self.ctx_sum - self.in_sum)
+        if front is not None:
+            if self.running:
+                front.steps(self._front_t, n, len(self.running), self.ctx_sum - self.in_sum)
+            # (these steps have ended by now: what is handed over next is later than them)
+            self._front_t = self.env._now
         super().quiet_steps(n, plans)
 
     def _drop_aborted(self) -> None:

@@ -24,9 +24,13 @@ same queue. The costs are the engine profile's ``frontend_chunk_us`` and
 end at all (the run is the one without it).
 
 A span of steps committed at once (``quiet_steps``: their exact end times are past) adds its
-work on top of the backlog, floored at the rank's last commit: exact while the front end is
-behind (a backlog only sums), and at most a step's worth early when it catches up inside the
-span, which the next commit (at its own time) corrects.
+work on top of the backlog, floored at the time the rank last handed work over (a commit, a
+prompt, an earlier part of the span): exact while the front end is behind (a backlog only
+sums); when it catches up inside the span the work may start early by up to the span's length,
+which the next commit (at its own time) bounds. A prompt arriving inside a span has the span's
+steps already past handed over first (the rank is caught up), so it waits behind their output,
+and what the rank hands over after it is floored at its arrival (work reaches the front end in
+time order: tests/test_frontend.py).
 """
 
 from __future__ import annotations
