@@ -218,5 +218,5 @@ def test_work_reaches_the_front_end_in_time_order(monkeypatch):
     _run(sc)
     assert seen and all(len(v) > 100 for v in seen.values())
     for ts in seen.values():
-        back = [(a, b) for a, b in zip(ts, ts[1:]) if b < a - 1e-12]
+        back = [(a, b) for a, b in zip(ts, ts[1:], strict=False) if b < a - 1e-12]
         assert not back, back[:3]
