@@ -24,7 +24,7 @@ measurement exported under two source files) counts once.
 
 :func:`cross_validate` refits each set with one group of its rows held out (from the fixed
 start the full fit kept, never from the full fit's values, which have seen the held-out group;
-the choice among four fixed points saw every row, a small leak, taken for a fifth of the cost)
+the choice among four fixed points saw every row, a small leak, taken for a quarter of the cost)
 and predicts that group: groups are the set's (model, layout) when it has more than one, else
 its (input, output length) workloads (so that a repeated measurement never sits on both sides).
 """
@@ -374,8 +374,9 @@ def fit_set(ps: ParameterSet, cases: list[corpus.Case], workers: int | None = No
     ident = identifiability(jac_rel, np.asarray(best.fun), [keys[i] for i in free],
                             float(best.cost))
     relaxed: dict[str, Any] = {}
-    if relaxation and pressed(values):
-        relaxed = relax(resid, best, keys, scale, pressed(values), log, ps.family)
+    press = pressed(values)
+    if relaxation and press:
+        relaxed = relax(resid, best, keys, scale, press, log, ps.family)
     sim = simulate(rows, values, workers)
     return SetFit(ps, [c.id for c in rows], dup, {k: _round(v) for k, v in profiles_point.items()},
                   values, n[0], at, {c.id: (float(s[0]), float(s[1]))
@@ -472,6 +473,8 @@ IN_VIEW = ("Labelled in view: which values are fitted (`FIT_KEYS`) and their bou
            "physical ranges, `PHYSICAL`) were chosen after looking at the whole training "
            "split's errors and at an unbounded fit's values, so the cross-validated figures are "
            "out-of-sample for the fitted values, not for those choices.")
+
+
 def fit_all(cases: list[corpus.Case], workers: int | None = None, cv: bool = True,
             log: Any = None, source: str = "", families: list[str] | None = None,
             previous: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -19,14 +19,14 @@ from pdsim.analysis import corpus
 from pdsim.analysis.corpus_fit import PHYSICAL, kept_start, unphysical
 
 RELAX_GAIN = 0.01
-"""The relaxation test (:func:`relax`) calls a value pressed against an end of its physical
-range *pulling* when, refitted with that end moved out (:func:`widened`), it leaves the range
-and the cost falls by more than this share: the rows want a value physics does not allow, so
-the value is absorbing a missing mechanism's error. Chosen (labelled so) with the fit-design
-analysis's figures in view: with the Triton expert rate removed (a known-correct mechanism
-deleted) the DeepSeek-R1/GLM-5 fit gained 2.8% by leaving its range; with it, under 0.01%. The
-fit stops at a relative change of :data:`FTOL` (0.1%), so a gain under 1% is not told from the
-fit's own tolerance."""
+"""The relaxation test (``corpus_fit.relax``) calls a value pressed against an end of its
+physical range *pulling* when, refitted with that end moved out (``corpus_fit.widened``), it
+leaves the range and the cost falls by more than this share: the rows want a value physics does
+not allow, so the value is absorbing a missing mechanism's error. Chosen (labelled so) with the
+fit-design analysis's figures in view: with the Triton expert rate removed (a known-correct
+mechanism deleted) the DeepSeek-R1/GLM-5 fit gained 2.8% by leaving its range; with it, under
+0.01%. The fit stops at a relative change of ``corpus_fit.FTOL`` (0.1%), so a gain under 1% is
+not told from the fit's own tolerance."""
 
 
 SHIP_MAX_CV_ERROR = 0.5
@@ -65,9 +65,9 @@ def cv_errors(s: dict[str, Any], cases: dict[str, corpus.Case]) -> tuple[float, 
 
 def not_pulling(s: dict[str, Any]) -> set[str]:
     """The values of a record's set pressed against an end of their range that passed the
-    relaxation test (:func:`relax`): refitted with that end moved out, the value stayed inside
-    its physical range or the cost fell by no more than :data:`RELAX_GAIN` (held at the end,
-    not pulling past it)."""
+    relaxation test (``corpus_fit.relax``): refitted with that end moved out, the value stayed
+    inside its physical range or the cost fell by no more than :data:`RELAX_GAIN` (held at the
+    end, not pulling past it)."""
     r = s.get("relaxation") or {}
     if not r.get("widened"):
         return set()

@@ -39,6 +39,7 @@ from collections import deque
 import simpy
 
 from pdsim.config.fleet import ColocatedConfig
+from pdsim.engine import frontend
 from pdsim.engine.adder import Adder
 from pdsim.engine.clock import call_later
 from pdsim.engine.decode_batch import (
@@ -298,7 +299,7 @@ class ColocatedRank(RunningBatch):
         if self._planned != self._epoch:  # the process died during this step
             return
         if self.front is not None:
-            self._hand_over(plan)
+            frontend.hand_over(self, plan)
         if len(plan) <= 4:
             super().commit_step(plan)
         else:
@@ -308,25 +309,6 @@ class ColocatedRank(RunningBatch):
             self._commit_prefill(plan[3] - plan[0])
         if self._aborts:
             self._drop_aborted()
-
-    def _hand_over(self, plan: tuple) -> None:
-        """The step's output goes to the front end (before its completions: they are
-        delivered with it): a decode token of every running request (a mixed step's too) and
-        a first token of every request whose fill this prefill ends (never held back by the
-        stream interval)."""
-        front = self.front
-        now = self.env._now
-        b = plan[0]
-        if b:
-            front.steps(now, 1, b, self.ctx_sum - self.in_sum)
-        if len(plan) > 4:
-            first = 0
-            for req, n, _first in self.batch:
-                if req.fill_done + n >= req.fill_target:
-                    first += 1
-            if first:
-                front.take(now, first * (front.chunk_s + front.copy_s))
-        self._front_t = now
 
     def quiet_steps(self, n: int, plans: int | None = None) -> None:
         """(RunningBatch's) and their output to the front end, after this rank's last commit
@@ -405,36 +387,8 @@ class ColocatedRank(RunningBatch):
         self.batch_is_full = False
 
     def _complete(self, req: Request, refill: bool = True) -> None:
-        front = self.front
-        now = self.env._now
-        if front is not None and req.status == "unfinished" and front.busy > now:
-            # the last token reaches the client when the front end has handled this step's
-            # output (commit_step handed it over first): the scheduler is done with it now
-            # (KV freed, batch left), the client's answer ends it then; a router timeout
-            # or a crash before that ends it first (the first end wins)
-            if req.rid in self.running:
-                self._leave(req)
-            self.alloc.release(req.d_pages)
-            req.d_pages = None
-            self.load_tokens -= req.input_len + req.output_len
-            if self.cache is not None and req.blocks:  # the radix cache keeps its prompt
-                self.cache.insert(req.blocks)
-            self._delivering[req.rid] = req
-            epoch = self._epoch
-            call_later(self.env, front.busy - now, lambda: self._delivered(req, epoch))
-            if refill:
-                self.batch_is_full = False  # (_try_prealloc)
-                if self._idle_waiters:
-                    self._maybe_idle()
-            return
-        self._completed(req, refill)
-
-    def _delivered(self, req: Request, epoch: int) -> None:
-        """The front end handed ``req``'s last token to the client (unless the process died
-        meanwhile: ``crash`` failed it)."""
-        if epoch == self._epoch:
-            del self._delivering[req.rid]
-            self._respond(req, "completed", http_status=200)
+        if self.front is None or not frontend.defer(self, req, refill):
+            self._completed(req, refill)
 
     def _completed(self, req: Request, refill: bool) -> None:
         if req.rid in self.running:
@@ -560,11 +514,8 @@ class ColocatedRank(RunningBatch):
             self._sync(req)
         for req in held:
             self._fail(req, "decode_crashed", 502)
-        if self.front is not None:  # the server's front end died with it: its backlog
-            self.front.busy = self.env._now  # and the answers it had not delivered are gone
-            for req in self._delivering.values():
-                self._fail(req, "decode_crashed", 502)
-            self._delivering.clear()
+        if self.front is not None:
+            frontend.crash(self)
         self.waiting.clear()
         self.running.clear()
         self._aborts = []

@@ -35,6 +35,10 @@ time order: tests/test_frontend.py).
 
 from __future__ import annotations
 
+from typing import Any
+
+from pdsim.engine.clock import call_later
+
 
 class FrontEnd:
     """One server's TokenizerManager as a fluid FIFO: ``busy`` is when it is free again."""
@@ -61,3 +65,61 @@ class FrontEnd:
         far. Returns when the last is delivered."""
         tokens = n * generated + batch * n * (n + 1) // 2  # (generated so far, step by step)
         return self.take(t, (n * batch * self.chunk_s + tokens * self.copy_s) / self.interval)
+
+
+# --- a colocated rank's side (pdsim.engine.colocated.ColocatedRank, ``rank``) -------------
+
+def hand_over(rank: Any, plan: tuple) -> None:
+    """A committed step's output goes to the rank's front end (before its completions: they
+    are delivered with it): a decode token of every running request (a mixed step's too) and a
+    first token of every request whose fill this prefill ends (never held back by the stream
+    interval)."""
+    front, now, b = rank.front, rank.env._now, plan[0]
+    if b:
+        front.steps(now, 1, b, rank.ctx_sum - rank.in_sum)
+    if len(plan) > 4:
+        first = sum(1 for req, n, _f in rank.batch if req.fill_done + n >= req.fill_target)
+        if first:
+            front.take(now, first * (front.chunk_s + front.copy_s))
+    rank._front_t = now
+
+
+def defer(rank: Any, req: Any, refill: bool) -> bool:
+    """``req`` is done on ``rank``; its last token reaches the client when the front end has
+    handled this step's output (``hand_over`` ran first). If that is later, the scheduler is
+    done with it now (KV freed, batch left, its prompt kept in the radix cache) and the
+    client's answer ends it then: a router timeout or a crash before that ends it first (the
+    first end wins). False: nothing pending, complete it now."""
+    now = rank.env._now
+    if req.status != "unfinished" or rank.front.busy <= now:
+        return False
+    if req.rid in rank.running:
+        rank._leave(req)
+    rank.alloc.release(req.d_pages)
+    req.d_pages = None
+    rank.load_tokens -= req.input_len + req.output_len
+    if rank.cache is not None and req.blocks:
+        rank.cache.insert(req.blocks)
+    rank._delivering[req.rid] = req
+    epoch = rank._epoch
+
+    def delivered() -> None:  # (unless the process died meanwhile: crash failed it)
+        if epoch == rank._epoch:
+            del rank._delivering[req.rid]
+            rank._respond(req, "completed", http_status=200)
+
+    call_later(rank.env, rank.front.busy - now, delivered)
+    if refill:
+        rank.batch_is_full = False  # (_try_prealloc)
+        if rank._idle_waiters:
+            rank._maybe_idle()
+    return True
+
+
+def crash(rank: Any) -> None:
+    """The server's process died: its front end's backlog and the answers it had not
+    delivered die with it."""
+    rank.front.busy = rank.env._now
+    for req in rank._delivering.values():
+        rank._fail(req, "decode_crashed", 502)
+    rank._delivering.clear()
