@@ -353,3 +353,23 @@ def test_stories_are_compared_by_posterior_probability_with_matched_draws():
     assert loose.set_index("story").posterior["b"] > 0.5
     none = model_choice({"a": runs(16, set()), "b": runs(16, set())})
     assert none.posterior.isna().all()  # no story accepts anything: no evidence either way
+
+
+def test_explore_gives_the_caller_its_sigterm_handler_back(tmp_path):
+    """`pdsim explore` turns SIGTERM into a clean stop while it runs; called from Python
+    (cli.main), it leaves the calling process's own SIGTERM handler in place afterwards (it
+    stayed installed before: a later SIGTERM raised KeyboardInterrupt in whatever the caller
+    was doing)."""
+    import signal
+
+    from pdsim.cli.main import main
+
+    def mine(signum, frame):  # noqa: ARG001
+        pass
+
+    before = signal.signal(signal.SIGTERM, mine)
+    try:
+        assert main(["explore", str(tmp_path / "missing.yaml")]) == 2
+        assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, before)

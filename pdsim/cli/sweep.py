@@ -300,13 +300,20 @@ def sweep_cmd(args: argparse.Namespace) -> int:
 def explore_cmd(args: argparse.Namespace) -> int:
     import signal
 
-    from pdsim.analysis.explore import WRITTEN, explore, render, write_tables
-    from pdsim.config import loader, units
-
     def _stop(signum: int, frame: object) -> None:  # SIGTERM: stop cleanly, runs are stored
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, _stop)
+    before = signal.signal(signal.SIGTERM, _stop)
+    try:
+        return _explore(args)
+    finally:  # (the command returns: a caller's process gets its own handler back)
+        signal.signal(signal.SIGTERM, before)
+
+
+def _explore(args: argparse.Namespace) -> int:
+    from pdsim.analysis.explore import WRITTEN, explore, render, write_tables
+    from pdsim.config import loader, units
+
     out = None
     try:
         _check_explore_args(args)
