@@ -220,3 +220,47 @@ def test_work_reaches_the_front_end_in_time_order(monkeypatch):
     for ts in seen.values():
         back = [(a, b) for a, b in zip(ts, ts[1:], strict=False) if b < a - 1e-12]
         assert not back, back[:3]
+
+
+def test_a_prompt_waits_behind_the_output_of_steps_already_past(monkeypatch):
+    """A prompt arriving inside a span of decode steps committed at once is tokenized after the
+    front end has been handed the output of the span's steps already past: when its
+    tokenization is queued there is nothing left to hand over (catching the rank up then hands
+    over nothing more). Without the catch-up in submit it would be queued ahead of that output."""
+    from pdsim.engine.colocated import ColocatedRank
+
+    handed = [0]
+    inside: list = []  # (rank, its prompt's tokenization work) while in submit
+    violations = []
+    steps, take, submit = FrontEnd.steps, FrontEnd.take, ColocatedRank.submit
+
+    def rec_steps(self, t, n, batch, generated):
+        handed[0] += n * batch
+        return steps(self, t, n, batch, generated)
+
+    def rec_take(self, t, work):
+        if inside and inside[-1] is not None and work == inside[-1][1]:
+            rank, before = inside[-1][0], handed[0]  # (the prompt's tokenization, from submit)
+            inside.append(None)  # (what the check's own catch-up hands over is not checked)
+            try:
+                rank._catch_up()
+            finally:
+                inside.pop()
+            if handed[0] != before:
+                violations.append((t, handed[0] - before))
+        return take(self, t, work)
+
+    def rec_submit(self, req):
+        inside.append((self, self.tokenize_s_per_token * req.input_len))
+        try:
+            return submit(self, req)
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(FrontEnd, "steps", rec_steps)
+    monkeypatch.setattr(FrontEnd, "take", rec_take)
+    monkeypatch.setattr(ColocatedRank, "submit", rec_submit)
+    sc = _scenario(100.0, 200.0, output_len=1000, range_ratio=1.0)
+    sc["clients"][0].update(request_rate=20.0, num_prompts=300)  # (arrivals inside spans)
+    _run(sc)
+    assert handed[0] > 10_000 and not violations, violations[:3]
