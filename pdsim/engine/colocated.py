@@ -390,14 +390,15 @@ class ColocatedRank(RunningBatch):
         if self.front is None or not frontend.defer(self, req, refill):
             self._completed(req, refill)
 
-    def _completed(self, req: Request, refill: bool) -> None:
+    def _completed(self, req: Request, refill: bool, answer: bool = True) -> None:
         if req.rid in self.running:
-            super()._complete(req, refill)
+            super()._complete(req, refill, answer)
         else:  # done with its prefill's token: it never ran
             self.alloc.release(req.d_pages)
             req.d_pages = None
             self.load_tokens -= req.input_len + req.output_len
-            self._respond(req, "completed", http_status=200)
+            if answer:
+                self._respond(req, "completed", http_status=200)
         if self.cache is not None and req.blocks:  # the radix cache keeps its prompt
             self.cache.insert(req.blocks)
 

@@ -568,12 +568,15 @@ class RunningBatch(Rank):
         self.stats.tokens_out += batch * n
         self.stats.decode_steps += n if plans is None else plans
 
-    def _complete(self, req: Request, refill: bool = True) -> None:
+    def _complete(self, req: Request, refill: bool = True, answer: bool = True) -> None:
+        """``req`` generated its last token: it leaves the batch and frees its pages, and
+        (``answer``) the client has it (False: a colocated front end delivers it later,
+        pdsim.engine.frontend.defer)."""
         self._leave(req)
         self.alloc.release(req.d_pages)
         req.d_pages = None
         self.load_tokens -= req.input_len + req.output_len
-        if req.status == "unfinished":  # _respond(req, "completed"), inline
+        if answer and req.status == "unfinished":  # _respond(req, "completed"), inline
             req.status = "completed"
             req.reason = ""
             req.t_done = self.env._now

@@ -93,13 +93,7 @@ def defer(rank: Any, req: Any, refill: bool) -> bool:
     now = rank.env._now
     if req.status != "unfinished" or rank.front.busy <= now:
         return False
-    if req.rid in rank.running:
-        rank._leave(req)
-    rank.alloc.release(req.d_pages)
-    req.d_pages = None
-    rank.load_tokens -= req.input_len + req.output_len
-    if rank.cache is not None and req.blocks:
-        rank.cache.insert(req.blocks)
+    rank._completed(req, refill, answer=False)
     rank._delivering[req.rid] = req
     epoch = rank._epoch
 
@@ -109,10 +103,6 @@ def defer(rank: Any, req: Any, refill: bool) -> bool:
             rank._respond(req, "completed", http_status=200)
 
     call_later(rank.env, rank.front.busy - now, delivered)
-    if refill:
-        rank.batch_is_full = False  # (_try_prealloc)
-        if rank._idle_waiters:
-            rank._maybe_idle()
     return True
 
 
